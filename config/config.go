@@ -1,0 +1,289 @@
+// Package config holds hubsync's configuration file schema, its defaults and
+// its validation.
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+)
+
+// APIVersion and Kind identify the configuration file format.
+const (
+	APIVersion = "hubsync.io/v1alpha1"
+	Kind       = "Config"
+)
+
+// Config is the whole configuration file. Every field has a working default,
+// so an empty file (or none) is a valid configuration.
+type Config struct {
+	APIVersion string `json:"apiVersion,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+
+	// Hub says how to reach the hub's API server.
+	Hub Hub `json:"hub"`
+	// ClusterManager is the name written to every ClusterProfile's
+	// x-k8s.io/cluster-manager label and spec.clusterManager.name. Profiles
+	// carrying another value are never touched.
+	ClusterManager string `json:"clusterManager,omitempty"`
+	// Workers sets how many keys each reconciler works on at once.
+	Workers Workers `json:"workers"`
+	// ResyncPeriod is how often every informer replays its cache so that the
+	// reconcilers re-check everything; events do the real work, this repairs
+	// anything missed.
+	ResyncPeriod metav1.Duration `json:"resyncPeriod,omitempty"`
+	// Retry bounds the per-key exponential backoff after a failed sync.
+	Retry Retry `json:"retry"`
+	// Logging sets the log level and format.
+	Logging Logging `json:"logging"`
+	// Server is the HTTP endpoint for /metrics, /healthz and /readyz.
+	Server Server `json:"server"`
+	// LeaderElection lets several replicas run with one active.
+	LeaderElection LeaderElection `json:"leaderElection"`
+}
+
+// Hub is the hub connection.
+type Hub struct {
+	// Kubeconfig is a kubeconfig file; empty means in-cluster configuration
+	// (the --kubeconfig flag overrides it).
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// Context selects a kubeconfig context; empty means the current one.
+	Context string `json:"context,omitempty"`
+	// QPS and Burst bound the client's request rate. client-go's default of
+	// 5 QPS would make thousands of profile writes take many minutes.
+	QPS   float32 `json:"qps,omitempty"`
+	Burst int     `json:"burst,omitempty"`
+	// Timeout bounds each API request.
+	Timeout metav1.Duration `json:"timeout,omitempty"`
+}
+
+// Workers holds worker counts per reconciler.
+type Workers struct {
+	// Topology workers each reconcile one cluster's profiles across all
+	// consumer namespaces.
+	Topology int `json:"topology,omitempty"`
+}
+
+// Retry is the per-key backoff after a failed sync.
+type Retry struct {
+	BaseDelay metav1.Duration `json:"baseDelay,omitempty"`
+	MaxDelay  metav1.Duration `json:"maxDelay,omitempty"`
+}
+
+// Logging configures the structured logger.
+type Logging struct {
+	// Level is one of debug, info, warn, error.
+	Level string `json:"level,omitempty"`
+	// Format is text or json.
+	Format string `json:"format,omitempty"`
+}
+
+// Server is the metrics and health endpoint.
+type Server struct {
+	// Address is host:port for /metrics, /healthz and /readyz; "" disables it.
+	Address string `json:"address,omitempty"`
+}
+
+// LeaderElection configures a client-go Lease lock.
+type LeaderElection struct {
+	Enabled       bool            `json:"enabled,omitempty"`
+	Namespace     string          `json:"namespace,omitempty"`
+	Name          string          `json:"name,omitempty"`
+	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
+	RenewDeadline metav1.Duration `json:"renewDeadline,omitempty"`
+	RetryPeriod   metav1.Duration `json:"retryPeriod,omitempty"`
+}
+
+// Default values.
+const (
+	DefaultClusterManager = "open-cluster-management"
+	DefaultQPS            = 200
+	DefaultBurst          = 400
+	DefaultTimeout        = 30 * time.Second
+	DefaultTopologyWorker = 16
+	DefaultResyncPeriod   = 10 * time.Minute
+	DefaultRetryBase      = 100 * time.Millisecond
+	DefaultRetryMax       = 5 * time.Minute
+	DefaultLogLevel       = "info"
+	DefaultLogFormat      = "text"
+	DefaultServerAddress  = ":8080"
+	DefaultLeaseNamespace = "open-cluster-management-hub"
+	DefaultLeaseName      = "hubsync"
+)
+
+// Default returns a configuration with every default filled in.
+func Default() *Config {
+	c := &Config{}
+	c.SetDefaults()
+	return c
+}
+
+// SetDefaults fills every unset field with its default.
+func (c *Config) SetDefaults() {
+	setStr := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	setDur := func(p *metav1.Duration, v time.Duration) {
+		if p.Duration == 0 {
+			p.Duration = v
+		}
+	}
+	setStr(&c.APIVersion, APIVersion)
+	setStr(&c.Kind, Kind)
+	setStr(&c.ClusterManager, DefaultClusterManager)
+	if c.Hub.QPS == 0 {
+		c.Hub.QPS = DefaultQPS
+	}
+	if c.Hub.Burst == 0 {
+		c.Hub.Burst = DefaultBurst
+	}
+	setDur(&c.Hub.Timeout, DefaultTimeout)
+	if c.Workers.Topology == 0 {
+		c.Workers.Topology = DefaultTopologyWorker
+	}
+	setDur(&c.ResyncPeriod, DefaultResyncPeriod)
+	setDur(&c.Retry.BaseDelay, DefaultRetryBase)
+	setDur(&c.Retry.MaxDelay, DefaultRetryMax)
+	setStr(&c.Logging.Level, DefaultLogLevel)
+	setStr(&c.Logging.Format, DefaultLogFormat)
+	setStr(&c.LeaderElection.Namespace, DefaultLeaseNamespace)
+	setStr(&c.LeaderElection.Name, DefaultLeaseName)
+	setDur(&c.LeaderElection.LeaseDuration, 15*time.Second)
+	setDur(&c.LeaderElection.RenewDeadline, 10*time.Second)
+	setDur(&c.LeaderElection.RetryPeriod, 2*time.Second)
+}
+
+// Load reads, defaults and validates a configuration file. The error lists
+// every problem found, each with its field path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(data)
+}
+
+// Parse decodes a configuration document strictly (unknown keys are
+// errors), fills in defaults and validates it.
+func Parse(data []byte) (*Config, error) {
+	c := &Config{}
+	if len(bytes.TrimSpace(data)) > 0 {
+		if err := yaml.UnmarshalStrict(data, c); err != nil {
+			return nil, fmt.Errorf("parse config: %w", err)
+		}
+	}
+	// Defaults replace only zero values, so an explicit negative number is
+	// still there for Validate to report.
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) validateRaw() field.ErrorList {
+	var errs field.ErrorList
+	neg := func(p *field.Path, v float64) {
+		if v < 0 {
+			errs = append(errs, field.Invalid(p, v, "must not be negative"))
+		}
+	}
+	neg(field.NewPath("hub", "qps"), float64(c.Hub.QPS))
+	neg(field.NewPath("hub", "burst"), float64(c.Hub.Burst))
+	neg(field.NewPath("hub", "timeout"), float64(c.Hub.Timeout.Duration))
+	neg(field.NewPath("workers", "topology"), float64(c.Workers.Topology))
+	neg(field.NewPath("resyncPeriod"), float64(c.ResyncPeriod.Duration))
+	neg(field.NewPath("retry", "baseDelay"), float64(c.Retry.BaseDelay.Duration))
+	neg(field.NewPath("retry", "maxDelay"), float64(c.Retry.MaxDelay.Duration))
+	le := field.NewPath("leaderElection")
+	neg(le.Child("leaseDuration"), float64(c.LeaderElection.LeaseDuration.Duration))
+	neg(le.Child("renewDeadline"), float64(c.LeaderElection.RenewDeadline.Duration))
+	neg(le.Child("retryPeriod"), float64(c.LeaderElection.RetryPeriod.Duration))
+	return errs
+}
+
+// Validate checks a defaulted configuration and returns every problem at
+// once as a field.ErrorList aggregate, or nil.
+func (c *Config) Validate() error {
+	errs := c.validateRaw()
+	if c.APIVersion != APIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), c.APIVersion, []string{APIVersion}))
+	}
+	if c.Kind != Kind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), c.Kind, []string{Kind}))
+	}
+	for _, msg := range validation.IsValidLabelValue(c.ClusterManager) {
+		errs = append(errs, field.Invalid(field.NewPath("clusterManager"), c.ClusterManager, msg))
+	}
+	if c.Hub.Burst < int(c.Hub.QPS) {
+		errs = append(errs, field.Invalid(field.NewPath("hub", "burst"), c.Hub.Burst, "must be at least hub.qps"))
+	}
+	if c.Workers.Topology > 1024 {
+		errs = append(errs, field.Invalid(field.NewPath("workers", "topology"), c.Workers.Topology, "must be at most 1024"))
+	}
+	if c.ResyncPeriod.Duration < time.Minute {
+		errs = append(errs, field.Invalid(field.NewPath("resyncPeriod"), c.ResyncPeriod.Duration.String(), "must be at least 1m"))
+	}
+	if c.Retry.MaxDelay.Duration < c.Retry.BaseDelay.Duration {
+		errs = append(errs, field.Invalid(field.NewPath("retry", "maxDelay"), c.Retry.MaxDelay.Duration.String(), "must be at least retry.baseDelay"))
+	}
+	switch c.Logging.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("logging", "level"), c.Logging.Level, []string{"debug", "info", "warn", "error"}))
+	}
+	switch c.Logging.Format {
+	case "text", "json":
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("logging", "format"), c.Logging.Format, []string{"text", "json"}))
+	}
+	if c.Server.Address != "" {
+		if err := validateHostPort(c.Server.Address); err != nil {
+			errs = append(errs, field.Invalid(field.NewPath("server", "address"), c.Server.Address, err.Error()))
+		}
+	}
+	if c.Hub.Kubeconfig != "" {
+		if _, err := os.Stat(c.Hub.Kubeconfig); err != nil {
+			errs = append(errs, field.Invalid(field.NewPath("hub", "kubeconfig"), c.Hub.Kubeconfig, fmt.Sprintf("cannot read: %v", err)))
+		}
+	}
+	le := field.NewPath("leaderElection")
+	if c.LeaderElection.Enabled {
+		for _, msg := range validation.IsDNS1123Label(c.LeaderElection.Namespace) {
+			errs = append(errs, field.Invalid(le.Child("namespace"), c.LeaderElection.Namespace, msg))
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(c.LeaderElection.Name) {
+			errs = append(errs, field.Invalid(le.Child("name"), c.LeaderElection.Name, msg))
+		}
+		l := c.LeaderElection
+		if l.LeaseDuration.Duration <= l.RenewDeadline.Duration {
+			errs = append(errs, field.Invalid(le.Child("leaseDuration"), l.LeaseDuration.Duration.String(), "must be greater than leaderElection.renewDeadline"))
+		}
+		if l.RenewDeadline.Duration <= l.RetryPeriod.Duration {
+			errs = append(errs, field.Invalid(le.Child("renewDeadline"), l.RenewDeadline.Duration.String(), "must be greater than leaderElection.retryPeriod"))
+		}
+	}
+	return errs.ToAggregate()
+}
+
+func validateHostPort(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
+}

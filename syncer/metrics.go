@@ -1,0 +1,59 @@
+package syncer
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the syncer's Prometheus collectors. They are registered on the
+// registry passed to New, never on a global one.
+type metrics struct {
+	reconciles       *prometheus.CounterVec
+	reconcileSeconds *prometheus.HistogramVec
+	writes           *prometheus.CounterVec
+	writeErrors      *prometheus.CounterVec
+	conflicts        prometheus.Gauge
+	conflictsTotal   prometheus.Counter
+	invalidSets      prometheus.Gauge
+	skippedClaims    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hubsync_reconcile_total",
+			Help: "Reconciliations by controller and result (success, error).",
+		}, []string{"controller", "result"}),
+		reconcileSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hubsync_reconcile_duration_seconds",
+			Help:    "Time one reconciliation of a key took, writes included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"controller"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hubsync_profile_writes_total",
+			Help: "ClusterProfile writes sent to the hub by operation (create, update, status, delete).",
+		}, []string{"op"}),
+		writeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hubsync_profile_write_errors_total",
+			Help: "ClusterProfile writes the hub refused, by operation.",
+		}, []string{"op"}),
+		conflicts: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hubsync_profile_conflicts",
+			Help: "Desired profiles blocked by a same-named ClusterProfile of another cluster manager.",
+		}),
+		conflictsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hubsync_profile_conflicts_detected_total",
+			Help: "Conflicts with foreign ClusterProfiles detected since start.",
+		}),
+		invalidSets: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hubsync_invalid_cluster_sets",
+			Help: "ManagedClusterSets whose cluster selector cannot be evaluated; their namespaces' profiles are held as they are.",
+		}),
+		skippedClaims: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hubsync_cluster_claims_skipped_total",
+			Help: "Cluster claims left out of profile properties because the ClusterProfile schema would reject them.",
+		}),
+	}
+	reg.MustRegister(m.reconciles, m.reconcileSeconds, m.writes, m.writeErrors,
+		m.conflicts, m.conflictsTotal, m.invalidSets, m.skippedClaims)
+	return m
+}

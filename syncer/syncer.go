@@ -1,0 +1,521 @@
+// Package syncer keeps consumer namespaces' ClusterProfiles in step with the
+// hub's ManagedClusters, ManagedClusterSets and ManagedClusterSetBindings.
+//
+// It is level-based: informer events only name the cluster to look at; a
+// worker recomputes that cluster's desired profiles from the informer caches
+// and converges the hub to them, writing only what differs.
+package syncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
+	clusterinformers "open-cluster-management.io/api/client/cluster/informers/externalversions"
+	clusterlisterv1 "open-cluster-management.io/api/client/cluster/listers/cluster/v1"
+	clusterlisterv1beta2 "open-cluster-management.io/api/client/cluster/listers/cluster/v1beta2"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+	cpclient "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
+	cpinformers "sigs.k8s.io/cluster-inventory-api/client/informers/externalversions"
+)
+
+// Indexer names.
+const (
+	byClusterSetLabel = "clusterSetLabel" // ManagedCluster -> its clusterset label value
+	bySelectorType    = "selectorType"    // ManagedClusterSet -> selector type ("" for exclusive)
+	bySetName         = "clusterSet"      // ManagedClusterSetBinding -> spec.clusterSet
+	byName            = "name"            // ClusterProfile -> name (the cluster's name)
+)
+
+// Clients are the hub API clients the syncer uses.
+type Clients struct {
+	Kube     kubernetes.Interface
+	Cluster  clusterclient.Interface
+	Profiles cpclient.Interface
+}
+
+// Options tune the syncer; config.Config supplies them in the daemon.
+type Options struct {
+	// ClusterManager is the manager name on every profile hubsync writes.
+	ClusterManager string
+	// Workers is the number of clusters reconciled at once.
+	Workers int
+	// ResyncPeriod replays every informer's cache to repair missed events.
+	ResyncPeriod time.Duration
+	// RetryBase and RetryMax bound the per-cluster backoff after a failure.
+	RetryBase, RetryMax time.Duration
+}
+
+// Syncer projects ClusterProfiles into consumer namespaces.
+type Syncer struct {
+	clients  Clients
+	opts     Options
+	log      *slog.Logger
+	recorder record.EventRecorder
+	metrics  *metrics
+	writes   *writeTracker
+
+	kubeInformers    kubeinformers.SharedInformerFactory
+	clusterInformers clusterinformers.SharedInformerFactory
+	cpInformers      cpinformers.SharedInformerFactory
+
+	clusters   clusterlisterv1.ManagedClusterLister
+	clusterIdx cache.Indexer
+	setLister  clusterlisterv1beta2.ManagedClusterSetLister
+	setIdx     cache.Indexer
+	bindingIdx cache.Indexer
+	profileIdx cache.Indexer
+	namespaces corelisters.NamespaceLister
+	synced     []cache.InformerSynced
+
+	queue    workqueue.TypedRateLimitingInterface[string]
+	ready    atomic.Bool
+	inflight atomic.Int64
+
+	mu          sync.Mutex
+	conflicts   map[string]string // "ns/name" -> foreign manager
+	invalidSets map[string]string // set name -> resourceVersion reported
+}
+
+// New builds a syncer and its informers; Run starts them.
+func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registerer, recorder record.EventRecorder) (*Syncer, error) {
+	if opts.ClusterManager == "" {
+		return nil, errors.New("syncer: cluster manager name is required")
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 1
+	}
+	if opts.RetryBase <= 0 {
+		opts.RetryBase = 100 * time.Millisecond
+	}
+	if opts.RetryMax < opts.RetryBase {
+		opts.RetryMax = 5 * time.Minute
+	}
+	s := &Syncer{
+		clients:     clients,
+		opts:        opts,
+		log:         log,
+		recorder:    recorder,
+		metrics:     newMetrics(reg),
+		writes:      newWriteTracker(30 * time.Second),
+		conflicts:   map[string]string{},
+		invalidSets: map[string]string{},
+	}
+	s.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBase, opts.RetryMax),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "topology"},
+	)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "hubsync_queue_depth",
+		Help:        "Keys waiting in a work queue.",
+		ConstLabels: prometheus.Labels{"queue": "topology"},
+	}, func() float64 { return float64(s.queue.Len()) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "hubsync_profiles_managed",
+		Help: "ClusterProfiles carrying hubsync's cluster-manager label, as seen by its cache.",
+	}, s.countOwned))
+
+	strip := cache.TransformFunc(stripManagedFields)
+	s.kubeInformers = kubeinformers.NewSharedInformerFactoryWithOptions(clients.Kube, opts.ResyncPeriod, kubeinformers.WithTransform(strip))
+	s.clusterInformers = clusterinformers.NewSharedInformerFactoryWithOptions(clients.Cluster, opts.ResyncPeriod, clusterinformers.WithTransform(strip))
+	s.cpInformers = cpinformers.NewSharedInformerFactoryWithOptions(clients.Profiles, opts.ResyncPeriod, cpinformers.WithTransform(strip))
+
+	clusterInf := s.clusterInformers.Cluster().V1().ManagedClusters()
+	setInf := s.clusterInformers.Cluster().V1beta2().ManagedClusterSets()
+	bindingInf := s.clusterInformers.Cluster().V1beta2().ManagedClusterSetBindings()
+	profileInf := s.cpInformers.Apis().V1alpha1().ClusterProfiles()
+	nsInf := s.kubeInformers.Core().V1().Namespaces()
+
+	if err := clusterInf.Informer().AddIndexers(cache.Indexers{byClusterSetLabel: func(obj any) ([]string, error) {
+		c, ok := obj.(*clusterv1.ManagedCluster)
+		if !ok {
+			return nil, nil
+		}
+		if v, ok := c.Labels[LabelClusterSet]; ok {
+			return []string{v}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, fmt.Errorf("add cluster indexer: %w", err)
+	}
+	if err := setInf.Informer().AddIndexers(cache.Indexers{bySelectorType: func(obj any) ([]string, error) {
+		set, ok := obj.(*clusterv1beta2.ManagedClusterSet)
+		if !ok {
+			return nil, nil
+		}
+		return []string{string(set.Spec.ClusterSelector.SelectorType)}, nil
+	}}); err != nil {
+		return nil, fmt.Errorf("add set indexer: %w", err)
+	}
+	if err := bindingInf.Informer().AddIndexers(cache.Indexers{bySetName: func(obj any) ([]string, error) {
+		b, ok := obj.(*clusterv1beta2.ManagedClusterSetBinding)
+		if !ok {
+			return nil, nil
+		}
+		return []string{b.Spec.ClusterSet}, nil
+	}}); err != nil {
+		return nil, fmt.Errorf("add binding indexer: %w", err)
+	}
+	if err := profileInf.Informer().AddIndexers(cache.Indexers{byName: func(obj any) ([]string, error) {
+		p, ok := obj.(*cpv1alpha1.ClusterProfile)
+		if !ok {
+			return nil, nil
+		}
+		return []string{p.Name}, nil
+	}}); err != nil {
+		return nil, fmt.Errorf("add profile indexer: %w", err)
+	}
+
+	s.clusters = clusterInf.Lister()
+	s.clusterIdx = clusterInf.Informer().GetIndexer()
+	s.setLister = setInf.Lister()
+	s.setIdx = setInf.Informer().GetIndexer()
+	s.bindingIdx = bindingInf.Informer().GetIndexer()
+	s.profileIdx = profileInf.Informer().GetIndexer()
+	s.namespaces = nsInf.Lister()
+
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{
+		{clusterInf.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { s.enqueueObjectName(obj) },
+			UpdateFunc: func(_, obj any) { s.enqueueObjectName(obj) },
+			DeleteFunc: func(obj any) { s.enqueueObjectName(obj) },
+		}},
+		{setInf.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { s.onSet(nil, obj) },
+			UpdateFunc: func(old, obj any) { s.onSet(old, obj) },
+			DeleteFunc: func(obj any) { s.onSet(obj, nil) },
+		}},
+		{bindingInf.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { s.onBinding(obj) },
+			UpdateFunc: func(old, obj any) { s.onBinding(old); s.onBinding(obj) },
+			DeleteFunc: func(obj any) { s.onBinding(obj) },
+		}},
+		{profileInf.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { s.enqueueObjectName(obj) },
+			UpdateFunc: func(_, obj any) { s.enqueueObjectName(obj) },
+			DeleteFunc: func(obj any) { s.enqueueObjectName(obj) },
+		}},
+		{nsInf.Informer(), cache.ResourceEventHandlerFuncs{
+			// A binding can reach the cache before its namespace does;
+			// the namespace's arrival re-checks the clusters it is bound to.
+			AddFunc: func(obj any) { s.onNamespace(obj) },
+		}},
+	}
+	for _, h := range handlers {
+		reg, err := h.inf.AddEventHandler(h.h)
+		if err != nil {
+			return nil, fmt.Errorf("add event handler: %w", err)
+		}
+		s.synced = append(s.synced, reg.HasSynced)
+	}
+	return s, nil
+}
+
+// stripManagedFields drops managedFields from cached objects; hubsync never
+// reads them and they are often the larger part of an object.
+func stripManagedFields(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// Run starts the informers, waits for their caches, then runs the workers
+// until ctx is cancelled. It returns an error if the caches never sync.
+func (s *Syncer) Run(ctx context.Context) error {
+	defer s.queue.ShutDown()
+	s.kubeInformers.Start(ctx.Done())
+	s.clusterInformers.Start(ctx.Done())
+	s.cpInformers.Start(ctx.Done())
+	defer s.kubeInformers.Shutdown()
+	defer s.clusterInformers.Shutdown()
+	defer s.cpInformers.Shutdown()
+
+	start := time.Now()
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
+		return fmt.Errorf("syncer: informer caches did not sync: %w", ctx.Err())
+	}
+	s.log.Info("caches synced", "after", time.Since(start).Round(time.Millisecond))
+
+	var wg sync.WaitGroup
+	for range s.opts.Workers {
+		wg.Go(func() {
+			wait.UntilWithContext(ctx, s.worker, time.Second)
+		})
+	}
+	s.ready.Store(true)
+	<-ctx.Done()
+	s.ready.Store(false)
+	s.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// Ready reports whether caches are synced and workers are running.
+func (s *Syncer) Ready() bool { return s.ready.Load() }
+
+// Idle reports whether no cluster is queued or being reconciled. Tests and
+// benchmarks use it to tell when the syncer has converged.
+func (s *Syncer) Idle() bool { return s.ready.Load() && s.queue.Len() == 0 && s.inflight.Load() == 0 }
+
+func (s *Syncer) worker(ctx context.Context) {
+	for {
+		key, shutdown := s.queue.Get()
+		if shutdown {
+			return
+		}
+		s.inflight.Add(1)
+		s.process(ctx, key)
+		s.inflight.Add(-1)
+		s.queue.Done(key)
+	}
+}
+
+func (s *Syncer) process(ctx context.Context, cluster string) {
+	start := time.Now()
+	err := s.reconcile(ctx, cluster)
+	s.metrics.reconcileSeconds.WithLabelValues("topology").Observe(time.Since(start).Seconds())
+	if err == nil {
+		s.metrics.reconciles.WithLabelValues("topology", "success").Inc()
+		s.queue.Forget(cluster)
+		return
+	}
+	s.metrics.reconciles.WithLabelValues("topology", "error").Inc()
+	if ctx.Err() != nil {
+		return
+	}
+	// Conflicts with foreign profiles are reported when first seen; their
+	// retries are routine and logged at debug level only.
+	level := slog.LevelWarn
+	if onlyConflicts(err) {
+		level = slog.LevelDebug
+	}
+	s.log.Log(ctx, level, "reconcile failed, will retry", "cluster", cluster, "retries", s.queue.NumRequeues(cluster), "err", err)
+	s.queue.AddRateLimited(cluster)
+}
+
+func (s *Syncer) enqueueObjectName(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	a, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	s.queue.Add(a.GetName())
+}
+
+// onSet re-checks every cluster that was or is a member of a set, and
+// every cluster with a profile in a namespace bound to it (the old members
+// of a set whose old selector could not be evaluated).
+func (s *Syncer) onSet(oldObj, newObj any) {
+	for _, obj := range []any{oldObj, newObj} {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		set, ok := obj.(*clusterv1beta2.ManagedClusterSet)
+		if !ok {
+			continue
+		}
+		if obj == newObj {
+			s.checkSetSelector(set)
+		}
+		for _, name := range s.setMembers(set) {
+			s.queue.Add(name)
+		}
+		if _, err := SetSelector(set); err != nil {
+			bindings, _ := s.bindingIdx.ByIndex(bySetName, set.Name)
+			for _, b := range bindings {
+				s.enqueueProfilesIn(b.(*clusterv1beta2.ManagedClusterSetBinding).Namespace)
+			}
+		}
+	}
+	if newObj == nil {
+		if d, ok := oldObj.(cache.DeletedFinalStateUnknown); ok {
+			oldObj = d.Obj
+		}
+		if set, ok := oldObj.(*clusterv1beta2.ManagedClusterSet); ok {
+			s.forgetInvalidSet(set.Name)
+		}
+	}
+}
+
+// onBinding re-checks the clusters of the bound set and every cluster that
+// has a profile in the binding's namespace, which covers an unbound set
+// whose selector has since changed or which no longer exists.
+func (s *Syncer) onBinding(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	b, ok := obj.(*clusterv1beta2.ManagedClusterSetBinding)
+	if !ok {
+		return
+	}
+	if set, err := s.setLister.Get(b.Spec.ClusterSet); err == nil {
+		for _, name := range s.setMembers(set) {
+			s.queue.Add(name)
+		}
+	}
+	s.enqueueProfilesIn(b.Namespace)
+}
+
+// enqueueProfilesIn re-checks the cluster of every profile of ours in a
+// namespace.
+func (s *Syncer) enqueueProfilesIn(namespace string) {
+	objs, _ := s.profileIdx.ByIndex(cache.NamespaceIndex, namespace)
+	for _, o := range objs {
+		if p, ok := o.(*cpv1alpha1.ClusterProfile); ok && IsOwned(p, s.opts.ClusterManager) {
+			s.queue.Add(p.Name)
+		}
+	}
+}
+
+func (s *Syncer) onNamespace(obj any) {
+	ns, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return
+	}
+	objs, _ := s.bindingIdx.ByIndex(cache.NamespaceIndex, ns.Name)
+	for _, o := range objs {
+		s.onBinding(o)
+	}
+}
+
+// setMembers lists the clusters a set selects. Exclusive sets use the label
+// index; label-selector sets scan the cluster cache, which only happens on a
+// set or binding change, never per cluster event.
+func (s *Syncer) setMembers(set *clusterv1beta2.ManagedClusterSet) []string {
+	sel, err := SetSelector(set)
+	if err != nil {
+		return nil
+	}
+	var objs []any
+	switch set.Spec.ClusterSelector.SelectorType {
+	case "", clusterv1beta2.ExclusiveClusterSetLabel:
+		objs, _ = s.clusterIdx.ByIndex(byClusterSetLabel, set.Name)
+	default:
+		objs = s.clusterIdx.List()
+	}
+	names := make([]string, 0, len(objs))
+	for _, o := range objs {
+		if c, ok := o.(*clusterv1.ManagedCluster); ok && sel.Matches(labelsOf(c)) {
+			names = append(names, c.Name)
+		}
+	}
+	return names
+}
+
+// checkSetSelector reports a set whose selector cannot be evaluated, once
+// per resourceVersion.
+func (s *Syncer) checkSetSelector(set *clusterv1beta2.ManagedClusterSet) {
+	_, err := SetSelector(set)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		if _, ok := s.invalidSets[set.Name]; ok {
+			delete(s.invalidSets, set.Name)
+			s.log.Info("cluster set selector is valid again", "clusterSet", set.Name)
+		}
+		s.metrics.invalidSets.Set(float64(len(s.invalidSets)))
+		return
+	}
+	if s.invalidSets[set.Name] == set.ResourceVersion {
+		return
+	}
+	s.invalidSets[set.Name] = set.ResourceVersion
+	s.metrics.invalidSets.Set(float64(len(s.invalidSets)))
+	s.log.Warn("cluster set has an invalid selector; profiles of namespaces bound to it are held as they are",
+		"clusterSet", set.Name, "err", err)
+	s.recorder.Eventf(set, corev1.EventTypeWarning, "InvalidClusterSelector",
+		"hubsync cannot evaluate this set's cluster selector, so profiles in namespaces bound to it are held as they are: %v", err)
+}
+
+func (s *Syncer) forgetInvalidSet(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.invalidSets, name)
+	s.metrics.invalidSets.Set(float64(len(s.invalidSets)))
+}
+
+func (s *Syncer) countOwned() float64 {
+	n := 0
+	for _, o := range s.profileIdx.List() {
+		if p, ok := o.(*cpv1alpha1.ClusterProfile); ok && IsOwned(p, s.opts.ClusterManager) {
+			n++
+		}
+	}
+	return float64(n)
+}
+
+// candidateSets returns the sets a cluster may belong to: the exclusive set
+// its clusterset label names, and every label-selector set.
+func (s *Syncer) candidateSets(c *clusterv1.ManagedCluster) []*clusterv1beta2.ManagedClusterSet {
+	var out []*clusterv1beta2.ManagedClusterSet
+	if name, ok := c.Labels[LabelClusterSet]; ok {
+		if set, err := s.setLister.Get(name); err == nil {
+			out = append(out, set)
+		}
+	}
+	for _, t := range []clusterv1beta2.SelectorType{clusterv1beta2.LabelSelector} {
+		objs, _ := s.setIdx.ByIndex(bySelectorType, string(t))
+		for _, o := range objs {
+			if set, ok := o.(*clusterv1beta2.ManagedClusterSet); ok {
+				out = append(out, set)
+			}
+		}
+	}
+	// Sets of an unknown selector type are reported as invalid and hold
+	// their namespaces; find them through the index as well.
+	for _, t := range s.setIdx.ListIndexFuncValues(bySelectorType) {
+		switch clusterv1beta2.SelectorType(t) {
+		case "", clusterv1beta2.ExclusiveClusterSetLabel, clusterv1beta2.LabelSelector:
+			continue
+		}
+		objs, _ := s.setIdx.ByIndex(bySelectorType, t)
+		for _, o := range objs {
+			if set, ok := o.(*clusterv1beta2.ManagedClusterSet); ok {
+				out = append(out, set)
+			}
+		}
+	}
+	return out
+}
+
+func (s *Syncer) bindingsFor(clusterSets []*clusterv1beta2.ManagedClusterSet) []*clusterv1beta2.ManagedClusterSetBinding {
+	var out []*clusterv1beta2.ManagedClusterSetBinding
+	seen := sets.New[string]()
+	for _, set := range clusterSets {
+		if seen.Has(set.Name) {
+			continue
+		}
+		seen.Insert(set.Name)
+		objs, _ := s.bindingIdx.ByIndex(bySetName, set.Name)
+		for _, o := range objs {
+			if b, ok := o.(*clusterv1beta2.ManagedClusterSetBinding); ok {
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,81 @@
+package syncer
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+)
+
+// writeTracker remembers hubsync's own recent writes until the informer
+// cache shows them, so that a reconcile running on a cache that has not yet
+// caught up neither creates a profile twice nor sends a status update that
+// is bound to fail its resourceVersion check. Each write's watch event
+// re-queues the cluster, so skipping until then loses nothing. Entries
+// expire, so a missed event can never block a key for long.
+//
+// Comparing resourceVersions as integers is what client-go's
+// IntegerResourceVersionMutationCache does for the same purpose; if a
+// server ever returns a non-integer one, tracking is simply skipped.
+type writeTracker struct {
+	ttl time.Duration
+	mu  sync.Mutex
+	m   map[string]pendingWrite
+}
+
+type pendingWrite struct {
+	rv      uint64
+	deleted types.UID // set when the write was a delete of this UID
+	at      time.Time
+}
+
+func newWriteTracker(ttl time.Duration) *writeTracker {
+	return &writeTracker{ttl: ttl, m: map[string]pendingWrite{}}
+}
+
+// wrote records a create or update that returned obj.
+func (w *writeTracker) wrote(obj *cpv1alpha1.ClusterProfile) {
+	rv, err := strconv.ParseUint(obj.ResourceVersion, 10, 64)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.m[obj.Namespace+"/"+obj.Name] = pendingWrite{rv: rv, at: time.Now()}
+}
+
+// deletedObj records a delete of obj.
+func (w *writeTracker) deletedObj(obj *cpv1alpha1.ClusterProfile) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.m[obj.Namespace+"/"+obj.Name] = pendingWrite{deleted: obj.UID, at: time.Now()}
+}
+
+// pending reports whether the cache (cached, nil when absent) does not yet
+// show hubsync's last write to key. Entries the cache has caught up with, or
+// that have expired, are dropped.
+func (w *writeTracker) pending(key string, cached *cpv1alpha1.ClusterProfile) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p, ok := w.m[key]
+	if !ok {
+		return false
+	}
+	behind := false
+	switch {
+	case time.Since(p.at) > w.ttl:
+	case p.deleted != "":
+		behind = cached != nil && cached.UID == p.deleted
+	case cached == nil:
+		behind = true
+	default:
+		rv, err := strconv.ParseUint(cached.ResourceVersion, 10, 64)
+		behind = err == nil && rv < p.rv
+	}
+	if !behind {
+		delete(w.m, key)
+	}
+	return behind
+}

@@ -1,0 +1,348 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+)
+
+const manager = "open-cluster-management"
+
+var testSeq atomic.Int32
+
+// harness runs one hubsync syncer against the shared control plane for one
+// test, with its own metrics registry and captured logs.
+type harness struct {
+	t      *testing.T
+	ctx    context.Context
+	hub    *fleet.Hub
+	syncer *syncer.Syncer
+	reg    *prometheus.Registry
+	logs   *syncBuffer
+	// prefix makes every name a test creates unique, so that late events
+	// from an earlier test cannot affect this one.
+	prefix string
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	hub, err := fleet.NewHub(hubConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &harness{
+		t: t, ctx: ctx, hub: hub,
+		reg:    prometheus.NewRegistry(),
+		logs:   &syncBuffer{},
+		prefix: fmt.Sprintf("t%d", testSeq.Add(1)),
+	}
+	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: hub.Kube.CoreV1().Events("")})
+	sch, err := syncer.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder := broadcaster.NewRecorder(sch, corev1.EventSource{Component: "hubsync"})
+	s, err := syncer.New(syncer.Clients{Kube: hub.Kube, Cluster: hub.Cluster, Profiles: hub.Profiles},
+		syncer.Options{
+			ClusterManager: manager,
+			Workers:        4,
+			// Far beyond any test: every reaction must come from an event.
+			ResyncPeriod: time.Hour,
+			RetryBase:    50 * time.Millisecond,
+			RetryMax:     2 * time.Second,
+		}, log, h.reg, recorder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.syncer = s
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("syncer: %v", err)
+		}
+		broadcaster.Shutdown()
+		if t.Failed() {
+			t.Logf("hubsync logs:\n%s", h.logs.String())
+		}
+		h.cleanup()
+	})
+	h.eventually("syncer ready", func() error {
+		if !s.Ready() {
+			return errors.New("not ready")
+		}
+		return nil
+	})
+	return h
+}
+
+// cleanup removes every object the test may have left, so the next test
+// starts from an empty fleet. Namespaces stay (a test API server has no
+// namespace controller to finish deleting them); their names are unique.
+func (h *harness) cleanup() {
+	ctx := context.Background()
+	cc := h.hub.Cluster
+	clusters, _ := cc.ClusterV1().ManagedClusters().List(ctx, metav1.ListOptions{})
+	for _, c := range clusters.Items {
+		if len(c.Finalizers) > 0 {
+			_ = h.hub.UpdateCluster(ctx, c.Name, func(c *clusterv1.ManagedCluster) { c.Finalizers = nil })
+		}
+	}
+	_ = cc.ClusterV1().ManagedClusters().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	_ = cc.ClusterV1beta2().ManagedClusterSets().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	nss, _ := h.hub.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	for _, ns := range nss.Items {
+		_ = cc.ClusterV1beta2().ManagedClusterSetBindings(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		_ = h.hub.Profiles.ApisV1alpha1().ClusterProfiles(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	}
+}
+
+// name returns a name unique to this test.
+func (h *harness) name(base string) string { return h.prefix + "-" + base }
+
+func (h *harness) must(err error) {
+	h.t.Helper()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// eventually polls check until it returns nil; the bound is a generous
+// sanity limit, not a performance claim.
+func (h *harness) eventually(what string, check func() error) {
+	h.t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(h.ctx, 25*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		last = check()
+		return last == nil, nil
+	})
+	if err != nil {
+		h.t.Fatalf("%s: %v (last: %v)", what, err, last)
+	}
+}
+
+// waitIdle waits until the syncer has nothing queued or in flight.
+func (h *harness) waitIdle() {
+	h.t.Helper()
+	h.eventually("syncer idle", func() error {
+		if !h.syncer.Idle() {
+			return errors.New("busy")
+		}
+		return nil
+	})
+}
+
+func (h *harness) namespaces(names ...string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = h.name(n)
+		h.must(h.hub.Namespace(h.ctx, out[i]))
+	}
+	return out
+}
+
+// cluster creates a cluster in an exclusive set (if set != "") with extra
+// labels.
+func (h *harness) cluster(name, set string, extra map[string]string) *clusterv1.ManagedCluster {
+	h.t.Helper()
+	labels := map[string]string{}
+	if set != "" {
+		labels = fleet.ExclusiveSetLabels(set, nil)
+	}
+	for k, v := range extra {
+		labels[k] = v
+	}
+	c, err := h.hub.CreateCluster(h.ctx, fleet.ClusterSpec{
+		Name: name, Labels: labels,
+		Claims: map[string]string{"id.k8s.io": name, "region.open-cluster-management.io": "eu-west-1"},
+	})
+	h.must(err)
+	return c
+}
+
+// expectProfiles waits until namespace holds exactly the named profiles,
+// each exactly as hubsync must write it for the cluster's current state.
+func (h *harness) expectProfiles(ns string, clusters ...string) {
+	h.t.Helper()
+	sort.Strings(clusters)
+	h.eventually(fmt.Sprintf("profiles in %s = %v", ns, clusters), func() error {
+		got, err := h.hub.ProfileNames(h.ctx, ns)
+		if err != nil {
+			return err
+		}
+		if strings.Join(got, ",") != strings.Join(clusters, ",") {
+			return fmt.Errorf("got %v", got)
+		}
+		for _, c := range clusters {
+			if err := h.checkProfile(ns, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// checkProfile compares one profile with the exact labels, spec and status
+// the contract requires for its cluster.
+func (h *harness) checkProfile(ns, name string) error {
+	p, err := h.hub.Profiles.ApisV1alpha1().ClusterProfiles(ns).Get(h.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	c, err := h.hub.Cluster.ClusterV1().ManagedClusters().Get(h.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	wantLabels := map[string]string{
+		"x-k8s.io/cluster-manager":                manager,
+		"open-cluster-management.io/cluster-name": syncer.ClusterNameLabelValue(name),
+		"multicluster.x-k8s.io/clusterset":        c.Labels["cluster.open-cluster-management.io/clusterset"],
+	}
+	for k, v := range wantLabels {
+		if p.Labels[k] != v {
+			return fmt.Errorf("%s/%s label %s = %q, want %q", ns, name, k, p.Labels[k], v)
+		}
+	}
+	wantSpec := cpv1alpha1.ClusterProfileSpec{DisplayName: name, ClusterManager: cpv1alpha1.ClusterManager{Name: manager}}
+	if p.Spec != wantSpec {
+		return fmt.Errorf("%s/%s spec = %+v", ns, name, p.Spec)
+	}
+	if p.Status.Version.Kubernetes != c.Status.Version.Kubernetes {
+		return fmt.Errorf("%s/%s version = %q, want %q", ns, name, p.Status.Version.Kubernetes, c.Status.Version.Kubernetes)
+	}
+	var wantProps []cpv1alpha1.Property
+	for _, cl := range c.Status.ClusterClaims {
+		wantProps = append(wantProps, cpv1alpha1.Property{Name: cl.Name, Value: cl.Value})
+	}
+	sort.Slice(wantProps, func(i, j int) bool { return wantProps[i].Name < wantProps[j].Name })
+	if !equality.Semantic.DeepEqual(p.Status.Properties, wantProps) {
+		return fmt.Errorf("%s/%s properties = %v, want %v", ns, name, p.Status.Properties, wantProps)
+	}
+	for from, to := range map[string]string{
+		clusterv1.ManagedClusterConditionAvailable: "ControlPlaneHealthy",
+		clusterv1.ManagedClusterConditionJoined:    "Joined",
+	} {
+		src := findCondition(c.Status.Conditions, from)
+		got := findCondition(p.Status.Conditions, to)
+		if src == nil {
+			continue
+		}
+		if got == nil || got.Status != src.Status || got.Reason != src.Reason || got.Message != src.Message {
+			return fmt.Errorf("%s/%s condition %s = %+v, want mirror of %+v", ns, name, to, got, src)
+		}
+	}
+	return nil
+}
+
+func findCondition(cs []metav1.Condition, t string) *metav1.Condition {
+	for i := range cs {
+		if cs[i].Type == t {
+			return &cs[i]
+		}
+	}
+	return nil
+}
+
+// metric returns the value of a counter or gauge with the given labels.
+func (h *harness) metric(name string, labels map[string]string) float64 {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	h.must(err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		var sum float64
+		for _, m := range mf.GetMetric() {
+			if !labelsMatch(m, labels) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				sum += m.GetGauge().GetValue()
+			}
+		}
+		return sum
+	}
+	return 0
+}
+
+func labelsMatch(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == k && lp.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// writes is the number of profile writes hubsync has sent.
+func (h *harness) writes() float64 { return h.metric("hubsync_profile_writes_total", nil) }
+
+// expectEvent waits for a Kubernetes Event with the given reason about the
+// named object.
+func (h *harness) expectEvent(ns, objectName, reason string) {
+	h.t.Helper()
+	h.eventually("event "+reason+" on "+objectName, func() error {
+		evs, err := h.hub.Kube.CoreV1().Events(ns).List(h.ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == reason && e.InvolvedObject.Name == objectName {
+				return nil
+			}
+		}
+		return errors.New("not yet")
+	})
+}
