@@ -8,11 +8,13 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -88,7 +90,8 @@ type Logging struct {
 
 // Server is the metrics and health endpoint.
 type Server struct {
-	// Address is host:port for /metrics, /healthz and /readyz; "" disables it.
+	// Address is host:port for /metrics, /healthz and /readyz; "disabled"
+	// turns the endpoint off.
 	Address string `json:"address,omitempty"`
 }
 
@@ -115,6 +118,7 @@ const (
 	DefaultLogLevel       = "info"
 	DefaultLogFormat      = "text"
 	DefaultServerAddress  = ":8080"
+	ServerOff             = "disabled"
 	DefaultLeaseNamespace = "open-cluster-management-hub"
 	DefaultLeaseName      = "hubsync"
 )
@@ -156,6 +160,7 @@ func (c *Config) SetDefaults() {
 	setDur(&c.Retry.MaxDelay, DefaultRetryMax)
 	setStr(&c.Logging.Level, DefaultLogLevel)
 	setStr(&c.Logging.Format, DefaultLogFormat)
+	setStr(&c.Server.Address, DefaultServerAddress)
 	setStr(&c.LeaderElection.Namespace, DefaultLeaseNamespace)
 	setStr(&c.LeaderElection.Name, DefaultLeaseName)
 	setDur(&c.LeaderElection.LeaseDuration, 15*time.Second)
@@ -177,16 +182,28 @@ func Load(path string) (*Config, error) {
 // errors), fills in defaults and validates it.
 func Parse(data []byte) (*Config, error) {
 	c := &Config{}
+	var unknown field.ErrorList
 	if len(bytes.TrimSpace(data)) > 0 {
-		if err := yaml.UnmarshalStrict(data, c); err != nil {
+		js, err := yaml.YAMLToJSONStrict(data)
+		if err != nil {
 			return nil, fmt.Errorf("parse config: %w", err)
+		}
+		// Strict decoding reports every unknown or duplicated key, not just
+		// the first, while still decoding the rest for validation.
+		strict, err := sigsjson.UnmarshalStrict(js, c, sigsjson.DisallowUnknownFields)
+		if err != nil {
+			return nil, fmt.Errorf("parse config: %w", err)
+		}
+		for _, e := range strict {
+			unknown = append(unknown, strictError(e))
 		}
 	}
 	// Defaults replace only zero values, so an explicit negative number is
 	// still there for Validate to report.
 	c.SetDefaults()
-	if err := c.Validate(); err != nil {
-		return nil, err
+	errs := append(unknown, c.validate()...)
+	if len(errs) > 0 {
+		return nil, errs.ToAggregate()
 	}
 	return c, nil
 }
@@ -198,23 +215,32 @@ func (c *Config) validateRaw() field.ErrorList {
 			errs = append(errs, field.Invalid(p, v, "must not be negative"))
 		}
 	}
+	negDur := func(p *field.Path, d metav1.Duration) {
+		if d.Duration < 0 {
+			errs = append(errs, field.Invalid(p, d.Duration.String(), "must not be negative"))
+		}
+	}
 	neg(field.NewPath("hub", "qps"), float64(c.Hub.QPS))
 	neg(field.NewPath("hub", "burst"), float64(c.Hub.Burst))
-	neg(field.NewPath("hub", "timeout"), float64(c.Hub.Timeout.Duration))
+	negDur(field.NewPath("hub", "timeout"), c.Hub.Timeout)
 	neg(field.NewPath("workers", "topology"), float64(c.Workers.Topology))
-	neg(field.NewPath("resyncPeriod"), float64(c.ResyncPeriod.Duration))
-	neg(field.NewPath("retry", "baseDelay"), float64(c.Retry.BaseDelay.Duration))
-	neg(field.NewPath("retry", "maxDelay"), float64(c.Retry.MaxDelay.Duration))
+	negDur(field.NewPath("resyncPeriod"), c.ResyncPeriod)
+	negDur(field.NewPath("retry", "baseDelay"), c.Retry.BaseDelay)
+	negDur(field.NewPath("retry", "maxDelay"), c.Retry.MaxDelay)
 	le := field.NewPath("leaderElection")
-	neg(le.Child("leaseDuration"), float64(c.LeaderElection.LeaseDuration.Duration))
-	neg(le.Child("renewDeadline"), float64(c.LeaderElection.RenewDeadline.Duration))
-	neg(le.Child("retryPeriod"), float64(c.LeaderElection.RetryPeriod.Duration))
+	negDur(le.Child("leaseDuration"), c.LeaderElection.LeaseDuration)
+	negDur(le.Child("renewDeadline"), c.LeaderElection.RenewDeadline)
+	negDur(le.Child("retryPeriod"), c.LeaderElection.RetryPeriod)
 	return errs
 }
 
 // Validate checks a defaulted configuration and returns every problem at
 // once as a field.ErrorList aggregate, or nil.
 func (c *Config) Validate() error {
+	return c.validate().ToAggregate()
+}
+
+func (c *Config) validate() field.ErrorList {
 	errs := c.validateRaw()
 	if c.APIVersion != APIVersion {
 		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), c.APIVersion, []string{APIVersion}))
@@ -225,7 +251,7 @@ func (c *Config) Validate() error {
 	for _, msg := range validation.IsValidLabelValue(c.ClusterManager) {
 		errs = append(errs, field.Invalid(field.NewPath("clusterManager"), c.ClusterManager, msg))
 	}
-	if c.Hub.Burst < int(c.Hub.QPS) {
+	if float64(c.Hub.Burst) < float64(c.Hub.QPS) {
 		errs = append(errs, field.Invalid(field.NewPath("hub", "burst"), c.Hub.Burst, "must be at least hub.qps"))
 	}
 	if c.Workers.Topology > 1024 {
@@ -247,7 +273,7 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, field.NotSupported(field.NewPath("logging", "format"), c.Logging.Format, []string{"text", "json"}))
 	}
-	if c.Server.Address != "" {
+	if c.Server.Address != ServerOff {
 		if err := validateHostPort(c.Server.Address); err != nil {
 			errs = append(errs, field.Invalid(field.NewPath("server", "address"), c.Server.Address, err.Error()))
 		}
@@ -273,7 +299,21 @@ func (c *Config) Validate() error {
 			errs = append(errs, field.Invalid(le.Child("renewDeadline"), l.RenewDeadline.Duration.String(), "must be greater than leaderElection.retryPeriod"))
 		}
 	}
-	return errs.ToAggregate()
+	return errs
+}
+
+// strictError turns a strict-decoding error such as
+// `unknown field "hub.qsp"` into a field error with that path.
+func strictError(err error) *field.Error {
+	msg := err.Error()
+	for _, prefix := range []string{"unknown field ", "duplicate field "} {
+		if rest, ok := strings.CutPrefix(msg, prefix); ok {
+			if path, uerr := strconv.Unquote(rest); uerr == nil {
+				return field.Forbidden(field.NewPath(path), strings.TrimSpace(prefix))
+			}
+		}
+	}
+	return field.Invalid(field.NewPath(""), nil, msg)
 }
 
 func validateHostPort(addr string) error {

@@ -171,7 +171,7 @@ func (s *Syncer) update(ctx context.Context, cur *cpv1alpha1.ClusterProfile, clu
 			}
 			return fmt.Errorf("restore profile %s/%s: %w", cur.Namespace, cur.Name, err)
 		}
-		s.log.Info("profile labels or spec restored", "namespace", cur.Namespace, "cluster", cur.Name)
+		s.log.Debug("profile labels or spec updated", "namespace", cur.Namespace, "cluster", cur.Name)
 		s.writes.wrote(updated)
 		p = updated
 	}

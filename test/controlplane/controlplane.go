@@ -20,7 +20,9 @@ import (
 	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
 	// The ManagedServiceAccount CRD is installed from this module, so the
 	// module must stay in go.mod even before hubsync uses its types.
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	_ "open-cluster-management.io/managed-serviceaccount/apis/authentication/v1beta1"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	cpclient "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -105,6 +107,19 @@ func (c *ControlPlane) waitForCRDs(ctx context.Context) error {
 			return false, nil
 		}
 		if _, err := pc.ApisV1alpha1().ClusterProfiles("").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+			return false, nil
+		}
+		// Creates are held back for a moment after a CRD install; a
+		// dry-run create returns once they are not.
+		probe := &cpv1alpha1.ClusterProfile{
+			ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"},
+			Spec:       cpv1alpha1.ClusterProfileSpec{ClusterManager: cpv1alpha1.ClusterManager{Name: "probe"}},
+		}
+		if _, err := pc.ApisV1alpha1().ClusterProfiles("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			return false, nil
+		}
+		mc := &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}
+		if _, err := cc.ClusterV1().ManagedClusters().Create(ctx, mc, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 			return false, nil
 		}
 		return true, nil

@@ -1,0 +1,97 @@
+// Command hubsync is the hubsync daemon and its helper commands.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+const usage = `hubsync keeps an Open Cluster Management hub's ClusterProfiles in step with its fleet.
+
+Usage:
+  hubsync run [--config FILE] [--kubeconfig FILE]   run the daemon
+  hubsync check-config FILE                         validate a configuration file
+  hubsync version                                   print the version
+
+Run "hubsync COMMAND -h" for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(Main(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Main runs one command and returns the process exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "run":
+		err = runCommand(ctx, args[1:], stderr)
+	case "check-config":
+		err = checkConfigCommand(args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "hubsync", buildVersion())
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "hubsync: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		fmt.Fprintln(stderr, "hubsync:", describe(err))
+		return 1
+	}
+}
+
+// describe puts each of an aggregate's errors (such as every problem in a
+// configuration file) on its own line.
+func describe(err error) string {
+	var agg utilerrors.Aggregate
+	if !errors.As(err, &agg) {
+		return err.Error()
+	}
+	prefix := strings.TrimSuffix(err.Error(), agg.Error())
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s%d problems:", prefix, len(agg.Errors()))
+	for _, e := range agg.Errors() {
+		fmt.Fprintf(&b, "\n  - %v", e)
+	}
+	return b.String()
+}
+
+var errUsage = errors.New("usage")
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
+	cpclient "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
+
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/syncer"
+)
+
+func runCommand(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "configuration file (defaults apply when empty)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the hub; overrides hub.kubeconfig (default: in-cluster)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "hubsync run: unexpected arguments %v\n", fs.Args())
+		return errUsage
+	}
+	cfg := config.Default()
+	if *configPath != "" {
+		var err error
+		if cfg, err = config.Load(*configPath); err != nil {
+			return fmt.Errorf("%s: %w", *configPath, err)
+		}
+	}
+	if *kubeconfig != "" {
+		cfg.Hub.Kubeconfig = *kubeconfig
+	}
+	log := newLogger(cfg.Logging, stderr)
+	// client-go logs through klog; send them to the same structured log.
+	klog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	return Run(ctx, cfg, log)
+}
+
+func newLogger(c config.Logging, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Run runs the daemon until ctx is cancelled.
+func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	restCfg, err := restConfig(cfg.Hub)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	clusters, err := clusterclient.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("cluster client: %w", err)
+	}
+	profiles, err := cpclient.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("cluster profile client: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	scheme, err := syncer.NewScheme()
+	if err != nil {
+		return err
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	defer broadcaster.Shutdown()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "hubsync"})
+
+	s, err := syncer.New(syncer.Clients{Kube: kube, Cluster: clusters, Profiles: profiles}, syncer.Options{
+		ClusterManager: cfg.ClusterManager,
+		Workers:        cfg.Workers.Topology,
+		ResyncPeriod:   cfg.ResyncPeriod.Duration,
+		RetryBase:      cfg.Retry.BaseDelay.Duration,
+		RetryMax:       cfg.Retry.MaxDelay.Duration,
+	}, log, reg, recorder)
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	serverErr := make(chan error, 1)
+	if cfg.Server.Address != config.ServerOff {
+		srv, ln, err := newServer(cfg.Server.Address, reg, s)
+		if err != nil {
+			return err
+		}
+		log.Info("serving metrics and health", "address", ln.Addr().String())
+		go func() { serverErr <- srv.Serve(ln) }()
+		defer func() {
+			shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+			defer done()
+			_ = srv.Shutdown(shutdownCtx)
+		}()
+	}
+
+	log.Info("hubsync starting", "version", buildVersion(), "host", restCfg.Host, "clusterManager", cfg.ClusterManager,
+		"workers", cfg.Workers.Topology, "qps", cfg.Hub.QPS, "burst", cfg.Hub.Burst)
+	if err := waitForAPIs(ctx, kube, log); err != nil {
+		return err
+	}
+
+	runErr := make(chan error, 1)
+	go func() {
+		if cfg.LeaderElection.Enabled {
+			runErr <- runLeaderElected(ctx, cfg.LeaderElection, kube, log, s.Run)
+			return
+		}
+		runErr <- s.Run(ctx)
+	}()
+	select {
+	case err := <-runErr:
+		return err
+	case err := <-serverErr:
+		cancel()
+		<-runErr
+		return fmt.Errorf("metrics server: %w", err)
+	}
+}
+
+func restConfig(hub config.Hub) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if hub.Kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no hub.kubeconfig or --kubeconfig given and not running in a cluster: %w", err)
+		}
+	} else {
+		rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: hub.Kubeconfig}
+		overrides := &clientcmd.ConfigOverrides{CurrentContext: hub.Context}
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("load kubeconfig %s: %w", hub.Kubeconfig, err)
+		}
+	}
+	cfg.QPS = hub.QPS
+	cfg.Burst = hub.Burst
+	cfg.Timeout = hub.Timeout.Duration
+	cfg.UserAgent = "hubsync/" + buildVersion()
+	// Impersonation is never taken from a kubeconfig: hubsync acts as itself.
+	cfg.Impersonate = rest.ImpersonationConfig{}
+	return cfg, nil
+}
+
+// requiredAPIs are the resources hubsync cannot work without.
+var requiredAPIs = map[string][]string{
+	"multicluster.x-k8s.io/v1alpha1":             {"clusterprofiles"},
+	"cluster.open-cluster-management.io/v1":      {"managedclusters"},
+	"cluster.open-cluster-management.io/v1beta2": {"managedclustersets", "managedclustersetbindings"},
+}
+
+// waitForAPIs waits until the hub serves every required resource, logging
+// what is missing with growing intervals, so that a hub that is still
+// coming up or lacks a CRD is reported clearly instead of as informer noise.
+func waitForAPIs(ctx context.Context, kube kubernetes.Interface, log *slog.Logger) error {
+	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30}
+	for {
+		missing, err := missingAPIs(kube)
+		if err == nil && len(missing) == 0 {
+			return nil
+		}
+		if err != nil {
+			log.Warn("cannot reach the hub API server; retrying", "err", err)
+		} else {
+			log.Warn("the hub does not serve resources hubsync needs; install the CRDs (see README); retrying",
+				"missing", strings.Join(missing, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff.Step()):
+		}
+	}
+}
+
+func missingAPIs(kube kubernetes.Interface) ([]string, error) {
+	var missing []string
+	for gv, resources := range requiredAPIs {
+		list, err := kube.Discovery().ServerResourcesForGroupVersion(gv)
+		served := map[string]bool{}
+		if err == nil {
+			for _, r := range list.APIResources {
+				served[r.Name] = true
+			}
+		} else if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("discover %s: %w", gv, err)
+		}
+		for _, r := range resources {
+			if !served[r] {
+				missing = append(missing, r+"."+gv)
+			}
+		}
+	}
+	return missing, nil
+}
+
+func newServer(addr string, reg *prometheus.Registry, s *syncer.Syncer) (*http.Server, net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.Ready() {
+			http.Error(w, "caches not synced or not the leader", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln, nil
+}
+
+// runLeaderElected runs fn while this replica holds the lease. Losing the
+// lease ends the process's work: fn's context is cancelled and an error is
+// returned so the pod restarts and rejoins the election with clean caches.
+func runLeaderElected(ctx context.Context, c config.LeaderElection, kube kubernetes.Interface, log *slog.Logger, fn func(context.Context) error) error {
+	id, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("leader election identity: %w", err)
+	}
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, c.Namespace, c.Name,
+		kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
+	if err != nil {
+		return fmt.Errorf("leader election lock: %w", err)
+	}
+	result := make(chan error, 1)
+	lost := errors.New("leader election lost")
+	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   c.LeaseDuration.Duration,
+		RenewDeadline:   c.RenewDeadline.Duration,
+		RetryPeriod:     c.RetryPeriod.Duration,
+		ReleaseOnCancel: true,
+		Name:            c.Name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				log.Info("became leader", "lease", c.Namespace+"/"+c.Name, "identity", id)
+				result <- fn(ctx)
+			},
+			OnStoppedLeading: func() {
+				log.Info("stopped leading", "lease", c.Namespace+"/"+c.Name)
+			},
+		},
+	})
+	select {
+	case err := <-result:
+		if err == nil && ctx.Err() == nil {
+			return lost
+		}
+		return err
+	default:
+		if ctx.Err() != nil {
+			return nil
+		}
+		return lost
+	}
+}

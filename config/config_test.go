@@ -1,0 +1,392 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"sigs.k8s.io/yaml"
+)
+
+// writeFile writes content to a new file in a per-test directory.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func dur(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }
+
+func TestDefaults(t *testing.T) {
+	want := Config{
+		APIVersion:     APIVersion,
+		Kind:           Kind,
+		Hub:            Hub{QPS: 200, Burst: 400, Timeout: dur(30 * time.Second)},
+		ClusterManager: "open-cluster-management",
+		Workers:        Workers{Topology: 16},
+		ResyncPeriod:   dur(10 * time.Minute),
+		Retry:          Retry{BaseDelay: dur(100 * time.Millisecond), MaxDelay: dur(5 * time.Minute)},
+		Logging:        Logging{Level: "info", Format: "text"},
+		Server:         Server{Address: ":8080"},
+		LeaderElection: LeaderElection{
+			Namespace:     "open-cluster-management-hub",
+			Name:          "hubsync",
+			LeaseDuration: dur(15 * time.Second),
+			RenewDeadline: dur(10 * time.Second),
+			RetryPeriod:   dur(2 * time.Second),
+		},
+	}
+	d := Default()
+	if *d != want {
+		t.Errorf("Default() = %+v\nwant       %+v", *d, want)
+	}
+	if err := Default().Validate(); err != nil {
+		t.Errorf("Default().Validate() = %v, want nil", err)
+	}
+	// Defaulting twice changes nothing.
+	twice := Default()
+	twice.SetDefaults()
+	if *twice != *Default() {
+		t.Errorf("SetDefaults is not idempotent: %+v", *twice)
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+	}{
+		{name: "empty", doc: ""},
+		{name: "whitespace only", doc: "  \n\t\n"},
+		{name: "comment only", doc: "# nothing here\n"},
+		{name: "empty mapping", doc: "{}"},
+		{name: "header only", doc: "apiVersion: hubsync.io/v1alpha1\nkind: Config\n"},
+		{name: "empty sections", doc: "hub: {}\nworkers: {}\nretry: {}\nlogging: {}\nserver: {}\nleaderElection: {}\n"},
+		{name: "null document", doc: "null\n"},
+		{name: "explicit zero values", doc: "clusterManager: \"\"\nhub:\n  qps: 0\n  burst: 0\nserver:\n  address: \"\"\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.doc))
+			if err != nil {
+				t.Fatalf("Parse() error: %v", err)
+			}
+			if *c != *Default() {
+				t.Errorf("Parse() = %+v\nwant      %+v", *c, *Default())
+			}
+			if err := c.Validate(); err != nil {
+				t.Errorf("Validate() = %v", err)
+			}
+		})
+	}
+}
+
+func TestParseFullDocument(t *testing.T) {
+	kubeconfig := writeFile(t, "kubeconfig", "apiVersion: v1\nkind: Config\n")
+	doc := `apiVersion: hubsync.io/v1alpha1
+kind: Config
+hub:
+  kubeconfig: ` + kubeconfig + `
+  context: hub-admin
+  qps: 50.5
+  burst: 100
+  timeout: 45s
+clusterManager: my-ocm
+workers:
+  topology: 4
+resyncPeriod: 30m
+retry:
+  baseDelay: 250ms
+  maxDelay: 2m
+logging:
+  level: debug
+  format: json
+server:
+  address: 127.0.0.1:9090
+leaderElection:
+  enabled: true
+  namespace: hubsync-system
+  name: hubsync-lock
+  leaseDuration: 30s
+  renewDeadline: 20s
+  retryPeriod: 5s
+`
+	want := Config{
+		APIVersion:     APIVersion,
+		Kind:           Kind,
+		Hub:            Hub{Kubeconfig: kubeconfig, Context: "hub-admin", QPS: 50.5, Burst: 100, Timeout: dur(45 * time.Second)},
+		ClusterManager: "my-ocm",
+		Workers:        Workers{Topology: 4},
+		ResyncPeriod:   dur(30 * time.Minute),
+		Retry:          Retry{BaseDelay: dur(250 * time.Millisecond), MaxDelay: dur(2 * time.Minute)},
+		Logging:        Logging{Level: "debug", Format: "json"},
+		Server:         Server{Address: "127.0.0.1:9090"},
+		LeaderElection: LeaderElection{
+			Enabled:       true,
+			Namespace:     "hubsync-system",
+			Name:          "hubsync-lock",
+			LeaseDuration: dur(30 * time.Second),
+			RenewDeadline: dur(20 * time.Second),
+			RetryPeriod:   dur(5 * time.Second),
+		},
+	}
+	c, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatalf("Parse() error: %v", err)
+	}
+	if *c != want {
+		t.Fatalf("Parse() = %+v\nwant      %+v", *c, want)
+	}
+
+	tests := []struct {
+		name string
+		cfg  *Config
+	}{
+		{name: "full document", cfg: c},
+		{name: "defaults", cfg: Default()},
+	}
+	for _, tc := range tests {
+		t.Run("round trip "+tc.name, func(t *testing.T) {
+			out, err := yaml.Marshal(tc.cfg)
+			if err != nil {
+				t.Fatalf("Marshal: %v", err)
+			}
+			back, err := Parse(out)
+			if err != nil {
+				t.Fatalf("Parse(Marshal(cfg)) error: %v\n%s", err, out)
+			}
+			if *back != *tc.cfg {
+				t.Errorf("round trip changed the config:\n got %+v\nwant %+v\nyaml:\n%s", *back, *tc.cfg, out)
+			}
+		})
+	}
+}
+
+func TestParseDecodeErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+		want []string // substrings of the error
+	}{
+		{name: "unknown top-level key", doc: "workerz: 3\n", want: []string{"workerz"}},
+		{name: "unknown nested key", doc: "hub:\n  qpss: 3\n", want: []string{"qpss"}},
+		{name: "unknown key in logging", doc: "logging:\n  colour: true\n", want: []string{"colour"}},
+		{name: "unknown key in leaderElection", doc: "leaderElection:\n  leaseDurationSeconds: 15\n", want: []string{"leaseDurationSeconds"}},
+		{name: "wrong type", doc: "hub:\n  qps: fast\n", want: []string{"parse config"}},
+		{name: "bad duration", doc: "resyncPeriod: 10 parsecs\n", want: []string{"parse config"}},
+		{name: "unknown key, wrong case", doc: "ClusterManager: x\n", want: []string{"ClusterManager"}},
+		{name: "several unknown keys reported together", doc: "workerz: 3\nhub:\n  qpss: 3\n", want: []string{"workerz", "hub.qpss"}},
+		{
+			name: "unknown keys reported with validation problems",
+			doc:  "workerz: 3\nlogging:\n  level: verbose\n",
+			want: []string{"workerz", "logging.level"},
+		},
+		// YAML mapping keys must be unique; a repeated key must not silently
+		// override (or, for a section, discard) what came before it.
+		{name: "duplicate key", doc: "clusterManager: a\nclusterManager: b\n", want: []string{"clusterManager"}},
+		{name: "duplicate section", doc: "hub:\n  qps: 1\nhub:\n  burst: 500\n", want: []string{"hub"}},
+		{name: "not a mapping", doc: "- a\n- b\n", want: []string{"parse config"}},
+		{name: "invalid yaml", doc: "hub: [\n", want: []string{"parse config"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.doc))
+			if err == nil {
+				t.Fatalf("Parse() = %+v, nil; want an error", c)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseValidation(t *testing.T) {
+	tests := []struct {
+		name      string
+		doc       string
+		wantPaths []string // field paths expected in the error; none means valid
+	}{
+		// Header.
+		{name: "wrong apiVersion", doc: "apiVersion: hubsync.io/v1\n", wantPaths: []string{"apiVersion"}},
+		{name: "wrong kind", doc: "kind: Configuration\n", wantPaths: []string{"kind"}},
+		{name: "wrong apiVersion and kind", doc: "apiVersion: v1\nkind: ConfigMap\n", wantPaths: []string{"apiVersion", "kind"}},
+
+		// Hub.
+		{name: "negative qps", doc: "hub:\n  qps: -1\n", wantPaths: []string{"hub.qps"}},
+		{name: "negative burst", doc: "hub:\n  burst: -1\n", wantPaths: []string{"hub.burst"}},
+		{name: "burst below qps", doc: "hub:\n  qps: 100\n  burst: 50\n", wantPaths: []string{"hub.burst"}},
+		{name: "burst equal to qps", doc: "hub:\n  qps: 100\n  burst: 100\n"},
+		{name: "negative timeout", doc: "hub:\n  timeout: -1s\n", wantPaths: []string{"hub.timeout"}},
+		{name: "missing kubeconfig", doc: "hub:\n  kubeconfig: /nonexistent/hubsync-test/kubeconfig\n", wantPaths: []string{"hub.kubeconfig", "/nonexistent/hubsync-test/kubeconfig"}},
+
+		// Cluster manager.
+		{name: "clusterManager not a label value", doc: "clusterManager: not valid!\n", wantPaths: []string{"clusterManager"}},
+		{name: "clusterManager too long", doc: "clusterManager: " + strings.Repeat("m", 64) + "\n", wantPaths: []string{"clusterManager"}},
+		{name: "clusterManager of 63 characters", doc: "clusterManager: " + strings.Repeat("m", 63) + "\n"},
+
+		// Workers.
+		{name: "negative workers", doc: "workers:\n  topology: -1\n", wantPaths: []string{"workers.topology"}},
+		{name: "too many workers", doc: "workers:\n  topology: 1025\n", wantPaths: []string{"workers.topology"}},
+		{name: "1024 workers", doc: "workers:\n  topology: 1024\n"},
+
+		// Resync.
+		{name: "resync 10s", doc: "resyncPeriod: 10s\n", wantPaths: []string{"resyncPeriod"}},
+		{name: "resync 59s", doc: "resyncPeriod: 59s\n", wantPaths: []string{"resyncPeriod"}},
+		{name: "resync 1m", doc: "resyncPeriod: 1m\n"},
+
+		// Retry.
+		{name: "negative base delay", doc: "retry:\n  baseDelay: -1s\n", wantPaths: []string{"retry.baseDelay"}},
+		{name: "max delay below base", doc: "retry:\n  baseDelay: 2s\n  maxDelay: 1s\n", wantPaths: []string{"retry.maxDelay"}},
+		{name: "max delay below default base", doc: "retry:\n  maxDelay: 50ms\n", wantPaths: []string{"retry.maxDelay"}},
+		{name: "max delay equal to base", doc: "retry:\n  baseDelay: 1s\n  maxDelay: 1s\n"},
+
+		// Logging.
+		{name: "bad level", doc: "logging:\n  level: verbose\n", wantPaths: []string{"logging.level"}},
+		{name: "level is case sensitive", doc: "logging:\n  level: INFO\n", wantPaths: []string{"logging.level"}},
+		{name: "bad format", doc: "logging:\n  format: xml\n", wantPaths: []string{"logging.format"}},
+		{name: "every level", doc: "logging:\n  level: warn\n  format: json\n"},
+
+		// Server.
+		{name: "address without port", doc: "server:\n  address: localhost\n", wantPaths: []string{"server.address"}},
+		{name: "address with named port", doc: "server:\n  address: \":http\"\n", wantPaths: []string{"server.address"}},
+		{name: "address with port out of range", doc: "server:\n  address: \":70000\"\n", wantPaths: []string{"server.address"}},
+		{name: "address with empty port", doc: "server:\n  address: \"localhost:\"\n", wantPaths: []string{"server.address"}},
+		{name: "address port only", doc: "server:\n  address: \":8080\"\n"},
+		{name: "address ipv6", doc: "server:\n  address: \"[::1]:9090\"\n"},
+		{name: "address port 0", doc: "server:\n  address: \"127.0.0.1:0\"\n"},
+		{name: "address disabled turns the endpoint off", doc: "server:\n  address: disabled\n"},
+		{name: "address Disabled is not disabled", doc: "server:\n  address: Disabled\n", wantPaths: []string{"server.address"}},
+
+		// Leader election.
+		{name: "lease not above renew", doc: "leaderElection:\n  enabled: true\n  leaseDuration: 10s\n  renewDeadline: 10s\n", wantPaths: []string{"leaderElection.leaseDuration"}},
+		{name: "renew not above retry", doc: "leaderElection:\n  enabled: true\n  renewDeadline: 2s\n  retryPeriod: 2s\n", wantPaths: []string{"leaderElection.renewDeadline"}},
+		{name: "bad lease namespace", doc: "leaderElection:\n  enabled: true\n  namespace: Bad_NS\n", wantPaths: []string{"leaderElection.namespace"}},
+		{name: "bad lease name", doc: "leaderElection:\n  enabled: true\n  name: bad name\n", wantPaths: []string{"leaderElection.name"}},
+		{name: "negative retry period", doc: "leaderElection:\n  retryPeriod: -1s\n", wantPaths: []string{"leaderElection.retryPeriod"}},
+		{name: "timings not checked when disabled", doc: "leaderElection:\n  leaseDuration: 10s\n  renewDeadline: 10s\n  namespace: Bad_NS\n"},
+		{name: "enabled with defaults", doc: "leaderElection:\n  enabled: true\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.doc))
+			if len(tc.wantPaths) == 0 {
+				if err != nil {
+					t.Fatalf("Parse() error: %v", err)
+				}
+				if err := c.Validate(); err != nil {
+					t.Fatalf("Validate() of the parsed config: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Parse() = %+v, nil; want an error mentioning %v", c, tc.wantPaths)
+			}
+			if c != nil {
+				t.Errorf("Parse() returned a config along with the error")
+			}
+			for _, p := range tc.wantPaths {
+				if !strings.Contains(err.Error(), p) {
+					t.Errorf("error %q does not mention %q", err, p)
+				}
+			}
+		})
+	}
+}
+
+func TestParseReportsAllProblems(t *testing.T) {
+	doc := `hub:
+  qps: -1
+logging:
+  level: verbose
+server:
+  address: localhost
+resyncPeriod: 10s
+retry:
+  baseDelay: 2s
+  maxDelay: 1s
+leaderElection:
+  enabled: true
+  leaseDuration: 10s
+  renewDeadline: 10s
+`
+	wantPaths := []string{
+		"hub.qps",
+		"logging.level",
+		"server.address",
+		"resyncPeriod",
+		"retry.maxDelay",
+		"leaderElection.leaseDuration",
+	}
+	_, err := Parse([]byte(doc))
+	if err == nil {
+		t.Fatal("Parse() = nil error, want every problem reported")
+	}
+	for _, p := range wantPaths {
+		t.Run(p, func(t *testing.T) {
+			if !strings.Contains(err.Error(), p+":") {
+				t.Errorf("error does not report %s:\n%v", p, err)
+			}
+		})
+	}
+	var agg utilerrors.Aggregate
+	if !errors.As(err, &agg) {
+		t.Fatalf("error is %T, want an aggregate", err)
+	}
+	if n := len(agg.Errors()); n != len(wantPaths) {
+		t.Errorf("aggregate has %d errors, want %d:\n%v", n, len(wantPaths), err)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-config.yaml")
+	tests := []struct {
+		name     string
+		path     string
+		wantErr  []string // substrings; none means success
+		notExist bool
+	}{
+		{name: "missing file", path: missing, wantErr: []string{"read config", missing}, notExist: true},
+		{name: "empty file", path: writeFile(t, "empty.yaml", "")},
+		{name: "valid file", path: writeFile(t, "ok.yaml", "apiVersion: hubsync.io/v1alpha1\nkind: Config\nworkers:\n  topology: 2\n")},
+		{name: "invalid file", path: writeFile(t, "bad.yaml", "workers:\n  topology: 5000\n"), wantErr: []string{"workers.topology"}},
+		{name: "unknown key in file", path: writeFile(t, "unknown.yaml", "bogus: 1\n"), wantErr: []string{"bogus"}},
+		{name: "directory", path: t.TempDir(), wantErr: []string{"read config"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(tc.path)
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("Load() error: %v", err)
+				}
+				if c == nil {
+					t.Fatal("Load() = nil config")
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Load() = %+v, nil; want an error", c)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			if tc.notExist && !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("error %v does not wrap fs.ErrNotExist", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,375 @@
+// Command bench prints hubsync's performance figures on a real
+// kube-apiserver + etcd, each against a floor measured in the same run:
+//
+//   - initial convergence of a 500-cluster x 8-namespace fleet (4000
+//     profiles) against the time a tuned client takes for the same raw writes;
+//   - latency from a ManagedCluster label change to every affected profile
+//     being correct, p50/p99;
+//   - hubsync's peak RSS.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+	cpinformers "sigs.k8s.io/cluster-inventory-api/client/informers/externalversions"
+
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/test/controlplane"
+	"github.com/hubsync/hubsync/test/fleet"
+)
+
+func main() {
+	binary := flag.String("hubsync", "bin/hubsync", "hubsync binary")
+	clusters := flag.Int("clusters", 500, "managed clusters in the fleet")
+	namespaces := flag.Int("namespaces", 8, "consumer namespaces, each bound to sets covering every cluster")
+	changes := flag.Int("changes", 60, "label changes timed for the latency figure")
+	floorWorkers := flag.Int("floor-workers", 32, "goroutines of the tuned raw-write client")
+	workers := flag.Int("workers", 32, "hubsync topology workers")
+	logPath := flag.String("log", "", "file for hubsync's log (default: discarded)")
+	flag.Parse()
+	if err := run(context.Background(), *binary, *clusters, *namespaces, *changes, *floorWorkers, *workers, *logPath); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+const sets = 4
+
+func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, floorWorkers, workers int, logPath string) error {
+	fmt.Println("== hubsync bench: starting kube-apiserver + etcd")
+	cp, err := controlplane.Start(ctx)
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	hub, err := fleet.NewHub(cp.Config)
+	if err != nil {
+		return err
+	}
+	profiles := nClusters * nNamespaces
+
+	// Floor: the same writes hubsync needs (one create and one status write
+	// per profile) from a tuned client.
+	floor, err := rawWriteFloor(ctx, hub, profiles, floorWorkers)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("floor: %d raw writes (%d creates + %d status) by %d goroutines: %s (%.0f writes/s)\n",
+		2*profiles, profiles, profiles, floorWorkers, floor.Round(time.Millisecond), float64(2*profiles)/floor.Seconds())
+
+	fmt.Printf("== fleet: %d clusters in %d exclusive sets + one {} label-selector set, %d namespaces\n", nClusters, sets, nNamespaces)
+	if err := buildFleet(ctx, hub, nClusters, nNamespaces); err != nil {
+		return err
+	}
+
+	w := newWatcher(cp, nNamespaces)
+	defer w.stop()
+	if !cache.WaitForCacheSync(ctx.Done(), w.inf.HasSynced) {
+		return fmt.Errorf("watcher cache did not sync")
+	}
+
+	logs := io.Discard
+	if logPath != "" {
+		f, err := os.Create(logPath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		logs = f
+	}
+	start := time.Now()
+	conf := config.Config{}
+	conf.Hub.QPS, conf.Hub.Burst = 5000, 10000
+	conf.Workers.Topology = workers
+	d, err := fleet.StartDaemon(ctx, binary, cp.Config, conf, logs)
+	if err != nil {
+		return err
+	}
+	defer d.Stop()
+	if err := w.waitComplete(ctx, d.Done(), profiles, 10*time.Minute); err != nil {
+		return err
+	}
+	converge := time.Since(start)
+	fmt.Printf("initial convergence: %d profiles with full status in %s (from process start)\n", profiles, converge.Round(time.Millisecond))
+	fmt.Printf("  ratio to floor: %.2fx (goal <= 1.5x)\n", converge.Seconds()/floor.Seconds())
+	if m, err := d.Metrics(); err == nil {
+		fmt.Printf("  hubsync writes: %s\n", writeSummary(m))
+	}
+
+	// Latency: move clusters between exclusive sets; each move relabels the
+	// cluster's profile in every namespace.
+	lat := make([]time.Duration, 0, nChanges)
+	for i := range nChanges {
+		name := clusterName(i * (nClusters / nChanges) % nClusters)
+		c, err := hub.Cluster.ClusterV1().ManagedClusters().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur := c.Labels[clusterv1beta2.ClusterSetLabel]
+		next := setName((setIndex(cur) + 1) % sets)
+		done := w.expect(name, next)
+		t0 := time.Now()
+		if err := hub.Relabel(ctx, name, clusterv1beta2.ClusterSetLabel, next); err != nil {
+			return err
+		}
+		select {
+		case at := <-done:
+			lat = append(lat, at.Sub(t0))
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("cluster %s: profiles not relabelled within 30s", name)
+		}
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	fmt.Printf("label change -> all %d namespaces correct, over %d changes: p50 %s  p99 %s  max %s (goal p99 < 1s)\n",
+		nNamespaces, len(lat), pct(lat, 50), pct(lat, 99), lat[len(lat)-1].Round(time.Millisecond))
+
+	rss, err := d.PeakRSS()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("hubsync peak RSS: %.1f MB (goal < 200 MB)\n", float64(rss)/1e6)
+	return nil
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	i := (len(d)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return d[i].Round(100 * time.Microsecond)
+}
+
+func clusterName(i int) string { return fmt.Sprintf("cluster-%04d", i) }
+func setName(i int) string     { return fmt.Sprintf("set-%d", i) }
+func setIndex(s string) int {
+	var i int
+	_, _ = fmt.Sscanf(s, "set-%d", &i)
+	return i
+}
+func nsName(i int) string { return fmt.Sprintf("consumer-%d", i) }
+
+// rawWriteFloor creates n profiles and writes their status from workers
+// goroutines with no client-side rate limit, then deletes them.
+func rawWriteFloor(ctx context.Context, hub *fleet.Hub, n, workers int) (time.Duration, error) {
+	const ns = "floor"
+	if err := hub.Namespace(ctx, ns); err != nil {
+		return 0, err
+	}
+	client := hub.Profiles.ApisV1alpha1().ClusterProfiles(ns)
+	status := fleet.Status(fleet.ClusterSpec{Claims: map[string]string{"id.k8s.io": "x", "region.open-cluster-management.io": "r"}})
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				p := &cpv1alpha1.ClusterProfile{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("floor-%05d", i), Labels: map[string]string{
+						"x-k8s.io/cluster-manager": "floor", "open-cluster-management.io/cluster-name": "x", "multicluster.x-k8s.io/clusterset": "set-0",
+					}},
+					Spec: cpv1alpha1.ClusterProfileSpec{DisplayName: "x", ClusterManager: cpv1alpha1.ClusterManager{Name: "floor"}},
+				}
+				created, err := client.Create(ctx, p, metav1.CreateOptions{})
+				if err == nil {
+					created.Status.Version.Kubernetes = status.Version.Kubernetes
+					for _, c := range status.ClusterClaims {
+						created.Status.Properties = append(created.Status.Properties, cpv1alpha1.Property{Name: c.Name, Value: c.Value})
+					}
+					for _, c := range status.Conditions {
+						meta.SetStatusCondition(&created.Status.Conditions, c)
+					}
+					_, err = client.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+				}
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	d := time.Since(start)
+	if firstErr != nil {
+		return 0, fmt.Errorf("floor writes: %w", firstErr)
+	}
+	if err := client.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return 0, err
+	}
+	return d, nil
+}
+
+func buildFleet(ctx context.Context, hub *fleet.Hub, nClusters, nNamespaces int) error {
+	for i := range sets {
+		if err := hub.CreateExclusiveSet(ctx, setName(i)); err != nil {
+			return err
+		}
+	}
+	if err := hub.CreateLabelSelectorSet(ctx, "all", &metav1.LabelSelector{}); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, nClusters)
+	sem := make(chan struct{}, 32)
+	for i := range nClusters {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			_, err := hub.CreateCluster(ctx, fleet.ClusterSpec{
+				Name:   clusterName(i),
+				Labels: fleet.ExclusiveSetLabels(setName(i%sets), map[string]string{"region": fmt.Sprintf("r%d", i%5)}),
+				Claims: map[string]string{"id.k8s.io": clusterName(i), "region.open-cluster-management.io": fmt.Sprintf("r%d", i%5)},
+			})
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	// Half the namespaces bind the four exclusive sets, half the {} set:
+	// both cover every cluster.
+	for n := range nNamespaces {
+		ns := nsName(n)
+		if err := hub.Namespace(ctx, ns); err != nil {
+			return err
+		}
+		if n%2 == 0 {
+			for i := range sets {
+				if err := hub.Bind(ctx, ns, setName(i), true); err != nil {
+					return err
+				}
+			}
+		} else if err := hub.Bind(ctx, ns, "all", true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// watcher follows ClusterProfiles as a consumer would, through a watch.
+type watcher struct {
+	cancel     context.CancelFunc
+	inf        cache.SharedIndexInformer
+	namespaces int
+
+	mu       sync.Mutex
+	complete map[string]bool
+	notify   chan struct{}
+	pending  map[string]*expectation
+}
+
+type expectation struct {
+	set       string
+	remaining map[string]bool
+	done      chan time.Time
+}
+
+func newWatcher(cp *controlplane.ControlPlane, namespaces int) *watcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	hub, _ := fleet.NewHub(cp.Config)
+	f := cpinformers.NewSharedInformerFactory(hub.Profiles, 0)
+	w := &watcher{
+		cancel: cancel, inf: f.Apis().V1alpha1().ClusterProfiles().Informer(), namespaces: namespaces,
+		complete: map[string]bool{}, notify: make(chan struct{}, 1), pending: map[string]*expectation{},
+	}
+	_, _ = w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { w.observe(obj) },
+		UpdateFunc: func(_, obj any) { w.observe(obj) },
+	})
+	f.Start(ctx.Done())
+	return w
+}
+
+func (w *watcher) stop() { w.cancel() }
+
+func (w *watcher) observe(obj any) {
+	at := time.Now()
+	p, ok := obj.(*cpv1alpha1.ClusterProfile)
+	if !ok || !strings.HasPrefix(p.Namespace, "consumer-") {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := p.Namespace + "/" + p.Name
+	if !w.complete[key] && p.Status.Version.Kubernetes != "" && meta.FindStatusCondition(p.Status.Conditions, "ControlPlaneHealthy") != nil {
+		w.complete[key] = true
+		select {
+		case w.notify <- struct{}{}:
+		default:
+		}
+	}
+	if e := w.pending[p.Name]; e != nil && p.Labels["multicluster.x-k8s.io/clusterset"] == e.set {
+		delete(e.remaining, p.Namespace)
+		if len(e.remaining) == 0 {
+			delete(w.pending, p.Name)
+			e.done <- at
+		}
+	}
+}
+
+func (w *watcher) waitComplete(ctx context.Context, exited <-chan error, n int, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for {
+		w.mu.Lock()
+		got := len(w.complete)
+		w.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-w.notify:
+		case err := <-exited:
+			return fmt.Errorf("hubsync exited: %v", err)
+		case <-deadline:
+			return fmt.Errorf("only %d of %d profiles complete after %s", got, n, timeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// expect returns a channel that receives the time at which every
+// namespace's profile of cluster carries the clusterset label set.
+func (w *watcher) expect(cluster, set string) <-chan time.Time {
+	e := &expectation{set: set, remaining: map[string]bool{}, done: make(chan time.Time, 1)}
+	for i := range w.namespaces {
+		e.remaining[nsName(i)] = true
+	}
+	w.mu.Lock()
+	w.pending[cluster] = e
+	w.mu.Unlock()
+	return e.done
+}
+
+func writeSummary(metrics string) string {
+	var parts []string
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, "hubsync_profile_writes_total{") || strings.HasPrefix(line, "hubsync_profile_write_errors_total{") {
+			parts = append(parts, strings.TrimPrefix(line, "hubsync_"))
+		}
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,165 @@
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hubsync/hubsync/config"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
+)
+
+// Daemon is a hubsync process started from its binary, as an operator
+// would run it.
+type Daemon struct {
+	cmd     *exec.Cmd
+	dir     string
+	done    chan error
+	Address string // metrics and health endpoint, host:port
+}
+
+// WriteKubeconfig writes a kubeconfig for cfg to path with mode 0600.
+func WriteKubeconfig(cfg *rest.Config, path string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["hub"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken,
+	}
+	kc.Contexts["hub"] = &clientcmdapi.Context{Cluster: "hub", AuthInfo: "admin"}
+	kc.CurrentContext = "hub"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("write kubeconfig: %w", err)
+	}
+	return os.Chmod(path, 0o600)
+}
+
+// StartDaemon runs `hubsync run` against the hub with the given
+// configuration, whose hub.kubeconfig and server.address it sets, sending
+// the daemon's log lines to logs.
+func StartDaemon(ctx context.Context, binary string, cfg *rest.Config, conf config.Config, logs io.Writer) (*Daemon, error) {
+	dir, err := os.MkdirTemp("", "hubsync-daemon-")
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := WriteKubeconfig(cfg, kubeconfig); err != nil {
+		return nil, err
+	}
+	addr, err := freeAddress()
+	if err != nil {
+		return nil, err
+	}
+	conf.Hub.Kubeconfig = kubeconfig
+	conf.Server.Address = addr
+	data, err := yaml.Marshal(conf)
+	if err != nil {
+		return nil, err
+	}
+	confPath := filepath.Join(dir, "hubsync.yaml")
+	if err := os.WriteFile(confPath, data, 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, binary, "run", "--config", confPath)
+	cmd.Stdout = logs
+	cmd.Stderr = logs
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", binary, err)
+	}
+	d := &Daemon{cmd: cmd, dir: dir, done: make(chan error, 1), Address: addr}
+	go func() { d.done <- cmd.Wait() }()
+	return d, nil
+}
+
+// Done returns a channel that receives the process's exit error once.
+func (d *Daemon) Done() <-chan error { return d.done }
+
+// WaitReady waits until /readyz answers 200.
+func (d *Daemon) WaitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-d.done:
+			return fmt.Errorf("hubsync exited before it was ready: %v", err)
+		default:
+		}
+		resp, err := http.Get("http://" + d.Address + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return errors.New("hubsync not ready in time")
+}
+
+// Metrics returns the daemon's /metrics text.
+func (d *Daemon) Metrics() (string, error) {
+	resp, err := http.Get("http://" + d.Address + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// PeakRSS returns the process's peak resident set size in bytes (VmHWM).
+func (d *Daemon) PeakRSS() (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, errors.New("VmHWM not found")
+}
+
+// Stop sends SIGTERM and waits for the process to exit.
+func (d *Daemon) Stop() error {
+	defer os.RemoveAll(d.dir)
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		return err
+	case <-time.After(15 * time.Second):
+		_ = d.cmd.Process.Kill()
+		return errors.New("hubsync did not stop within 15s of SIGTERM")
+	}
+}
+
+func freeAddress() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
