@@ -63,7 +63,8 @@ type Hub struct {
 	// 5 QPS would make thousands of profile writes take many minutes.
 	QPS   float32 `json:"qps,omitempty"`
 	Burst int     `json:"burst,omitempty"`
-	// Timeout bounds each API request.
+	// Timeout bounds each write hubsync sends to the hub (watches are
+	// long-lived and not bounded by it).
 	Timeout metav1.Duration `json:"timeout,omitempty"`
 }
 

@@ -62,6 +62,8 @@ type Options struct {
 	ResyncPeriod time.Duration
 	// RetryBase and RetryMax bound the per-cluster backoff after a failure.
 	RetryBase, RetryMax time.Duration
+	// RequestTimeout bounds each write to the hub.
+	RequestTimeout time.Duration
 }
 
 // Syncer projects ClusterProfiles into consumer namespaces.
@@ -108,6 +110,9 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 	}
 	if opts.RetryMax < opts.RetryBase {
 		opts.RetryMax = 5 * time.Minute
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 30 * time.Second
 	}
 	s := &Syncer{
 		clients:     clients,

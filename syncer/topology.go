@@ -136,6 +136,8 @@ func (s *Syncer) namespaceActive(name string) bool {
 func (s *Syncer) create(ctx context.Context, ns string, cluster *clusterv1.ManagedCluster) error {
 	want := NewProfile(s.opts.ClusterManager, ns, cluster)
 	status := want.Status
+	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+	defer cancel()
 	created, err := s.clients.Profiles.ApisV1alpha1().ClusterProfiles(ns).Create(ctx, want, metav1.CreateOptions{})
 	s.countWrite("create", err)
 	if err != nil {
@@ -160,6 +162,8 @@ func (s *Syncer) create(ctx context.Context, ns string, cluster *clusterv1.Manag
 }
 
 func (s *Syncer) update(ctx context.Context, cur *cpv1alpha1.ClusterProfile, cluster *clusterv1.ManagedCluster) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+	defer cancel()
 	client := s.clients.Profiles.ApisV1alpha1().ClusterProfiles(cur.Namespace)
 	p, changed := ReconcileMeta(cur, s.opts.ClusterManager, cluster)
 	if changed {
@@ -196,6 +200,8 @@ func (s *Syncer) update(ctx context.Context, cur *cpv1alpha1.ClusterProfile, clu
 }
 
 func (s *Syncer) delete(ctx context.Context, p *cpv1alpha1.ClusterProfile) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+	defer cancel()
 	// The UID precondition keeps a stale cache from deleting a profile that
 	// was recreated meanwhile.
 	err := s.clients.Profiles.ApisV1alpha1().ClusterProfiles(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -109,6 +111,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		ResyncPeriod:   cfg.ResyncPeriod.Duration,
 		RetryBase:      cfg.Retry.BaseDelay.Duration,
 		RetryMax:       cfg.Retry.MaxDelay.Duration,
+		RequestTimeout: cfg.Hub.Timeout.Duration,
 	}, log, reg, recorder)
 	if err != nil {
 		return err
@@ -136,6 +139,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := waitForAPIs(ctx, kube, log); err != nil {
 		return err
 	}
+	go probeHub(ctx, kube, 2*time.Second, log, reg)
 
 	runErr := make(chan error, 1)
 	go func() {
@@ -173,7 +177,9 @@ func restConfig(hub config.Hub) (*rest.Config, error) {
 	}
 	cfg.QPS = hub.QPS
 	cfg.Burst = hub.Burst
-	cfg.Timeout = hub.Timeout.Duration
+	// No cfg.Timeout: it would become the HTTP client's timeout and cut
+	// every informer's watch. Each write gets hub.timeout as its deadline
+	// instead (syncer.Options.RequestTimeout).
 	cfg.UserAgent = "hubsync/" + buildVersion()
 	// Impersonation is never taken from a kubeconfig: hubsync acts as itself.
 	cfg.Impersonate = rest.ImpersonationConfig{}
@@ -229,6 +235,7 @@ func missingAPIs(kube kubernetes.Interface) ([]string, error) {
 			}
 		}
 	}
+	sort.Strings(missing)
 	return missing, nil
 }
 
@@ -256,10 +263,13 @@ func newServer(addr string, reg *prometheus.Registry, s *syncer.Syncer) (*http.S
 // lease ends the process's work: fn's context is cancelled and an error is
 // returned so the pod restarts and rejoins the election with clean caches.
 func runLeaderElected(ctx context.Context, c config.LeaderElection, kube kubernetes.Interface, log *slog.Logger, fn func(context.Context) error) error {
-	id, err := os.Hostname()
+	host, err := os.Hostname()
 	if err != nil {
 		return fmt.Errorf("leader election identity: %w", err)
 	}
+	// The suffix keeps two processes on one host (or a restarted pod that
+	// kept its name) from both believing they hold the lease.
+	id := host + "_" + string(uuid.NewUUID())
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, c.Namespace, c.Name,
 		kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
 	if err != nil {

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func TestMainCommands(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.yaml", "clusterManager: open-cluster-management\nworkers:\n  topology: 4\n")
+	bad := write("bad.yaml", "hub:\n  qps: -1\n  qsp: 3\nlogging:\n  level: loud\nserver:\n  address: nope\nresyncPeriod: 5s\n")
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		wantCode   int
+		wantStdout []string
+		wantStderr []string
+	}{
+		{name: "no command", args: nil, wantCode: 2, wantStderr: []string{"Usage:"}},
+		{name: "unknown command", args: []string{"frobnicate"}, wantCode: 2, wantStderr: []string{`unknown command "frobnicate"`}},
+		{name: "version", args: []string{"version"}, wantCode: 0, wantStdout: []string{"hubsync "}},
+		{name: "help", args: []string{"help"}, wantCode: 0, wantStdout: []string{"check-config"}},
+		{name: "check-config ok", args: []string{"check-config", good}, wantCode: 0, wantStdout: []string{"good.yaml: ok"}},
+		{name: "check-config prints defaults", args: []string{"check-config", "--print", good}, wantCode: 0,
+			wantStdout: []string{"qps: 200", "topology: 4", "address: :8080"}},
+		{name: "check-config reports every problem", args: []string{"check-config", bad}, wantCode: 1, wantStderr: []string{
+			"5 problems", "hub.qps", "hub.qsp: Forbidden: unknown field", "logging.level", "server.address", "resyncPeriod",
+		}},
+		{name: "check-config missing file", args: []string{"check-config", filepath.Join(dir, "nope.yaml")}, wantCode: 1,
+			wantStderr: []string{"nope.yaml", "no such file"}},
+		{name: "check-config no file", args: []string{"check-config"}, wantCode: 2, wantStderr: []string{"Usage: hubsync check-config"}},
+		{name: "run with bad config", args: []string{"run", "--config", bad}, wantCode: 1, wantStderr: []string{"5 problems"}},
+		{name: "run with stray argument", args: []string{"run", "extra"}, wantCode: 2, wantStderr: []string{"unexpected arguments"}},
+		{name: "run outside a cluster without kubeconfig", args: []string{"run", "--config", good}, wantCode: 1,
+			wantStderr: []string{"no hub.kubeconfig or --kubeconfig given and not running in a cluster"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("KUBERNETES_SERVICE_HOST", "")
+			var stdout, stderr bytes.Buffer
+			code := Main(context.Background(), tc.args, &stdout, &stderr)
+			if code != tc.wantCode {
+				t.Fatalf("exit code %d, want %d\nstdout: %s\nstderr: %s", code, tc.wantCode, stdout.String(), stderr.String())
+			}
+			for _, w := range tc.wantStdout {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout lacks %q:\n%s", w, stdout.String())
+				}
+			}
+			for _, w := range tc.wantStderr {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+		})
+	}
+}
+
+func TestMissingAPIs(t *testing.T) {
+	all := []*metav1.APIResourceList{
+		{GroupVersion: "multicluster.x-k8s.io/v1alpha1", APIResources: []metav1.APIResource{{Name: "clusterprofiles"}}},
+		{GroupVersion: "cluster.open-cluster-management.io/v1", APIResources: []metav1.APIResource{{Name: "managedclusters"}}},
+		{GroupVersion: "cluster.open-cluster-management.io/v1beta2", APIResources: []metav1.APIResource{{Name: "managedclustersets"}, {Name: "managedclustersetbindings"}}},
+	}
+	for _, tc := range []struct {
+		name      string
+		resources []*metav1.APIResourceList
+		want      []string
+	}{
+		{name: "all served", resources: all},
+		{name: "no cluster inventory CRD", resources: all[1:], want: []string{"clusterprofiles.multicluster.x-k8s.io/v1alpha1"}},
+		{name: "no bindings", resources: []*metav1.APIResourceList{all[0], all[1], {
+			GroupVersion: "cluster.open-cluster-management.io/v1beta2", APIResources: []metav1.APIResource{{Name: "managedclustersets"}},
+		}}, want: []string{"managedclustersetbindings.cluster.open-cluster-management.io/v1beta2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kube := fake.NewClientset()
+			kube.Resources = tc.resources
+			got, err := missingAPIs(kube)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("missing = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

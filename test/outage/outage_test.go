@@ -1,0 +1,138 @@
+// Package outage tests that hubsync survives its hub API server going away
+// and converges once it is back. It has its own control plane because it
+// stops the API server.
+package outage
+
+import (
+	"bytes"
+	"context"
+	"net/url"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
+
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/test/controlplane"
+	"github.com/hubsync/hubsync/test/fleet"
+)
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestAPIServerOutage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Stop()
+	hub, err := fleet.NewHub(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "hubsync")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/hubsync/hubsync/cmd/hubsync").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+
+	must(hub.Namespace(ctx, "consumer"))
+	must(hub.CreateExclusiveSet(ctx, "red"))
+	must(hub.CreateExclusiveSet(ctx, "blue"))
+	must(hub.Bind(ctx, "consumer", "red", true))
+	for _, n := range []string{"c1", "c2"} {
+		_, err := hub.CreateCluster(ctx, fleet.ClusterSpec{Name: n, Labels: fleet.ExclusiveSetLabels("red", nil)})
+		must(err)
+	}
+
+	// hubsync reaches the API server through a proxy the test can cut.
+	u, err := url.Parse(cp.Config.Host)
+	must(err)
+	proxy, err := fleet.NewProxy(u.Host)
+	must(err)
+	defer proxy.Close()
+	viaProxy := rest.CopyConfig(cp.Config)
+	viaProxy.Host = "https://" + proxy.Addr
+
+	var logs syncBuffer
+	conf := config.Config{}
+	conf.Hub.Timeout.Duration = 5 * time.Second
+	d, err := fleet.StartDaemon(ctx, bin, viaProxy, conf, &logs)
+	must(err)
+	defer d.Stop()
+	expect := func(what string, want ...string) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+			got, err := hub.ProfileNames(ctx, "consumer")
+			return err == nil && strings.Join(got, ",") == strings.Join(want, ","), nil
+		})
+		if err != nil {
+			got, _ := hub.ProfileNames(ctx, "consumer")
+			t.Fatalf("%s: profiles %v, want %v\n%s", what, got, want, logs.String())
+		}
+	}
+	expect("before the outage", "c1", "c2")
+
+	// The API server goes away for hubsync; the fleet changes meanwhile.
+	proxy.Cut()
+	must(hub.Relabel(ctx, "c1", clusterv1beta2.ClusterSetLabel, "blue"))
+	_, err = hub.CreateCluster(ctx, fleet.ClusterSpec{Name: "c3", Labels: fleet.ExclusiveSetLabels("red", nil)})
+	must(err)
+	time.Sleep(5 * time.Second)
+	select {
+	case err := <-d.Done():
+		t.Fatalf("hubsync exited while the API server was unreachable: %v\n%s", err, logs.String())
+	default:
+	}
+	got, err := hub.ProfileNames(ctx, "consumer")
+	must(err)
+	if strings.Join(got, ",") != "c1,c2" {
+		t.Fatalf("profiles changed while hubsync could not reach the API server: %v", got)
+	}
+	must(proxy.Restore())
+
+	// Back: what changed meanwhile converges, and new changes flow.
+	expect("after the outage", "c2", "c3")
+	must(hub.Bind(ctx, "consumer", "blue", true))
+	expect("new binding after the outage", "c1", "c2", "c3")
+
+	// No profile was lost or duplicated, and the daemon says what happened.
+	p, err := hub.Profiles.ApisV1alpha1().ClusterProfiles("consumer").Get(ctx, "c1", metav1.GetOptions{})
+	must(err)
+	if p.Labels["multicluster.x-k8s.io/clusterset"] != "blue" {
+		t.Fatalf("c1 clusterset label %q", p.Labels["multicluster.x-k8s.io/clusterset"])
+	}
+	for _, want := range []string{"hub API server unreachable", "connection refused", "hub API server reachable again"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("hubsync did not log %q:\n%s", want, logs.String())
+		}
+	}
+}
