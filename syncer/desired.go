@@ -256,3 +256,50 @@ func validReason(r string) string {
 	}
 	return r
 }
+
+// Plan is what must be written for one cluster's profiles.
+type Plan struct {
+	// Create lists the namespaces that need a new profile.
+	Create []string
+	// Update lists existing profiles of ours that must stay; each is
+	// compared with its desired labels, spec and status before any write.
+	Update []*cpv1alpha1.ClusterProfile
+	// Delete lists profiles of ours that no longer have a reason to exist.
+	Delete []*cpv1alpha1.ClusterProfile
+	// Conflicts lists foreign profiles that hold a name hubsync wants.
+	Conflicts []*cpv1alpha1.ClusterProfile
+}
+
+// PlanProfiles compares a cluster's membership with the profiles named
+// after it. Namespaces for which writable returns false (terminating or
+// unknown) are left alone, as are held namespaces and every profile of
+// another manager. Results are sorted by namespace.
+func PlanProfiles(m Membership, existing []*cpv1alpha1.ClusterProfile, manager string, writable func(namespace string) bool) Plan {
+	var plan Plan
+	byNS := make(map[string]*cpv1alpha1.ClusterProfile, len(existing))
+	for _, p := range existing {
+		byNS[p.Namespace] = p
+	}
+	for _, ns := range sets.List(m.Desired) {
+		if !writable(ns) {
+			continue
+		}
+		switch p := byNS[ns]; {
+		case p == nil:
+			plan.Create = append(plan.Create, ns)
+		case !IsOwned(p, manager):
+			plan.Conflicts = append(plan.Conflicts, p)
+		default:
+			plan.Update = append(plan.Update, p)
+		}
+	}
+	stale := make([]*cpv1alpha1.ClusterProfile, 0, len(existing))
+	for _, p := range existing {
+		if !m.Desired.Has(p.Namespace) && !m.Held.Has(p.Namespace) && IsOwned(p, manager) && writable(p.Namespace) {
+			stale = append(stale, p)
+		}
+	}
+	sort.Slice(stale, func(i, j int) bool { return stale[i].Namespace < stale[j].Namespace })
+	plan.Delete = stale
+	return plan
+}

@@ -93,7 +93,7 @@ type Syncer struct {
 	inflight atomic.Int64
 
 	mu          sync.Mutex
-	conflicts   map[string]string // "ns/name" -> foreign manager
+	conflicts   map[string]string // "ns/name" -> the cluster whose profile it blocks
 	invalidSets map[string]string // set name -> resourceVersion reported
 }
 

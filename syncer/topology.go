@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/sets"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 )
@@ -57,68 +55,52 @@ func (s *Syncer) reconcile(ctx context.Context, name string) error {
 	if cluster != nil {
 		candidates := s.candidateSets(cluster)
 		m = DesiredNamespaces(cluster, candidates, s.bindingsFor(candidates))
-		if n := SkippedClaims(cluster.Status.ClusterClaims); n > 0 {
-			s.log.Debug("cluster claims left out of profile properties", "cluster", name, "count", n)
-		}
 	} else {
 		m = DesiredNamespaces(nil, nil, nil)
 	}
 
-	existing := map[string]*cpv1alpha1.ClusterProfile{}
 	objs, err := s.profileIdx.ByIndex(byName, name)
 	if err != nil {
 		return fmt.Errorf("index profiles of %s: %w", name, err)
 	}
+	existing := make([]*cpv1alpha1.ClusterProfile, 0, len(objs))
 	for _, o := range objs {
 		if p, ok := o.(*cpv1alpha1.ClusterProfile); ok {
-			existing[p.Namespace] = p
+			existing = append(existing, p)
 		}
 	}
+	plan := PlanProfiles(m, existing, s.opts.ClusterManager, s.namespaceActive)
+	s.resolveConflicts(name, plan.Conflicts)
 
+	// A profile whose last write by hubsync is not yet in the cache is left
+	// for the watch event that brings it.
 	var errs []error
-	for _, ns := range sets.List(m.Desired) {
-		key := ns + "/" + name
-		if !s.namespaceActive(ns) {
+	for _, ns := range plan.Create {
+		if s.writes.pending(ns+"/"+name, nil) {
 			continue
 		}
-		p := existing[ns]
-		if s.writes.pending(key, p) {
-			continue
-		}
-		switch {
-		case p == nil:
-			s.clearConflict(key)
-			err = s.create(ctx, ns, cluster)
-		case !IsOwned(p, s.opts.ClusterManager):
-			err = s.reportConflict(p)
-		default:
-			s.clearConflict(key)
-			err = s.update(ctx, p, cluster)
-		}
-		if err != nil {
+		if err := s.create(ctx, ns, cluster); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	stale := make([]string, 0, len(existing))
-	for ns := range existing {
-		stale = append(stale, ns)
+	for _, p := range plan.Update {
+		if s.writes.pending(p.Namespace+"/"+p.Name, p) {
+			continue
+		}
+		if err := s.update(ctx, p, cluster); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	sort.Strings(stale)
-	for _, ns := range stale {
-		p := existing[ns]
-		if m.Desired.Has(ns) {
-			continue
-		}
-		s.clearConflict(ns + "/" + name)
-		if s.writes.pending(ns+"/"+name, p) {
-			continue
-		}
-		if m.Held.Has(ns) || !IsOwned(p, s.opts.ClusterManager) || !s.namespaceActive(ns) {
+	for _, p := range plan.Delete {
+		if s.writes.pending(p.Namespace+"/"+p.Name, p) {
 			continue
 		}
 		if err := s.delete(ctx, p); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	for _, p := range plan.Conflicts {
+		errs = append(errs, &conflictError{namespace: p.Namespace, name: p.Name, manager: p.Labels[LabelClusterManager]})
 	}
 	return errors.Join(errs...)
 }
@@ -148,6 +130,7 @@ func (s *Syncer) create(ctx context.Context, ns string, cluster *clusterv1.Manag
 	}
 	s.log.Debug("profile created", "namespace", ns, "cluster", cluster.Name)
 	s.writes.wrote(created)
+	s.noteSkippedClaims(cluster)
 	created.Status = status
 	updated, err := s.clients.Profiles.ApisV1alpha1().ClusterProfiles(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{})
 	s.countWrite("status", err)
@@ -186,6 +169,7 @@ func (s *Syncer) update(ctx context.Context, cur *cpv1alpha1.ClusterProfile, clu
 	if !changed {
 		p = p.DeepCopy()
 	}
+	s.noteSkippedClaims(cluster)
 	p.Status = status
 	updated, err := client.UpdateStatus(ctx, p, metav1.UpdateOptions{})
 	s.countWrite("status", err)
@@ -216,6 +200,15 @@ func (s *Syncer) delete(ctx context.Context, p *cpv1alpha1.ClusterProfile) error
 	return nil
 }
 
+// noteSkippedClaims counts, for each status write, the cluster's claims
+// that the ClusterProfile schema would reject and that are left out.
+func (s *Syncer) noteSkippedClaims(cluster *clusterv1.ManagedCluster) {
+	if n := SkippedClaims(cluster.Status.ClusterClaims); n > 0 {
+		s.metrics.skippedClaims.Add(float64(n))
+		s.log.Debug("cluster claims left out of profile properties", "cluster", cluster.Name, "count", n)
+	}
+}
+
 func (s *Syncer) countWrite(op string, err error) {
 	s.metrics.writes.WithLabelValues(op).Inc()
 	if err != nil {
@@ -232,18 +225,36 @@ func isNamespaceGone(err error) bool {
 	return apierrors.IsNotFound(err)
 }
 
-// reportConflict records a same-named foreign profile: a log line and a
-// Kubernetes Event when first seen, a metric always, and an error so the
-// cluster is retried with growing backoff rather than in a hot loop.
-func (s *Syncer) reportConflict(p *cpv1alpha1.ClusterProfile) error {
-	key := p.Namespace + "/" + p.Name
-	manager := p.Labels[LabelClusterManager]
+// resolveConflicts updates the set of known conflicts for one cluster: a
+// conflict seen for the first time gets a log line and a Kubernetes Event,
+// one that went away a log line; the gauge always shows the current count.
+// The caller returns an error per conflict so the cluster is retried with
+// growing backoff rather than in a hot loop.
+func (s *Syncer) resolveConflicts(cluster string, current []*cpv1alpha1.ClusterProfile) {
+	now := map[string]*cpv1alpha1.ClusterProfile{}
+	for _, p := range current {
+		now[p.Namespace+"/"+p.Name] = p
+	}
 	s.mu.Lock()
-	_, known := s.conflicts[key]
-	s.conflicts[key] = manager
+	var added []*cpv1alpha1.ClusterProfile
+	var cleared []string
+	for key, p := range now {
+		if _, known := s.conflicts[key]; !known {
+			added = append(added, p)
+		}
+		s.conflicts[key] = cluster
+	}
+	for key, c := range s.conflicts {
+		if _, still := now[key]; c == cluster && !still {
+			delete(s.conflicts, key)
+			cleared = append(cleared, key)
+		}
+	}
 	s.metrics.conflicts.Set(float64(len(s.conflicts)))
 	s.mu.Unlock()
-	if !known {
+
+	for _, p := range added {
+		manager := p.Labels[LabelClusterManager]
 		s.metrics.conflictsTotal.Inc()
 		s.log.Warn("a ClusterProfile of another cluster manager blocks hubsync's profile",
 			"namespace", p.Namespace, "cluster", p.Name, "manager", manager)
@@ -251,16 +262,7 @@ func (s *Syncer) reportConflict(p *cpv1alpha1.ClusterProfile) error {
 			"hubsync (cluster manager %q) wants a profile named %q here, but this one belongs to cluster manager %q; hubsync leaves it alone and retries with backoff",
 			s.opts.ClusterManager, p.Name, manager)
 	}
-	return &conflictError{namespace: p.Namespace, name: p.Name, manager: manager}
-}
-
-func (s *Syncer) clearConflict(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.conflicts[key]; !ok {
-		return
+	for _, key := range cleared {
+		s.log.Info("profile conflict resolved", "profile", key)
 	}
-	delete(s.conflicts, key)
-	s.metrics.conflicts.Set(float64(len(s.conflicts)))
-	s.log.Info("profile conflict resolved", "profile", key)
 }
