@@ -12,6 +12,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -117,11 +118,29 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 
+	leader := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "hubsync_leader",
+		Help: "1 while this replica holds the leader lease (always 1 without leader election).",
+	})
+	reg.MustRegister(leader)
+	var leading atomic.Bool
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	serverErr := make(chan error, 1)
 	if cfg.Server.Address != config.ServerOff {
-		srv, ln, err := newServer(cfg.Server.Address, reg, s)
+		srv, ln, err := newServer(cfg.Server.Address, reg, func() (bool, string) {
+			switch {
+			case s.Ready():
+				return true, "ok"
+			case cfg.LeaderElection.Enabled && !leading.Load():
+				// A healthy standby is ready, so that rolling updates and
+				// several replicas work; hubsync_leader tells who leads.
+				return true, "standby"
+			default:
+				return false, "caches not synced yet"
+			}
+		})
 		if err != nil {
 			return err
 		}
@@ -144,9 +163,16 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	runErr := make(chan error, 1)
 	go func() {
 		if cfg.LeaderElection.Enabled {
-			runErr <- runLeaderElected(ctx, cfg.LeaderElection, kube, log, s.Run)
+			runErr <- runLeaderElected(ctx, cfg.LeaderElection, kube, log, func(ctx context.Context) error {
+				leading.Store(true)
+				leader.Set(1)
+				defer leader.Set(0)
+				return s.Run(ctx)
+			})
 			return
 		}
+		leading.Store(true)
+		leader.Set(1)
 		runErr <- s.Run(ctx)
 	}()
 	select {
@@ -239,7 +265,7 @@ func missingAPIs(kube kubernetes.Interface) ([]string, error) {
 	return missing, nil
 }
 
-func newServer(addr string, reg *prometheus.Registry, s *syncer.Syncer) (*http.Server, net.Listener, error) {
+func newServer(addr string, reg *prometheus.Registry, ready func() (bool, string)) (*http.Server, net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen on %s: %w", addr, err)
@@ -250,11 +276,12 @@ func newServer(addr string, reg *prometheus.Registry, s *syncer.Syncer) (*http.S
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.Ready() {
-			http.Error(w, "caches not synced or not the leader", http.StatusServiceUnavailable)
+		ok, why := ready()
+		if !ok {
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, why+"\n")
 	})
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln, nil
 }

@@ -27,8 +27,8 @@ func buildHubsync(t *testing.T) string {
 }
 
 // TestDaemonLeaderElection runs the real binary twice with leader election:
-// one replica works, the other stands by (not ready), and takes over when
-// the first stops, converging the changes made meanwhile.
+// one replica works, the other stands by, and takes over when the first
+// stops, converging the changes made meanwhile.
 func TestDaemonLeaderElection(t *testing.T) {
 	h := newHarnessWithoutSyncer(t)
 	bin := buildHubsync(t)
@@ -65,8 +65,17 @@ func TestDaemonLeaderElection(t *testing.T) {
 	d2, err := fleet.StartDaemon(h.ctx, bin, hubConfig, conf, &logs2)
 	h.must(err)
 	defer d2.Stop()
-	if err := d2.WaitReady(h.ctx, 2*time.Second); err == nil {
-		t.Fatalf("the standby replica is ready while the leader holds the lease")
+	// A standby is ready (so rolling updates proceed) but does not lead.
+	if err := d2.WaitReady(h.ctx, 30*time.Second); err != nil {
+		t.Fatalf("standby not ready: %v\n%s", err, logs2.String())
+	}
+	isLeader := func(d *fleet.Daemon) bool {
+		m, err := d.Metrics()
+		return err == nil && strings.Contains(m, "\nhubsync_leader 1\n")
+	}
+	time.Sleep(time.Second)
+	if !isLeader(d1) || isLeader(d2) {
+		t.Fatalf("leader flags: first %v, second %v; want only the first", isLeader(d1), isLeader(d2))
 	}
 
 	if err := d1.Stop(); err != nil {
@@ -74,9 +83,12 @@ func TestDaemonLeaderElection(t *testing.T) {
 	}
 	b := h.name("b")
 	h.cluster(b, set, nil)
-	if err := d2.WaitReady(h.ctx, 20*time.Second); err != nil {
-		t.Fatalf("standby did not take over: %v\n%s", err, logs2.String())
-	}
+	h.eventually("standby takes over", func() error {
+		if !isLeader(d2) {
+			return fmt.Errorf("not leading yet")
+		}
+		return nil
+	})
 	h.expectProfiles(ns, a, b)
 	for i, l := range []string{logs1.String(), logs2.String()} {
 		if !strings.Contains(l, "became leader") {

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
@@ -62,11 +63,37 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-func newHarness(t *testing.T) *harness {
+// harnessOption changes how newHarness runs the syncer.
+type harnessOption func(*harnessOptions)
+
+type harnessOptions struct {
+	syncerConfig *rest.Config
+}
+
+// withSyncerConfig makes the syncer and its event recorder talk to the API
+// server with cfg (for example as an impersonated ServiceAccount); the
+// fleet helpers, checks and clean-up keep the admin config.
+func withSyncerConfig(cfg *rest.Config) harnessOption {
+	return func(o *harnessOptions) { o.syncerConfig = cfg }
+}
+
+func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	t.Helper()
+	var o harnessOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	hub, err := fleet.NewHub(hubConfig)
 	if err != nil {
 		t.Fatal(err)
+	}
+	clients := syncer.Clients{Kube: hub.Kube, Cluster: hub.Cluster, Profiles: hub.Profiles}
+	if o.syncerConfig != nil {
+		as, err := fleet.NewHub(o.syncerConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = syncer.Clients{Kube: as.Kube, Cluster: as.Cluster, Profiles: as.Profiles}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &harness{
@@ -77,13 +104,13 @@ func newHarness(t *testing.T) *harness {
 	}
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: hub.Kube.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: clients.Kube.CoreV1().Events("")})
 	sch, err := syncer.NewScheme()
 	if err != nil {
 		t.Fatal(err)
 	}
 	recorder := broadcaster.NewRecorder(sch, corev1.EventSource{Component: "hubsync"})
-	s, err := syncer.New(syncer.Clients{Kube: hub.Kube, Cluster: hub.Cluster, Profiles: hub.Profiles},
+	s, err := syncer.New(clients,
 		syncer.Options{
 			ClusterManager: manager,
 			Workers:        4,

@@ -1,0 +1,1099 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/test/fleet"
+)
+
+// The identity deploy/ gives hubsync.
+const (
+	hubNamespace       = "open-cluster-management-hub"
+	hubServiceAccount  = "hubsync"
+	hubServiceAcctUser = "system:serviceaccount:" + hubNamespace + ":" + hubServiceAccount
+)
+
+// hubServiceAcctGroups are the groups the API server gives the
+// ServiceAccount, so that access reviews also count any group grants.
+var hubServiceAcctGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + hubNamespace, "system:authenticated"}
+
+// deployObjects are the typed objects of one deploy/ manifest, decoded
+// strictly (unknown or duplicated fields are errors).
+type deployObjects struct {
+	serviceAccounts     []*corev1.ServiceAccount
+	clusterRoles        []*rbacv1.ClusterRole
+	clusterRoleBindings []*rbacv1.ClusterRoleBinding
+	roles               []*rbacv1.Role
+	roleBindings        []*rbacv1.RoleBinding
+	configMaps          []*corev1.ConfigMap
+	other               []runtime.Object
+}
+
+func deployFile(name string) string { return filepath.Join("..", "..", "deploy", name) }
+
+func loadDeploy(t *testing.T, names ...string) *deployObjects {
+	t.Helper()
+	out := &deployObjects{}
+	dec := serializer.NewCodecFactory(clientgoscheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	for _, name := range names {
+		docs, err := yamlDocuments(deployFile(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range docs {
+			obj, _, err := dec.Decode(doc, nil, nil)
+			if err != nil {
+				t.Fatalf("%s document %d: %v", name, i+1, err)
+			}
+			switch o := obj.(type) {
+			case *corev1.ServiceAccount:
+				out.serviceAccounts = append(out.serviceAccounts, o)
+			case *rbacv1.ClusterRole:
+				out.clusterRoles = append(out.clusterRoles, o)
+			case *rbacv1.ClusterRoleBinding:
+				out.clusterRoleBindings = append(out.clusterRoleBindings, o)
+			case *rbacv1.Role:
+				out.roles = append(out.roles, o)
+			case *rbacv1.RoleBinding:
+				out.roleBindings = append(out.roleBindings, o)
+			case *corev1.ConfigMap:
+				out.configMaps = append(out.configMaps, o)
+			default:
+				out.other = append(out.other, o)
+			}
+		}
+	}
+	return out
+}
+
+// yamlDocuments splits a multi-document YAML file, dropping documents that
+// hold only comments.
+func yamlDocuments(path string) ([][]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest: %w", err)
+	}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var docs [][]byte
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("split %s: %w", path, err)
+		}
+		js, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s: %w", path, err)
+		}
+		if s := strings.TrimSpace(string(js)); s == "null" || s == "" {
+			continue
+		}
+		docs = append(docs, doc)
+	}
+}
+
+// hubsyncConfig returns the configuration that deploy/config.yaml gives the
+// daemon, parsed and validated as the daemon does.
+func hubsyncConfig(t *testing.T) *config.Config {
+	t.Helper()
+	d := loadDeploy(t, "config.yaml")
+	if len(d.configMaps) != 1 {
+		t.Fatalf("config.yaml: want one ConfigMap, got %d", len(d.configMaps))
+	}
+	data, ok := d.configMaps[0].Data["config.yaml"]
+	if !ok {
+		t.Fatalf("config.yaml: the ConfigMap has no config.yaml key")
+	}
+	cfg, err := config.Parse([]byte(data))
+	if err != nil {
+		t.Fatalf("config.yaml: %v", err)
+	}
+	return cfg
+}
+
+// grant is one rule of deploy/rbac.yaml as it applies to the ServiceAccount:
+// in every namespace (a bound ClusterRole) or in one (a bound Role).
+type grant struct {
+	source    string
+	namespace string // "" for every namespace and cluster-scoped resources
+	rule      rbacv1.PolicyRule
+}
+
+// grants returns the rules bound to the ServiceAccount, failing the test on
+// a binding to a role the file does not define.
+func (d *deployObjects) grants(t *testing.T) []grant {
+	t.Helper()
+	isHubsync := func(subjects []rbacv1.Subject) bool {
+		for _, s := range subjects {
+			if s.Kind == rbacv1.ServiceAccountKind && s.Name == hubServiceAccount && s.Namespace == hubNamespace {
+				return true
+			}
+		}
+		return false
+	}
+	var out []grant
+	for _, b := range d.clusterRoleBindings {
+		if !isHubsync(b.Subjects) {
+			continue
+		}
+		i := slices.IndexFunc(d.clusterRoles, func(r *rbacv1.ClusterRole) bool { return r.Name == b.RoleRef.Name })
+		if b.RoleRef.Kind != "ClusterRole" || i < 0 {
+			t.Fatalf("ClusterRoleBinding %s refers to %s %s, which rbac.yaml does not define", b.Name, b.RoleRef.Kind, b.RoleRef.Name)
+		}
+		for _, r := range d.clusterRoles[i].Rules {
+			out = append(out, grant{source: "ClusterRole " + b.RoleRef.Name, rule: r})
+		}
+	}
+	for _, b := range d.roleBindings {
+		if !isHubsync(b.Subjects) {
+			continue
+		}
+		if b.RoleRef.Kind != "Role" {
+			t.Fatalf("RoleBinding %s/%s refers to %s %s; want a Role of rbac.yaml", b.Namespace, b.Name, b.RoleRef.Kind, b.RoleRef.Name)
+		}
+		i := slices.IndexFunc(d.roles, func(r *rbacv1.Role) bool { return r.Name == b.RoleRef.Name && r.Namespace == b.Namespace })
+		if i < 0 {
+			t.Fatalf("RoleBinding %s/%s refers to Role %s, which rbac.yaml does not define in %s", b.Namespace, b.Name, b.RoleRef.Name, b.Namespace)
+		}
+		for _, r := range d.roles[i].Rules {
+			out = append(out, grant{source: "Role " + b.Namespace + "/" + b.RoleRef.Name, namespace: b.Namespace, rule: r})
+		}
+	}
+	return out
+}
+
+// TestRBACManifest checks deploy/rbac.yaml on its own and against the rest
+// of deploy/: no wildcards, no secrets, every rule bound to hubsync's
+// ServiceAccount, and the leader-election Lease it grants is the one the
+// configuration names.
+func TestRBACManifest(t *testing.T) {
+	d := loadDeploy(t, "rbac.yaml", "serviceaccount.yaml")
+	if len(d.other) > 0 || len(d.configMaps) > 0 {
+		t.Fatalf("unexpected kinds in rbac.yaml or serviceaccount.yaml: %d", len(d.other)+len(d.configMaps))
+	}
+	if len(d.serviceAccounts) != 1 || d.serviceAccounts[0].Name != hubServiceAccount || d.serviceAccounts[0].Namespace != hubNamespace {
+		t.Fatalf("serviceaccount.yaml must define exactly %s/%s", hubNamespace, hubServiceAccount)
+	}
+	var all []rbacv1.PolicyRule
+	for _, r := range d.clusterRoles {
+		all = append(all, r.Rules...)
+	}
+	for _, r := range d.roles {
+		if r.Namespace != hubNamespace {
+			t.Errorf("Role %s is in namespace %q, want %s", r.Name, r.Namespace, hubNamespace)
+		}
+		all = append(all, r.Rules...)
+	}
+	for _, r := range all {
+		for _, list := range [][]string{r.APIGroups, r.Resources, r.Verbs, r.ResourceNames} {
+			for _, v := range list {
+				if strings.Contains(v, "*") {
+					t.Errorf("wildcard %q in rule %+v", v, r)
+				}
+			}
+		}
+		if len(r.NonResourceURLs) > 0 {
+			t.Errorf("rule grants non-resource URLs: %+v", r)
+		}
+		for _, res := range r.Resources {
+			if strings.Split(res, "/")[0] == "secrets" {
+				t.Errorf("rule grants secrets: %+v", r)
+			}
+		}
+	}
+	// Every rule defined is bound to hubsync, and nothing else is bound.
+	bound := 0
+	for _, b := range d.clusterRoleBindings {
+		bound += len(b.Subjects)
+	}
+	for _, b := range d.roleBindings {
+		bound += len(b.Subjects)
+	}
+	if g := d.grants(t); len(g) != len(all) || bound != len(d.clusterRoleBindings)+len(d.roleBindings) {
+		t.Fatalf("%d rules defined, %d bound to %s; %d subjects in %d bindings", len(all), len(g), hubServiceAcctUser, bound, len(d.clusterRoleBindings)+len(d.roleBindings))
+	}
+
+	cfg := hubsyncConfig(t)
+	if !cfg.LeaderElection.Enabled {
+		t.Fatalf("config.yaml: leader election is not enabled")
+	}
+	leaseGranted := func(verb, name string) bool {
+		for _, g := range d.grants(t) {
+			if g.namespace == cfg.LeaderElection.Namespace && g.allows(apiRequest{
+				verb: verb, group: coordinationv1.GroupName, resource: "leases",
+				namespace: cfg.LeaderElection.Namespace, name: name,
+			}) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, verb := range []string{"get", "update"} {
+		if !leaseGranted(verb, cfg.LeaderElection.Name) {
+			t.Errorf("rbac.yaml does not grant %s on Lease %s/%s that config.yaml names", verb, cfg.LeaderElection.Namespace, cfg.LeaderElection.Name)
+		}
+	}
+	if !leaseGranted("create", "") {
+		t.Errorf("rbac.yaml does not grant create on Leases in %s", cfg.LeaderElection.Namespace)
+	}
+}
+
+// TestRBAC runs the syncer as hubsync's ServiceAccount with exactly the
+// permissions of deploy/rbac.yaml, and the same leader election as the
+// daemon, over a small fleet that makes it use every kind of request it
+// has: create, status write, restore, delete, a conflict Event, a repeated
+// Event and the Lease. It records every request the ServiceAccount sends
+// and checks that none is refused and that every permission granted was
+// used; access reviews check that it cannot read secrets or write the
+// fleet.
+func TestRBAC(t *testing.T) {
+	d := loadDeploy(t, "serviceaccount.yaml", "rbac.yaml")
+	grants := d.grants(t)
+	hubCfg := hubsyncConfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin, err := kubernetes.NewForConfig(hubConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	installRBAC(ctx, t, admin, d)
+
+	// Every request the ServiceAccount makes goes through reqs.
+	reqs := &requestLog{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			reqs.logRefused(t)
+		}
+	})
+	asHubsync := rest.CopyConfig(hubConfig)
+	asHubsync.Impersonate = rest.ImpersonationConfig{UserName: hubServiceAcctUser}
+	asHubsync.Wrap(reqs.wrap)
+	kube, err := kubernetes.NewForConfig(asHubsync)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// What the daemon does besides the syncer: discovery of the APIs it
+	// needs, probes of the hub's /readyz (both allowed to every
+	// authenticated user by the API server's bootstrap roles), and leader
+	// election with the configured Lease.
+	if err := kube.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error(); err != nil {
+		t.Fatalf("probe /readyz as %s: %v", hubServiceAcctUser, err)
+	}
+	for _, gv := range []string{"multicluster.x-k8s.io/v1alpha1", "cluster.open-cluster-management.io/v1", "cluster.open-cluster-management.io/v1beta2"} {
+		if _, err := kube.Discovery().ServerResourcesForGroupVersion(gv); err != nil {
+			t.Fatalf("discover %s as %s: %v", gv, hubServiceAcctUser, err)
+		}
+	}
+	runLeaderElection(ctx, t, admin, kube, hubCfg.LeaderElection)
+
+	h := newHarness(t, withSyncerConfig(asHubsync))
+	ns := h.namespaces("red", "blue")
+	set := h.name("set")
+	h.must(h.hub.CreateExclusiveSet(h.ctx, set))
+	c1, c2 := h.name("c1"), h.name("c2")
+	// A profile of another manager blocks c2's in the red namespace.
+	_, err = h.hub.Profiles.ApisV1alpha1().ClusterProfiles(ns[0]).Create(h.ctx, &cpv1alpha1.ClusterProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: c2, Namespace: ns[0], Labels: map[string]string{syncer.LabelClusterManager: "someone-else"}},
+		Spec:       cpv1alpha1.ClusterProfileSpec{DisplayName: "theirs", ClusterManager: cpv1alpha1.ClusterManager{Name: "someone-else"}},
+	}, metav1.CreateOptions{})
+	h.must(err)
+	h.cluster(c1, set, nil)
+	h.cluster(c2, set, nil)
+	h.must(h.hub.Bind(h.ctx, ns[0], set, true))
+	h.must(h.hub.Bind(h.ctx, ns[1], set, true))
+
+	// Creates and status writes.
+	h.expectProfiles(ns[1], c1, c2)
+	h.eventually("c1 in red beside the foreign c2", func() error {
+		names, err := h.hub.ProfileNames(h.ctx, ns[0])
+		if err != nil {
+			return err
+		}
+		if strings.Join(names, ",") != c1+","+c2 {
+			return fmt.Errorf("profiles %v", names)
+		}
+		return h.checkProfile(ns[0], c1)
+	})
+	// Events: created in the consumer namespace.
+	h.expectEvent(ns[0], c2, "ProfileConflict")
+
+	// Status writes of an existing profile.
+	h.must(h.hub.UpdateClusterStatus(h.ctx, c1, func(st *clusterv1.ManagedClusterStatus) {
+		st.Version.Kubernetes = "v1.36.1"
+	}))
+	h.expectProfiles(ns[1], c1, c2)
+
+	// Updates: an edited spec is restored.
+	h.must(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := h.hub.Profiles.ApisV1alpha1().ClusterProfiles(ns[1]).Get(h.ctx, c1, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p.Spec.DisplayName = "edited"
+		_, err = h.hub.Profiles.ApisV1alpha1().ClusterProfiles(ns[1]).Update(h.ctx, p, metav1.UpdateOptions{})
+		return err
+	}))
+	h.expectProfiles(ns[1], c1, c2)
+
+	// Events: a repeated one is patched (its count raised), here an invalid
+	// selector reported again after its set changed.
+	bad := h.name("bad")
+	h.must(h.hub.CreateLabelSelectorSet(h.ctx, bad, &metav1.LabelSelector{
+		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Sometimes", Values: []string{"x"}}},
+	}))
+	h.expectEvent(metav1.NamespaceDefault, bad, "InvalidClusterSelector")
+	h.must(h.hub.UpdateSet(h.ctx, bad, func(s *clusterv1beta2.ManagedClusterSet) {
+		metav1.SetMetaDataAnnotation(&s.ObjectMeta, "example.com/touched", "yes")
+	}))
+	h.eventually("InvalidClusterSelector event counted twice", func() error {
+		evs, err := h.hub.Kube.CoreV1().Events(metav1.NamespaceDefault).List(h.ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "InvalidClusterSelector" && e.InvolvedObject.Name == bad && e.Count >= 2 {
+				return nil
+			}
+		}
+		return errors.New("not yet")
+	})
+
+	// Deletes: a cluster's profiles go with it; the foreign one stays.
+	h.must(h.hub.DeleteCluster(h.ctx, c1))
+	h.expectProfiles(ns[1], c2)
+	h.eventually("only the foreign profile left in red", func() error {
+		ps, err := h.hub.ProfilesIn(h.ctx, ns[0])
+		if err != nil {
+			return err
+		}
+		if len(ps) != 1 || ps[c2] == nil || syncer.IsOwned(ps[c2], manager) {
+			return fmt.Errorf("profiles %v", ps)
+		}
+		return nil
+	})
+	h.waitIdle()
+
+	reqs.check(t, grants)
+	checkAccess(ctx, t, admin, grants)
+}
+
+// installRBAC creates the namespace if needed and the objects of
+// serviceaccount.yaml and rbac.yaml, deletes them when the test ends, and
+// waits until the authorizer sees the bindings.
+func installRBAC(ctx context.Context, t *testing.T, admin kubernetes.Interface, d *deployObjects) {
+	t.Helper()
+	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNamespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create namespace %s: %v", hubNamespace, err)
+	}
+	var deletes []func(context.Context) error
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for i := len(deletes) - 1; i >= 0; i-- {
+			if err := deletes[i](ctx); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("clean up RBAC: %v", err)
+			}
+		}
+	})
+	create := func(kind, name string, err error, del func(context.Context) error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("create %s %s: %v", kind, name, err)
+		}
+		deletes = append(deletes, del)
+	}
+	del := metav1.DeleteOptions{}
+	for _, o := range d.serviceAccounts {
+		_, err := admin.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		create("ServiceAccount", o.Name, err, func(ctx context.Context) error {
+			return admin.CoreV1().ServiceAccounts(o.Namespace).Delete(ctx, o.Name, del)
+		})
+	}
+	for _, o := range d.clusterRoles {
+		_, err := admin.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+		create("ClusterRole", o.Name, err, func(ctx context.Context) error {
+			return admin.RbacV1().ClusterRoles().Delete(ctx, o.Name, del)
+		})
+	}
+	for _, o := range d.clusterRoleBindings {
+		_, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		create("ClusterRoleBinding", o.Name, err, func(ctx context.Context) error {
+			return admin.RbacV1().ClusterRoleBindings().Delete(ctx, o.Name, del)
+		})
+	}
+	for _, o := range d.roles {
+		_, err := admin.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		create("Role", o.Name, err, func(ctx context.Context) error {
+			return admin.RbacV1().Roles(o.Namespace).Delete(ctx, o.Name, del)
+		})
+	}
+	for _, o := range d.roleBindings {
+		_, err := admin.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		create("RoleBinding", o.Name, err, func(ctx context.Context) error {
+			return admin.RbacV1().RoleBindings(o.Namespace).Delete(ctx, o.Name, del)
+		})
+	}
+	// The authorizer reads RBAC objects from its own informers.
+	deadline := time.Now().Add(20 * time.Second)
+	for _, g := range d.grants(t) {
+		a := g.attributes(g.rule.Verbs[0], g.rule.Resources[0])
+		for {
+			allowed, err := reviewAccess(ctx, admin, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if allowed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not in effect: %+v is still denied", g.source, a)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// runLeaderElection takes and releases the configured Lease as hubsync
+// does (a client-go Lease lock, released on cancel).
+func runLeaderElection(ctx context.Context, t *testing.T, admin, kube kubernetes.Interface, c config.LeaderElection) {
+	t.Helper()
+	t.Cleanup(func() {
+		err := admin.CoordinationV1().Leases(c.Namespace).Delete(context.Background(), c.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete lease: %v", err)
+		}
+	})
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, c.Namespace, c.Name,
+		kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: "rbac-test"})
+	if err != nil {
+		t.Fatalf("leader election lock: %v", err)
+	}
+	leCtx, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	led := make(chan struct{})
+	leaderelection.RunOrDie(leCtx, leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   c.LeaseDuration.Duration,
+		RenewDeadline:   c.RenewDeadline.Duration,
+		RetryPeriod:     c.RetryPeriod.Duration,
+		ReleaseOnCancel: true,
+		Name:            c.Name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) {
+				close(led)
+				stop()
+			},
+			OnStoppedLeading: func() {},
+		},
+	})
+	select {
+	case <-led:
+	default:
+		t.Fatalf("never became leader of Lease %s/%s as %s", c.Namespace, c.Name, hubServiceAcctUser)
+	}
+	lease, err := admin.CoordinationV1().Leases(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get lease: %v", err)
+	}
+	if lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "" {
+		t.Fatalf("Lease %s/%s not released: held by %q", c.Namespace, c.Name, *lease.Spec.HolderIdentity)
+	}
+}
+
+// apiRequest is a resource request as the API server's authorizer sees it.
+type apiRequest struct {
+	verb, group, resource, subresource, namespace, name string
+	// watchList is a watch that starts with the current objects, which an
+	// informer sends instead of a list where the server supports it.
+	watchList bool
+	code      int
+}
+
+func (r apiRequest) String() string {
+	s := r.verb + " " + r.group + "/" + r.resource
+	if r.subresource != "" {
+		s += "/" + r.subresource
+	}
+	if r.namespace != "" {
+		s += " in " + r.namespace
+	}
+	if r.name != "" {
+		s += " named " + r.name
+	}
+	return s
+}
+
+// parseRequest maps an HTTP request to the authorizer's attributes, as the
+// API server's RequestInfoFactory does for the paths clients use. ok is
+// false for non-resource requests such as discovery.
+func parseRequest(req *http.Request) (r apiRequest, ok bool) {
+	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	var rest []string
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		rest = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		r.group, rest = parts[1], parts[3:]
+	}
+	if len(rest) == 0 {
+		return r, false
+	}
+	if rest[0] == "namespaces" && len(rest) >= 2 {
+		r.namespace = rest[1]
+		if len(rest) > 2 {
+			rest = rest[2:]
+		}
+	}
+	r.resource = rest[0]
+	if len(rest) > 1 {
+		r.name = rest[1]
+	}
+	if len(rest) > 2 {
+		r.subresource = rest[2]
+	}
+	q := req.URL.Query()
+	switch req.Method {
+	case http.MethodGet, http.MethodHead:
+		switch {
+		case q.Get("watch") == "true" || q.Get("watch") == "1":
+			r.verb = "watch"
+			r.watchList = q.Get("sendInitialEvents") == "true"
+		case r.name == "":
+			r.verb = "list"
+		default:
+			r.verb = "get"
+		}
+	case http.MethodPost:
+		r.verb = "create"
+	case http.MethodPut:
+		r.verb = "update"
+	case http.MethodPatch:
+		r.verb = "patch"
+	case http.MethodDelete:
+		r.verb = "delete"
+		if r.name == "" {
+			r.verb = "deletecollection"
+		}
+	default:
+		r.verb = strings.ToLower(req.Method)
+	}
+	return r, true
+}
+
+// requestLog records every request made through a wrapped transport.
+type requestLog struct {
+	mu          sync.Mutex
+	reqs        []apiRequest
+	nonResource []string // refused non-resource requests
+	checked     bool
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (l *requestLog) wrap(next http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := next.RoundTrip(req)
+		if err != nil {
+			return resp, err
+		}
+		r, ok := parseRequest(req)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		switch {
+		case ok:
+			r.code = resp.StatusCode
+			l.reqs = append(l.reqs, r)
+		case resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized:
+			l.nonResource = append(l.nonResource, req.Method+" "+req.URL.Path)
+		}
+		return resp, nil
+	})
+}
+
+func (g grant) allows(r apiRequest) bool {
+	if g.namespace != "" && r.namespace != g.namespace {
+		return false
+	}
+	res := r.resource
+	if r.subresource != "" {
+		res += "/" + r.subresource
+	}
+	if !slices.Contains(g.rule.APIGroups, r.group) || !slices.Contains(g.rule.Resources, res) || !slices.Contains(g.rule.Verbs, r.verb) {
+		return false
+	}
+	return len(g.rule.ResourceNames) == 0 || slices.Contains(g.rule.ResourceNames, r.name)
+}
+
+// logRefused logs the refused requests of a test that failed before
+// check could report them.
+func (l *requestLog) logRefused(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.checked {
+		return
+	}
+	for _, r := range l.reqs {
+		if r.code == http.StatusForbidden || r.code == http.StatusUnauthorized {
+			t.Logf("refused (%d): %s", r.code, r)
+		}
+	}
+}
+
+// check fails the test for every request the API server refused or that
+// rbac.yaml does not allow, and for every permission rbac.yaml grants that
+// no request used.
+func (l *requestLog) check(t *testing.T, grants []grant) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.checked = true
+	for _, p := range l.nonResource {
+		t.Errorf("refused: %s", p)
+	}
+	problems := map[string]bool{}
+	for _, r := range l.reqs {
+		if r.code == http.StatusForbidden || r.code == http.StatusUnauthorized {
+			problems[fmt.Sprintf("refused (%d): %s", r.code, r)] = true
+			continue
+		}
+		if !slices.ContainsFunc(grants, func(g grant) bool { return g.allows(r) }) {
+			problems["allowed by something other than rbac.yaml: "+r.String()] = true
+		}
+	}
+	for _, g := range grants {
+		for _, group := range g.rule.APIGroups {
+			for _, res := range g.rule.Resources {
+				for _, verb := range g.rule.Verbs {
+					names := g.rule.ResourceNames
+					if len(names) == 0 {
+						names = []string{""}
+					}
+					for _, name := range names {
+						if !l.used(g, group, res, verb, name) {
+							problems[fmt.Sprintf("granted but never used: %s %s/%s %q (%s)", verb, group, res, name, g.source)] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	list := make([]string, 0, len(problems))
+	for p := range problems {
+		list = append(list, p)
+	}
+	sort.Strings(list)
+	for _, p := range list {
+		t.Error(p)
+	}
+	seen := map[string]int{}
+	for _, r := range l.reqs {
+		r.name = ""
+		if r.namespace != "" && r.namespace != hubNamespace && r.namespace != metav1.NamespaceDefault {
+			r.namespace = "a consumer namespace"
+		}
+		if r.watchList {
+			r.verb = "watch-list"
+		}
+		seen[fmt.Sprintf("%s -> %d", r, r.code)]++
+	}
+	kinds := make([]string, 0, len(seen))
+	for k, n := range seen {
+		kinds = append(kinds, fmt.Sprintf("%3d x %s", n, k))
+	}
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i][6:] < kinds[j][6:] })
+	t.Logf("%d requests made as %s:\n  %s", len(l.reqs), hubServiceAcctUser, strings.Join(kinds, "\n  "))
+}
+
+// used reports whether a request used one permission of a grant. A
+// watch-list request counts as the list it replaces: informers send one
+// where the server supports it (this one does, and authorizes it as a
+// watch) and fall back to a list where it does not, so list stays needed.
+func (l *requestLog) used(g grant, group, res, verb, name string) bool {
+	for _, r := range l.reqs {
+		if r.code == http.StatusForbidden || r.code == http.StatusUnauthorized || !g.allows(r) {
+			continue
+		}
+		full := r.resource
+		if r.subresource != "" {
+			full += "/" + r.subresource
+		}
+		if r.group != group || full != res || (name != "" && r.name != name) {
+			continue
+		}
+		if r.verb == verb || (verb == "list" && r.watchList) {
+			return true
+		}
+	}
+	return false
+}
+
+// attributes returns the access review attributes of one verb on one
+// resource ("resource" or "resource/subresource") of the grant.
+func (g grant) attributes(verb, resource string) authorizationv1.ResourceAttributes {
+	res, sub, _ := strings.Cut(resource, "/")
+	a := authorizationv1.ResourceAttributes{Namespace: g.namespace, Verb: verb, Group: g.rule.APIGroups[0], Resource: res, Subresource: sub}
+	if len(g.rule.ResourceNames) > 0 {
+		a.Name = g.rule.ResourceNames[0]
+	}
+	return a
+}
+
+func reviewAccess(ctx context.Context, admin kubernetes.Interface, a authorizationv1.ResourceAttributes) (bool, error) {
+	review, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{User: hubServiceAcctUser, Groups: hubServiceAcctGroups, ResourceAttributes: &a},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, fmt.Errorf("review access %+v: %w", a, err)
+	}
+	return review.Status.Allowed, nil
+}
+
+// checkAccess asks the API server what the ServiceAccount may do: every
+// permission granted, and nothing that would let it read secrets, change
+// the fleet or widen its own access.
+func checkAccess(ctx context.Context, t *testing.T, admin kubernetes.Interface, grants []grant) {
+	t.Helper()
+	for _, g := range grants {
+		for _, res := range g.rule.Resources {
+			for _, verb := range g.rule.Verbs {
+				a := g.attributes(verb, res)
+				if ok, err := reviewAccess(ctx, admin, a); err != nil || !ok {
+					t.Errorf("%s grants %+v, but the review says allowed=%v (%v)", g.source, a, ok, err)
+				}
+			}
+		}
+	}
+	const (
+		ocm    = "cluster.open-cluster-management.io"
+		coord  = coordinationv1.GroupName
+		rbac   = rbacv1.GroupName
+		consum = "consumer"
+	)
+	denied := []authorizationv1.ResourceAttributes{
+		{Verb: "get", Resource: "secrets"},
+		{Verb: "list", Resource: "secrets"},
+		{Verb: "watch", Resource: "secrets"},
+		{Verb: "get", Resource: "secrets", Namespace: hubNamespace},
+		{Verb: "list", Resource: "secrets", Namespace: hubNamespace},
+		{Verb: "list", Resource: "secrets", Namespace: consum},
+		{Verb: "list", Resource: "configmaps", Namespace: hubNamespace},
+		{Verb: "delete", Group: ocm, Resource: "managedclusters"},
+		{Verb: "create", Group: ocm, Resource: "managedclusters"},
+		{Verb: "update", Group: ocm, Resource: "managedclusters"},
+		{Verb: "patch", Group: ocm, Resource: "managedclusters"},
+		{Verb: "update", Group: ocm, Resource: "managedclusters", Subresource: "status"},
+		{Verb: "delete", Group: ocm, Resource: "managedclustersets"},
+		{Verb: "create", Group: ocm, Resource: "managedclustersets", Subresource: "bind"},
+		{Verb: "create", Group: ocm, Resource: "managedclustersetbindings", Namespace: consum},
+		{Verb: "delete", Group: ocm, Resource: "managedclustersetbindings", Namespace: consum},
+		{Verb: "deletecollection", Group: cpv1alpha1.GroupVersion.Group, Resource: "clusterprofiles", Namespace: consum},
+		{Verb: "patch", Group: cpv1alpha1.GroupVersion.Group, Resource: "clusterprofiles", Namespace: consum},
+		{Verb: "create", Resource: "namespaces"},
+		{Verb: "delete", Resource: "namespaces", Name: consum},
+		{Verb: "delete", Resource: "events", Namespace: consum},
+		{Verb: "create", Resource: "pods", Namespace: hubNamespace},
+		{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: hubNamespace, Name: hubServiceAccount},
+		{Verb: "impersonate", Resource: "serviceaccounts", Namespace: hubNamespace},
+		{Verb: "get", Group: coord, Resource: "leases", Namespace: "kube-system", Name: "kube-controller-manager"},
+		{Verb: "update", Group: coord, Resource: "leases", Namespace: hubNamespace, Name: "another-controller"},
+		{Verb: "delete", Group: coord, Resource: "leases", Namespace: hubNamespace, Name: hubServiceAccount},
+		{Verb: "create", Group: coord, Resource: "leases", Namespace: metav1.NamespaceDefault},
+		{Verb: "escalate", Group: rbac, Resource: "clusterroles"},
+		{Verb: "bind", Group: rbac, Resource: "clusterroles"},
+		{Verb: "update", Group: rbac, Resource: "roles", Namespace: hubNamespace},
+	}
+	for _, a := range denied {
+		ok, err := reviewAccess(ctx, admin, a)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if ok {
+			t.Errorf("%s may %s %s/%s (subresource %q, namespace %q, name %q)", hubServiceAcctUser, a.Verb, a.Group, a.Resource, a.Subresource, a.Namespace, a.Name)
+		}
+	}
+}
+
+// TestDeployManifests applies every manifest that deploy/kustomization.yaml
+// lists to the API server as a strict server-side dry run (unknown fields
+// and invalid values are errors), and checks that the Deployment runs as
+// the ServiceAccount of rbac.yaml with the configuration of config.yaml.
+func TestDeployManifests(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var kustomization struct {
+		Resources []string `json:"resources"`
+	}
+	data, err := os.ReadFile(deployFile("kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &kustomization); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	files, err := filepath.Glob(deployFile("*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, f := range files {
+		if base := filepath.Base(f); base != "kustomization.yaml" {
+			want = append(want, base)
+		}
+	}
+	got := slices.Sorted(slices.Values(kustomization.Resources))
+	if !slices.Equal(got, want) {
+		t.Fatalf("kustomization.yaml lists %v; deploy/ holds %v", got, want)
+	}
+
+	admin, err := kubernetes.NewForConfig(hubConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(hubConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := restmapper.GetAPIGroupResources(admin.Discovery())
+	if err != nil {
+		t.Fatalf("discovery: %v", err)
+	}
+	mapper := restmapper.NewDiscoveryRESTMapper(groups)
+	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNamespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create namespace %s: %v", hubNamespace, err)
+	}
+	for _, file := range kustomization.Resources {
+		docs, err := yamlDocuments(deployFile(file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range docs {
+			js, err := yaml.YAMLToJSON(doc)
+			if err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			var obj unstructured.Unstructured
+			if err := obj.UnmarshalJSON(js); err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			gvk := obj.GroupVersionKind()
+			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", file, gvk, err)
+			}
+			var res dynamic.ResourceInterface = dyn.Resource(m.Resource)
+			if m.Scope.Name() == meta.RESTScopeNameNamespace {
+				if obj.GetNamespace() != hubNamespace {
+					t.Errorf("%s: %s %s is in namespace %q, want %s", file, gvk.Kind, obj.GetName(), obj.GetNamespace(), hubNamespace)
+				}
+				res = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
+			}
+			_, err = res.Patch(ctx, obj.GetName(), types.ApplyPatchType, js, metav1.PatchOptions{
+				DryRun: []string{metav1.DryRunAll}, FieldManager: "hubsync-e2e", FieldValidation: metav1.FieldValidationStrict,
+			})
+			if err != nil {
+				t.Errorf("%s: %s %s: %v", file, gvk.Kind, obj.GetName(), err)
+			}
+		}
+	}
+
+	cfg := hubsyncConfig(t)
+	d := loadDeploy(t, "deployment.yaml", "config.yaml")
+	var deploy *appsv1.Deployment
+	for _, o := range d.other {
+		if dep, ok := o.(*appsv1.Deployment); ok {
+			deploy = dep
+		}
+	}
+	if deploy == nil || len(deploy.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("deployment.yaml: want a Deployment with one container")
+	}
+	pod := deploy.Spec.Template.Spec
+	c := pod.Containers[0]
+	if pod.ServiceAccountName != hubServiceAccount {
+		t.Errorf("serviceAccountName = %q, want %s", pod.ServiceAccountName, hubServiceAccount)
+	}
+	_, port, err := net.SplitHostPort(cfg.Server.Address)
+	if err != nil {
+		t.Fatalf("config.yaml server.address: %v", err)
+	}
+	if len(c.Ports) != 1 || strconv.Itoa(int(c.Ports[0].ContainerPort)) != port || c.Ports[0].Name != "metrics" {
+		t.Errorf("container ports %+v; config.yaml serves on %s", c.Ports, cfg.Server.Address)
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+		if m.MountPath == "/etc/hubsync" && i >= 0 && pod.Volumes[i].ConfigMap != nil &&
+			pod.Volumes[i].ConfigMap.Name == d.configMaps[0].Name {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("ConfigMap %s is not mounted at /etc/hubsync", d.configMaps[0].Name)
+	}
+	if !slices.Equal(c.Args, []string{"run", "--config", "/etc/hubsync/config.yaml"}) {
+		t.Errorf("args = %v", c.Args)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("container securityContext %+v", sc)
+	}
+	if psc := pod.SecurityContext; psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot ||
+		psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod securityContext %+v", psc)
+	}
+	for probe, path := range map[*corev1.Probe]string{c.LivenessProbe: "/healthz", c.ReadinessProbe: "/readyz"} {
+		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != path || probe.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("probe of %s: %+v", path, probe)
+		}
+	}
+}
+
+// TestRBACDaemon runs the hubsync binary with deploy/config.yaml's
+// configuration (leader election on) and a token of the ServiceAccount, so
+// that the daemon's own requests (discovery, /readyz probes, the Lease, the
+// event recorder) are made with exactly rbac.yaml's permissions, and checks
+// that it takes the Lease, converges a fleet, reports a conflict, releases
+// the Lease on exit and never logs a refusal.
+func TestRBACDaemon(t *testing.T) {
+	d := loadDeploy(t, "serviceaccount.yaml", "rbac.yaml")
+	conf := hubsyncConfig(t)
+	h := newHarnessWithoutSyncer(t)
+	installRBAC(h.ctx, t, h.hub.Kube, d)
+	le := conf.LeaderElection
+	t.Cleanup(func() {
+		err := h.hub.Kube.CoordinationV1().Leases(le.Namespace).Delete(context.Background(), le.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete lease: %v", err)
+		}
+	})
+	expiry := int64(600)
+	tr, err := h.hub.Kube.CoreV1().ServiceAccounts(hubNamespace).CreateToken(h.ctx, hubServiceAccount, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry},
+	}, metav1.CreateOptions{})
+	h.must(err)
+	asHubsync := &rest.Config{Host: hubConfig.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: hubConfig.CAData}}
+
+	ns := h.namespaces("consumer")[0]
+	set := h.name("set")
+	h.must(h.hub.CreateExclusiveSet(h.ctx, set))
+	a, b := h.name("a"), h.name("b")
+	_, err = h.hub.Profiles.ApisV1alpha1().ClusterProfiles(ns).Create(h.ctx, &cpv1alpha1.ClusterProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: b, Namespace: ns, Labels: map[string]string{syncer.LabelClusterManager: "someone-else"}},
+		Spec:       cpv1alpha1.ClusterProfileSpec{DisplayName: "theirs", ClusterManager: cpv1alpha1.ClusterManager{Name: "someone-else"}},
+	}, metav1.CreateOptions{})
+	h.must(err)
+	h.cluster(a, set, nil)
+	h.cluster(b, set, nil)
+	h.must(h.hub.Bind(h.ctx, ns, set, true))
+
+	var logs syncBuffer
+	daemon, err := fleet.StartDaemon(h.ctx, buildHubsync(t), asHubsync, *conf, &logs)
+	h.must(err)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = daemon.Stop()
+		}
+		if t.Failed() {
+			t.Logf("hubsync logs:\n%s", logs.String())
+		}
+	})
+	if err := daemon.WaitReady(h.ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := h.hub.Kube.CoordinationV1().Leases(le.Namespace).Get(h.ctx, le.Name, metav1.GetOptions{})
+	h.must(err)
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		t.Fatalf("ready but Lease %s/%s has no holder", le.Namespace, le.Name)
+	}
+	h.eventually("a's profile beside the foreign b", func() error {
+		names, err := h.hub.ProfileNames(h.ctx, ns)
+		if err != nil {
+			return err
+		}
+		if strings.Join(names, ",") != a+","+b {
+			return fmt.Errorf("profiles %v", names)
+		}
+		return h.checkProfile(ns, a)
+	})
+	h.expectEvent(ns, b, "ProfileConflict")
+	h.must(h.hub.DeleteCluster(h.ctx, a))
+	h.eventually("a's profile deleted", func() error {
+		names, err := h.hub.ProfileNames(h.ctx, ns)
+		if err != nil {
+			return err
+		}
+		if strings.Join(names, ",") != b {
+			return fmt.Errorf("profiles %v", names)
+		}
+		return nil
+	})
+
+	stopped = true
+	if err := daemon.Stop(); err != nil {
+		t.Fatalf("hubsync did not stop cleanly: %v", err)
+	}
+	lease, err = h.hub.Kube.CoordinationV1().Leases(le.Namespace).Get(h.ctx, le.Name, metav1.GetOptions{})
+	h.must(err)
+	if lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "" {
+		t.Errorf("Lease not released on exit: held by %q", *lease.Spec.HolderIdentity)
+	}
+	if out := logs.String(); strings.Contains(strings.ToLower(out), "forbidden") {
+		t.Errorf("hubsync logged a refusal:\n%s", out)
+	}
+}
