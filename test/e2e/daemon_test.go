@@ -47,7 +47,7 @@ func TestDaemonLeaderElection(t *testing.T) {
 	conf.LeaderElection.LeaseDuration.Duration = 4 * time.Second
 	conf.LeaderElection.RenewDeadline.Duration = 3 * time.Second
 	conf.LeaderElection.RetryPeriod.Duration = 500 * time.Millisecond
-	var logs1, logs2 syncBuffer
+	var logs1, logs2 fleet.LogBuffer
 	d1, err := fleet.StartDaemon(h.ctx, bin, hubConfig, conf, &logs1)
 	h.must(err)
 	if err := d1.WaitReady(h.ctx, 30*time.Second); err != nil {

@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,28 +38,12 @@ type harness struct {
 	hub    *fleet.Hub
 	syncer *syncer.Syncer
 	reg    *prometheus.Registry
-	logs   *syncBuffer
+	logs   *fleet.LogBuffer
 	// prefix makes every name a test creates unique, so that late events
 	// from an earlier test cannot affect this one.
 	prefix string
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // harnessOption changes how newHarness runs the syncer.
 type harnessOption func(*harnessOptions)
@@ -99,7 +81,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	h := &harness{
 		t: t, ctx: ctx, hub: hub,
 		reg:    prometheus.NewRegistry(),
-		logs:   &syncBuffer{},
+		logs:   &fleet.LogBuffer{},
 		prefix: fmt.Sprintf("t%d", testSeq.Add(1)),
 	}
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

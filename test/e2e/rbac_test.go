@@ -1041,7 +1041,7 @@ func TestRBACDaemon(t *testing.T) {
 	h.cluster(b, set, nil)
 	h.must(h.hub.Bind(h.ctx, ns, set, true))
 
-	var logs syncBuffer
+	var logs fleet.LogBuffer
 	daemon, err := fleet.StartDaemon(h.ctx, buildHubsync(t), asHubsync, *conf, &logs)
 	h.must(err)
 	stopped := false

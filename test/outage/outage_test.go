@@ -4,13 +4,11 @@
 package outage
 
 import (
-	"bytes"
 	"context"
 	"net/url"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,22 +22,6 @@ import (
 	"github.com/hubsync/hubsync/test/fleet"
 )
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func TestAPIServerOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -82,7 +64,7 @@ func TestAPIServerOutage(t *testing.T) {
 	viaProxy := rest.CopyConfig(cp.Config)
 	viaProxy.Host = "https://" + proxy.Addr
 
-	var logs syncBuffer
+	var logs fleet.LogBuffer
 	conf := config.Config{}
 	conf.Hub.Timeout.Duration = 5 * time.Second
 	d, err := fleet.StartDaemon(ctx, bin, viaProxy, conf, &logs)
