@@ -44,7 +44,6 @@ type harness struct {
 	prefix string
 }
 
-
 // harnessOption changes how newHarness runs the syncer.
 type harnessOption func(*harnessOptions)
 

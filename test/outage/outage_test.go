@@ -22,7 +22,6 @@ import (
 	"github.com/hubsync/hubsync/test/fleet"
 )
 
-
 func TestAPIServerOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
