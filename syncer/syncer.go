@@ -149,44 +149,30 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 	profileInf := s.cpInformers.Apis().V1alpha1().ClusterProfiles()
 	nsInf := s.kubeInformers.Core().V1().Namespaces()
 
-	if err := clusterInf.Informer().AddIndexers(cache.Indexers{byClusterSetLabel: func(obj any) ([]string, error) {
-		c, ok := obj.(*clusterv1.ManagedCluster)
-		if !ok {
-			return nil, nil
-		}
-		if v, ok := c.Labels[LabelClusterSet]; ok {
-			return []string{v}, nil
-		}
-		return nil, nil
-	}}); err != nil {
-		return nil, fmt.Errorf("add cluster indexer: %w", err)
+	indexers := []struct {
+		inf     cache.SharedIndexInformer
+		indexer cache.Indexers
+	}{
+		{clusterInf.Informer(), cache.Indexers{byClusterSetLabel: indexFunc(func(c *clusterv1.ManagedCluster) []string {
+			if v, ok := c.Labels[LabelClusterSet]; ok {
+				return []string{v}
+			}
+			return nil
+		})}},
+		{setInf.Informer(), cache.Indexers{bySelectorType: indexFunc(func(set *clusterv1beta2.ManagedClusterSet) []string {
+			return []string{string(set.Spec.ClusterSelector.SelectorType)}
+		})}},
+		{bindingInf.Informer(), cache.Indexers{bySetName: indexFunc(func(b *clusterv1beta2.ManagedClusterSetBinding) []string {
+			return []string{b.Spec.ClusterSet}
+		})}},
+		{profileInf.Informer(), cache.Indexers{byName: indexFunc(func(p *cpv1alpha1.ClusterProfile) []string {
+			return []string{p.Name}
+		})}},
 	}
-	if err := setInf.Informer().AddIndexers(cache.Indexers{bySelectorType: func(obj any) ([]string, error) {
-		set, ok := obj.(*clusterv1beta2.ManagedClusterSet)
-		if !ok {
-			return nil, nil
+	for _, i := range indexers {
+		if err := i.inf.AddIndexers(i.indexer); err != nil {
+			return nil, fmt.Errorf("add indexer: %w", err)
 		}
-		return []string{string(set.Spec.ClusterSelector.SelectorType)}, nil
-	}}); err != nil {
-		return nil, fmt.Errorf("add set indexer: %w", err)
-	}
-	if err := bindingInf.Informer().AddIndexers(cache.Indexers{bySetName: func(obj any) ([]string, error) {
-		b, ok := obj.(*clusterv1beta2.ManagedClusterSetBinding)
-		if !ok {
-			return nil, nil
-		}
-		return []string{b.Spec.ClusterSet}, nil
-	}}); err != nil {
-		return nil, fmt.Errorf("add binding indexer: %w", err)
-	}
-	if err := profileInf.Informer().AddIndexers(cache.Indexers{byName: func(obj any) ([]string, error) {
-		p, ok := obj.(*cpv1alpha1.ClusterProfile)
-		if !ok {
-			return nil, nil
-		}
-		return []string{p.Name}, nil
-	}}); err != nil {
-		return nil, fmt.Errorf("add profile indexer: %w", err)
 	}
 
 	s.clusters = clusterInf.Lister()
@@ -235,6 +221,17 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 		s.synced = append(s.synced, reg.HasSynced)
 	}
 	return s, nil
+}
+
+// indexFunc adapts a typed key function to a cache.IndexFunc.
+func indexFunc[T any](keys func(T) []string) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		t, ok := obj.(T)
+		if !ok {
+			return nil, nil
+		}
+		return keys(t), nil
+	}
 }
 
 // stripManagedFields drops managedFields from cached objects; hubsync never
