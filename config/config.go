@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
+	"text/template"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,6 +52,76 @@ type Config struct {
 	Server Server `json:"server"`
 	// LeaderElection lets several replicas run with one active.
 	LeaderElection LeaderElection `json:"leaderElection"`
+	// AccessProviders are written into every profile's
+	// status.accessProviders; entries under other names are left alone.
+	AccessProviders []AccessProvider `json:"accessProviders,omitempty"`
+	// Credentials configures the copies of ManagedServiceAccount tokens
+	// into consumer namespaces.
+	Credentials Credentials `json:"credentials"`
+}
+
+// Access provider types.
+const (
+	// ProviderServer: a server URL rendered from a template with the
+	// cluster's name, and a CA from a Secret key or a file (for example
+	// cluster-proxy's user server).
+	ProviderServer = "server"
+	// ProviderDirect: the managed cluster's own API server, from the
+	// ManagedCluster's spec.managedClusterClientConfigs URL and CA bundle.
+	ProviderDirect = "direct"
+)
+
+// AccessProvider tells consumers how to reach a cluster.
+type AccessProvider struct {
+	// Name of the status.accessProviders entry; consumers match it against
+	// their provider file ("open-cluster-management" for cp-creds).
+	Name string `json:"name"`
+	// Type is "server" (the default) or "direct".
+	Type string `json:"type,omitempty"`
+	// Server is a Go text/template rendered with {{.ClusterName}}, e.g.
+	// https://cluster-proxy-addon-user.open-cluster-management-addon:9092/{{.ClusterName}}.
+	Server string `json:"server,omitempty"`
+	// CASecret names a Secret key holding the server's CA bundle (PEM);
+	// hubsync watches that one Secret and follows its rotation.
+	CASecret *SecretKeyRef `json:"caSecret,omitempty"`
+	// CAFile is a PEM file holding the server's CA bundle, re-read when it
+	// changes.
+	CAFile string `json:"caFile,omitempty"`
+	// ClusterNameExtension adds the client.authentication.k8s.io/exec
+	// extension {clusterName: <cluster>} that exec plugins such as
+	// `hubsync creds` and cp-creds read. Default true.
+	ClusterNameExtension *bool `json:"clusterNameExtension,omitempty"`
+}
+
+// SecretKeyRef names one key of one Secret.
+type SecretKeyRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Key       string `json:"key,omitempty"`
+}
+
+// Credentials configures credential copies.
+type Credentials struct {
+	// Enabled turns the copying of ManagedServiceAccount tokens on. Default true.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Workers is the number of (cluster, ManagedServiceAccount) pairs
+	// reconciled at once.
+	Workers int `json:"workers,omitempty"`
+	// Coalesce is how long a change to a hub token Secret waits for further
+	// changes before its copies are written, so that a burst of rotations
+	// costs one write per copy.
+	Coalesce metav1.Duration `json:"coalesce,omitempty"`
+}
+
+// CredentialsEnabled reports whether credential copies are on.
+func (c *Config) CredentialsEnabled() bool {
+	return c.Credentials.Enabled == nil || *c.Credentials.Enabled
+}
+
+// WantsClusterNameExtension reports whether the provider carries the exec
+// extension with the cluster's name.
+func (p AccessProvider) WantsClusterNameExtension() bool {
+	return p.ClusterNameExtension == nil || *p.ClusterNameExtension
 }
 
 // Hub is the hub connection.
@@ -122,6 +194,9 @@ const (
 	ServerOff             = "disabled"
 	DefaultLeaseNamespace = "open-cluster-management-hub"
 	DefaultLeaseName      = "hubsync"
+
+	DefaultCredentialWorkers = 16
+	DefaultCoalesce          = 100 * time.Millisecond
 )
 
 // Default returns a configuration with every default filled in.
@@ -167,6 +242,19 @@ func (c *Config) SetDefaults() {
 	setDur(&c.LeaderElection.LeaseDuration, 15*time.Second)
 	setDur(&c.LeaderElection.RenewDeadline, 10*time.Second)
 	setDur(&c.LeaderElection.RetryPeriod, 2*time.Second)
+	for i := range c.AccessProviders {
+		p := &c.AccessProviders[i]
+		setStr(&p.Type, ProviderServer)
+		if p.CASecret != nil {
+			setStr(&p.CASecret.Key, "tls.crt")
+		}
+	}
+	if c.Credentials.Workers == 0 {
+		c.Credentials.Workers = DefaultCredentialWorkers
+	}
+	if c.Credentials.Coalesce.Duration == 0 {
+		c.Credentials.Coalesce.Duration = DefaultCoalesce
+	}
 }
 
 // Load reads, defaults and validates a configuration file. The error lists
@@ -232,6 +320,8 @@ func (c *Config) validateRaw() field.ErrorList {
 	negDur(le.Child("leaseDuration"), c.LeaderElection.LeaseDuration)
 	negDur(le.Child("renewDeadline"), c.LeaderElection.RenewDeadline)
 	negDur(le.Child("retryPeriod"), c.LeaderElection.RetryPeriod)
+	neg(field.NewPath("credentials", "workers"), float64(c.Credentials.Workers))
+	negDur(field.NewPath("credentials", "coalesce"), c.Credentials.Coalesce)
 	return errs
 }
 
@@ -300,7 +390,84 @@ func (c *Config) validate() field.ErrorList {
 			errs = append(errs, field.Invalid(le.Child("renewDeadline"), l.RenewDeadline.Duration.String(), "must be greater than leaderElection.retryPeriod"))
 		}
 	}
+	errs = append(errs, c.validateAccessProviders()...)
+	if c.Credentials.Workers > 1024 {
+		errs = append(errs, field.Invalid(field.NewPath("credentials", "workers"), c.Credentials.Workers, "must be at most 1024"))
+	}
+	if c.Credentials.Coalesce.Duration > 10*time.Second {
+		errs = append(errs, field.Invalid(field.NewPath("credentials", "coalesce"), c.Credentials.Coalesce.Duration.String(), "must be at most 10s"))
+	}
 	return errs
+}
+
+func (c *Config) validateAccessProviders() field.ErrorList {
+	var errs field.ErrorList
+	names := map[string]bool{}
+	for i, p := range c.AccessProviders {
+		path := field.NewPath("accessProviders").Index(i)
+		switch {
+		case p.Name == "":
+			errs = append(errs, field.Required(path.Child("name"), "a provider needs a name"))
+		case names[p.Name]:
+			errs = append(errs, field.Duplicate(path.Child("name"), p.Name))
+		}
+		names[p.Name] = true
+		switch p.Type {
+		case ProviderDirect:
+			if p.Server != "" || p.CASecret != nil || p.CAFile != "" {
+				errs = append(errs, field.Forbidden(path, "a direct provider takes server and CA from the ManagedCluster; server, caSecret and caFile are not allowed"))
+			}
+		case ProviderServer:
+			if p.Server == "" {
+				errs = append(errs, field.Required(path.Child("server"), "a URL template such as https://proxy:9092/{{.ClusterName}}"))
+			} else if _, err := RenderServer(p.Server, "example-cluster"); err != nil {
+				errs = append(errs, field.Invalid(path.Child("server"), p.Server, err.Error()))
+			}
+			if p.CASecret != nil && p.CAFile != "" {
+				errs = append(errs, field.Forbidden(path, "caSecret and caFile are mutually exclusive"))
+			}
+			if s := p.CASecret; s != nil {
+				for _, msg := range validation.IsDNS1123Label(s.Namespace) {
+					errs = append(errs, field.Invalid(path.Child("caSecret", "namespace"), s.Namespace, msg))
+				}
+				for _, msg := range validation.IsDNS1123Subdomain(s.Name) {
+					errs = append(errs, field.Invalid(path.Child("caSecret", "name"), s.Name, msg))
+				}
+				for _, msg := range validation.IsConfigMapKey(s.Key) {
+					errs = append(errs, field.Invalid(path.Child("caSecret", "key"), s.Key, msg))
+				}
+			}
+			if p.CAFile != "" {
+				if _, err := os.ReadFile(p.CAFile); err != nil {
+					errs = append(errs, field.Invalid(path.Child("caFile"), p.CAFile, fmt.Sprintf("cannot read: %v", err)))
+				}
+			}
+		default:
+			errs = append(errs, field.NotSupported(path.Child("type"), p.Type, []string{ProviderServer, ProviderDirect}))
+		}
+	}
+	return errs
+}
+
+// RenderServer renders a server URL template for one cluster and checks
+// that the result is an absolute https or http URL.
+func RenderServer(tmpl, cluster string) (string, error) {
+	t, err := template.New("server").Option("missingkey=error").Parse(tmpl)
+	if err != nil {
+		return "", fmt.Errorf("template: %w", err)
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, struct{ ClusterName string }{cluster}); err != nil {
+		return "", fmt.Errorf("template: %w", err)
+	}
+	u, err := url.Parse(b.String())
+	if err != nil {
+		return "", fmt.Errorf("rendered URL %q: %w", b.String(), err)
+	}
+	if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return "", fmt.Errorf("rendered URL %q is not an absolute http(s) URL", b.String())
+	}
+	return b.String(), nil
 }
 
 // strictError turns a strict-decoding error such as

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -44,9 +45,10 @@ func TestDefaults(t *testing.T) {
 			RenewDeadline: dur(10 * time.Second),
 			RetryPeriod:   dur(2 * time.Second),
 		},
+		Credentials: Credentials{Workers: 16, Coalesce: dur(100 * time.Millisecond)},
 	}
 	d := Default()
-	if *d != want {
+	if !reflect.DeepEqual(*d, want) {
 		t.Errorf("Default() = %+v\nwant       %+v", *d, want)
 	}
 	if err := Default().Validate(); err != nil {
@@ -55,7 +57,7 @@ func TestDefaults(t *testing.T) {
 	// Defaulting twice changes nothing.
 	twice := Default()
 	twice.SetDefaults()
-	if *twice != *Default() {
+	if !reflect.DeepEqual(*twice, *Default()) {
 		t.Errorf("SetDefaults is not idempotent: %+v", *twice)
 	}
 }
@@ -80,7 +82,7 @@ func TestParseDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse() error: %v", err)
 			}
-			if *c != *Default() {
+			if !reflect.DeepEqual(*c, *Default()) {
 				t.Errorf("Parse() = %+v\nwant      %+v", *c, *Default())
 			}
 			if err := c.Validate(); err != nil {
@@ -119,7 +121,21 @@ leaderElection:
   leaseDuration: 30s
   renewDeadline: 20s
   retryPeriod: 5s
+accessProviders:
+- name: open-cluster-management
+  server: https://cluster-proxy-addon-user.open-cluster-management-addon:9092/{{.ClusterName}}
+  caSecret:
+    namespace: open-cluster-management-addon
+    name: cluster-proxy-user-serving-cert
+- name: direct
+  type: direct
+  clusterNameExtension: false
+credentials:
+  enabled: false
+  workers: 3
+  coalesce: 250ms
 `
+	no := false
 	want := Config{
 		APIVersion:     APIVersion,
 		Kind:           Kind,
@@ -138,12 +154,21 @@ leaderElection:
 			RenewDeadline: dur(20 * time.Second),
 			RetryPeriod:   dur(5 * time.Second),
 		},
+		AccessProviders: []AccessProvider{
+			{
+				Name: "open-cluster-management", Type: ProviderServer,
+				Server:   "https://cluster-proxy-addon-user.open-cluster-management-addon:9092/{{.ClusterName}}",
+				CASecret: &SecretKeyRef{Namespace: "open-cluster-management-addon", Name: "cluster-proxy-user-serving-cert", Key: "tls.crt"},
+			},
+			{Name: "direct", Type: ProviderDirect, ClusterNameExtension: &no},
+		},
+		Credentials: Credentials{Enabled: &no, Workers: 3, Coalesce: dur(250 * time.Millisecond)},
 	}
 	c, err := Parse([]byte(doc))
 	if err != nil {
 		t.Fatalf("Parse() error: %v", err)
 	}
-	if *c != want {
+	if !reflect.DeepEqual(*c, want) {
 		t.Fatalf("Parse() = %+v\nwant      %+v", *c, want)
 	}
 
@@ -164,7 +189,7 @@ leaderElection:
 			if err != nil {
 				t.Fatalf("Parse(Marshal(cfg)) error: %v\n%s", err, out)
 			}
-			if *back != *tc.cfg {
+			if !reflect.DeepEqual(*back, *tc.cfg) {
 				t.Errorf("round trip changed the config:\n got %+v\nwant %+v\nyaml:\n%s", *back, *tc.cfg, out)
 			}
 		})
@@ -388,5 +413,52 @@ func TestLoad(t *testing.T) {
 				t.Errorf("error %v does not wrap fs.ErrNotExist", err)
 			}
 		})
+	}
+}
+
+func TestAccessProviderValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		doc       string
+		wantPaths []string
+	}{
+		{name: "server provider", doc: "accessProviders:\n- name: p\n  server: https://proxy:9092/{{.ClusterName}}\n"},
+		{name: "direct provider", doc: "accessProviders:\n- name: d\n  type: direct\n"},
+		{name: "missing name and server", doc: "accessProviders:\n- caFile: \"\"\n", wantPaths: []string{"accessProviders[0].name", "accessProviders[0].server"}},
+		{name: "duplicate names", doc: "accessProviders:\n- name: p\n  type: direct\n- name: p\n  type: direct\n", wantPaths: []string{"accessProviders[1].name"}},
+		{name: "bad template", doc: "accessProviders:\n- name: p\n  server: https://x/{{.Cluster}}\n", wantPaths: []string{"accessProviders[0].server"}},
+		{name: "not a URL", doc: "accessProviders:\n- name: p\n  server: proxy/{{.ClusterName}}\n", wantPaths: []string{"accessProviders[0].server"}},
+		{name: "unknown type", doc: "accessProviders:\n- name: p\n  type: magic\n", wantPaths: []string{"accessProviders[0].type"}},
+		{name: "direct with server", doc: "accessProviders:\n- name: p\n  type: direct\n  server: https://x\n", wantPaths: []string{"accessProviders[0]"}},
+		{name: "both CA sources", doc: "accessProviders:\n- name: p\n  server: https://x\n  caFile: /etc/hostname\n  caSecret: {namespace: a, name: b}\n", wantPaths: []string{"accessProviders[0]"}},
+		{name: "unreadable CA file", doc: "accessProviders:\n- name: p\n  server: https://x\n  caFile: /nonexistent/ca.pem\n", wantPaths: []string{"accessProviders[0].caFile"}},
+		{name: "bad CA secret ref", doc: "accessProviders:\n- name: p\n  server: https://x\n  caSecret: {namespace: A_B, name: '', key: 'a/b'}\n",
+			wantPaths: []string{"accessProviders[0].caSecret.namespace", "accessProviders[0].caSecret.name", "accessProviders[0].caSecret.key"}},
+		{name: "credential limits", doc: "credentials:\n  workers: -1\n  coalesce: 1m\n", wantPaths: []string{"credentials.workers", "credentials.coalesce"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc))
+			if len(tc.wantPaths) == 0 {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("no error, want one for %v", tc.wantPaths)
+			}
+			for _, p := range tc.wantPaths {
+				if !strings.Contains(err.Error(), p+":") {
+					t.Errorf("error lacks %q: %v", p, err)
+				}
+			}
+		})
+	}
+}
+
+func TestRenderServer(t *testing.T) {
+	got, err := RenderServer("https://cluster-proxy-addon-user.ns:9092/{{.ClusterName}}", "c1")
+	if err != nil || got != "https://cluster-proxy-addon-user.ns:9092/c1" {
+		t.Fatalf("RenderServer = %q, %v", got, err)
 	}
 }
