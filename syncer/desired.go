@@ -156,7 +156,7 @@ func ProfileLabels(manager string, cluster *clusterv1.ManagedCluster) map[string
 // NewProfile returns the profile hubsync creates for cluster in namespace,
 // with its status already computed so that a create and one status write
 // make a complete profile.
-func NewProfile(manager, namespace string, cluster *clusterv1.ManagedCluster) *cpv1alpha1.ClusterProfile {
+func NewProfile(manager, namespace string, cluster *clusterv1.ManagedCluster, providers []Provider) *cpv1alpha1.ClusterProfile {
 	p := &cpv1alpha1.ClusterProfile{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      cluster.Name,
@@ -168,7 +168,7 @@ func NewProfile(manager, namespace string, cluster *clusterv1.ManagedCluster) *c
 			ClusterManager: cpv1alpha1.ClusterManager{Name: manager},
 		},
 	}
-	p.Status = DesiredStatus(p.Status, cluster)
+	p.Status = DesiredStatus(p.Status, cluster, providers)
 	return p
 }
 
@@ -198,10 +198,11 @@ func ReconcileMeta(p *cpv1alpha1.ClusterProfile, manager string, cluster *cluste
 
 // DesiredStatus returns the status a profile must have for cluster, starting
 // from its current status so that entries written by others (conditions of
-// other types, other access providers) are kept, and lastTransitionTime only
-// moves when a condition's status changes.
-func DesiredStatus(cur cpv1alpha1.ClusterProfileStatus, cluster *clusterv1.ManagedCluster) cpv1alpha1.ClusterProfileStatus {
+// other types, access providers of other names) are kept, and
+// lastTransitionTime only moves when a condition's status changes.
+func DesiredStatus(cur cpv1alpha1.ClusterProfileStatus, cluster *clusterv1.ManagedCluster, providers []Provider) cpv1alpha1.ClusterProfileStatus {
 	st := *cur.DeepCopy()
+	st.AccessProviders = mergeAccessProviders(st.AccessProviders, providers, cluster)
 	st.Version.Kubernetes = cluster.Status.Version.Kubernetes
 	st.Properties = Properties(cluster.Status.ClusterClaims)
 	mirror := func(from, to string) {

@@ -670,7 +670,7 @@ func TestNewProfile(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.cluster.DeepCopy()
-			p := NewProfile(testManager, "consumer-ns", tc.cluster)
+			p := NewProfile(testManager, "consumer-ns", tc.cluster, nil)
 			if p.Name != tc.cluster.Name || p.Namespace != "consumer-ns" {
 				t.Errorf("profile key = %s/%s, want consumer-ns/%s", p.Namespace, p.Name, tc.cluster.Name)
 			}
@@ -689,7 +689,7 @@ func TestNewProfile(t *testing.T) {
 			if p.Spec != wantSpec {
 				t.Errorf("spec = %+v, want %+v", p.Spec, wantSpec)
 			}
-			wantStatus := DesiredStatus(cpv1alpha1.ClusterProfileStatus{}, tc.cluster)
+			wantStatus := DesiredStatus(cpv1alpha1.ClusterProfileStatus{}, tc.cluster, nil)
 			if !equality.Semantic.DeepEqual(p.Status, wantStatus) {
 				t.Errorf("status differs from DesiredStatus:\n%s", diff.Diff(wantStatus, p.Status))
 			}
@@ -705,7 +705,7 @@ func TestNewProfile(t *testing.T) {
 
 func TestReconcileMeta(t *testing.T) {
 	cluster := testCluster("c1", map[string]string{LabelClusterSet: "prod"})
-	good := func() *cpv1alpha1.ClusterProfile { return NewProfile(testManager, "ns1", cluster) }
+	good := func() *cpv1alpha1.ClusterProfile { return NewProfile(testManager, "ns1", cluster, nil) }
 	tests := []struct {
 		name        string
 		cluster     *clusterv1.ManagedCluster // defaults to cluster
@@ -765,7 +765,7 @@ func TestReconcileMeta(t *testing.T) {
 		{
 			name:       "cluster without a set: fresh profile unchanged",
 			cluster:    testCluster("c1", nil),
-			profile:    NewProfile(testManager, "ns1", testCluster("c1", nil)),
+			profile:    NewProfile(testManager, "ns1", testCluster("c1", nil), nil),
 			wantLabels: map[string]string{LabelClusterManager: testManager, LabelClusterName: "c1", LabelProfileSet: ""},
 		},
 		{
@@ -1015,7 +1015,7 @@ func TestDesiredStatus(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.cur.DeepCopy()
-			got := DesiredStatus(tc.cur, tc.cluster)
+			got := DesiredStatus(tc.cur, tc.cluster, nil)
 			if got.Conditions == nil {
 				t.Error("Conditions is nil; the CRD requires the field")
 			}
@@ -1028,7 +1028,7 @@ func TestDesiredStatus(t *testing.T) {
 				t.Errorf("DesiredStatus modified its input:\n%s", diff.Diff(*before, tc.cur))
 			}
 			// Applying the result again is a fixed point.
-			if again := DesiredStatus(got, tc.cluster); !equality.Semantic.DeepEqual(again, got) {
+			if again := DesiredStatus(got, tc.cluster, nil); !equality.Semantic.DeepEqual(again, got) {
 				t.Errorf("DesiredStatus is not idempotent:\n%s", diff.Diff(got, again))
 			}
 		})

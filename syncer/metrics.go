@@ -15,6 +15,7 @@ type metrics struct {
 	conflictsTotal   prometheus.Counter
 	invalidSets      prometheus.Gauge
 	skippedClaims    prometheus.Counter
+	caRotations      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -53,7 +54,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Cluster claims left out of profile properties because the ClusterProfile schema would reject them.",
 		}),
 	}
-	reg.MustRegister(m.reconciles, m.reconcileSeconds, m.writes, m.writeErrors,
+	m.caRotations = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hubsync_access_provider_ca_changes_total",
+		Help: "Changes of an access provider's CA bundle seen in its Secret or file.",
+	})
+	reg.MustRegister(m.caRotations, m.reconciles, m.reconcileSeconds, m.writes, m.writeErrors,
 		m.conflicts, m.conflictsTotal, m.invalidSets, m.skippedClaims)
 	return m
 }

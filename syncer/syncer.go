@@ -35,6 +35,8 @@ import (
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	cpclient "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
 	cpinformers "sigs.k8s.io/cluster-inventory-api/client/informers/externalversions"
+
+	"github.com/hubsync/hubsync/config"
 )
 
 // Indexer names.
@@ -64,6 +66,8 @@ type Options struct {
 	RetryBase, RetryMax time.Duration
 	// RequestTimeout bounds each write to the hub.
 	RequestTimeout time.Duration
+	// AccessProviders are written into every profile's status.
+	AccessProviders []config.AccessProvider
 }
 
 // Syncer projects ClusterProfiles into consumer namespaces.
@@ -87,6 +91,8 @@ type Syncer struct {
 	profileIdx cache.Indexer
 	namespaces corelisters.NamespaceLister
 	synced     []cache.InformerSynced
+
+	providers *providerSet
 
 	queue    workqueue.TypedRateLimitingInterface[string]
 	ready    atomic.Bool
@@ -137,6 +143,12 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 		Name: "hubsync_profiles_managed",
 		Help: "ClusterProfiles carrying hubsync's cluster-manager label, as seen by its cache.",
 	}, s.countOwned))
+
+	providers, err := s.newProviderSet(opts.AccessProviders)
+	if err != nil {
+		return nil, err
+	}
+	s.providers = providers
 
 	strip := cache.TransformFunc(stripManagedFields)
 	s.kubeInformers = kubeinformers.NewSharedInformerFactoryWithOptions(clients.Kube, opts.ResyncPeriod, kubeinformers.WithTransform(strip))
@@ -250,17 +262,20 @@ func (s *Syncer) Run(ctx context.Context) error {
 	s.kubeInformers.Start(ctx.Done())
 	s.clusterInformers.Start(ctx.Done())
 	s.cpInformers.Start(ctx.Done())
+	caSynced := s.providers.start(ctx, s)
+	defer s.providers.shutdown()
 	defer s.kubeInformers.Shutdown()
 	defer s.clusterInformers.Shutdown()
 	defer s.cpInformers.Shutdown()
 
 	start := time.Now()
-	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
+	if !cache.WaitForCacheSync(ctx.Done(), append(caSynced, s.synced...)...) {
 		return fmt.Errorf("syncer: informer caches did not sync: %w", ctx.Err())
 	}
 	s.log.Info("caches synced", "after", time.Since(start).Round(time.Millisecond))
 
 	var wg sync.WaitGroup
+	wg.Go(func() { s.providers.pollFiles(ctx, s, 5*time.Second) })
 	for range s.opts.Workers {
 		wg.Go(func() {
 			wait.UntilWithContext(ctx, s.worker, time.Second)

@@ -116,7 +116,7 @@ func (s *Syncer) namespaceActive(name string) bool {
 }
 
 func (s *Syncer) create(ctx context.Context, ns string, cluster *clusterv1.ManagedCluster) error {
-	want := NewProfile(s.opts.ClusterManager, ns, cluster)
+	want := NewProfile(s.opts.ClusterManager, ns, cluster, s.providers.snapshot())
 	status := want.Status
 	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
 	defer cancel()
@@ -162,7 +162,7 @@ func (s *Syncer) update(ctx context.Context, cur *cpv1alpha1.ClusterProfile, clu
 		s.writes.wrote(updated)
 		p = updated
 	}
-	status := DesiredStatus(p.Status, cluster)
+	status := DesiredStatus(p.Status, cluster, s.providers.snapshot())
 	if equality.Semantic.DeepEqual(status, p.Status) {
 		return nil
 	}

@@ -107,12 +107,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	recorder := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "hubsync"})
 
 	s, err := syncer.New(syncer.Clients{Kube: kube, Cluster: clusters, Profiles: profiles}, syncer.Options{
-		ClusterManager: cfg.ClusterManager,
-		Workers:        cfg.Workers.Topology,
-		ResyncPeriod:   cfg.ResyncPeriod.Duration,
-		RetryBase:      cfg.Retry.BaseDelay.Duration,
-		RetryMax:       cfg.Retry.MaxDelay.Duration,
-		RequestTimeout: cfg.Hub.Timeout.Duration,
+		ClusterManager:  cfg.ClusterManager,
+		Workers:         cfg.Workers.Topology,
+		ResyncPeriod:    cfg.ResyncPeriod.Duration,
+		RetryBase:       cfg.Retry.BaseDelay.Duration,
+		RetryMax:        cfg.Retry.MaxDelay.Duration,
+		RequestTimeout:  cfg.Hub.Timeout.Duration,
+		AccessProviders: cfg.AccessProviders,
 	}, log, reg, recorder)
 	if err != nil {
 		return err

@@ -49,6 +49,12 @@ type harnessOption func(*harnessOptions)
 
 type harnessOptions struct {
 	syncerConfig *rest.Config
+	tune         []func(*syncer.Options)
+}
+
+// withOptions adjusts the syncer's options before it starts.
+func withOptions(f func(*syncer.Options)) harnessOption {
+	return func(o *harnessOptions) { o.tune = append(o.tune, f) }
 }
 
 // withSyncerConfig makes the syncer and its event recorder talk to the API
@@ -91,15 +97,18 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		t.Fatal(err)
 	}
 	recorder := broadcaster.NewRecorder(sch, corev1.EventSource{Component: "hubsync"})
-	s, err := syncer.New(clients,
-		syncer.Options{
-			ClusterManager: manager,
-			Workers:        4,
-			// Far beyond any test: every reaction must come from an event.
-			ResyncPeriod: time.Hour,
-			RetryBase:    50 * time.Millisecond,
-			RetryMax:     2 * time.Second,
-		}, log, h.reg, recorder)
+	sopts := syncer.Options{
+		ClusterManager: manager,
+		Workers:        4,
+		// Far beyond any test: every reaction must come from an event.
+		ResyncPeriod: time.Hour,
+		RetryBase:    50 * time.Millisecond,
+		RetryMax:     2 * time.Second,
+	}
+	for _, f := range o.tune {
+		f(&sopts)
+	}
+	s, err := syncer.New(clients, sopts, log, h.reg, recorder)
 	if err != nil {
 		t.Fatal(err)
 	}

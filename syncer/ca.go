@@ -1,0 +1,186 @@
+package syncer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/hubsync/hubsync/config"
+)
+
+// providerSet holds the configured access providers and their current CA
+// bundles. CA sources are watched (one Secret each, by name) or polled
+// (files); a change re-queues every cluster so that every profile carries
+// the new CA within moments.
+type providerSet struct {
+	mu        sync.RWMutex
+	providers []Provider
+	sources   []caSource
+}
+
+type caSource struct {
+	provider  int // index into providers
+	secret    *config.SecretKeyRef
+	file      string
+	factory   kubeinformers.SharedInformerFactory
+	informer  cache.SharedIndexInformer
+	hasSynced cache.InformerSynced
+}
+
+func (s *Syncer) newProviderSet(cfgs []config.AccessProvider) (*providerSet, error) {
+	ps := &providerSet{}
+	for i, c := range cfgs {
+		p := Provider{Name: c.Name, Direct: c.Type == config.ProviderDirect, ClusterNameExtension: c.WantsClusterNameExtension()}
+		if !p.Direct {
+			t, err := ParseServerTemplate(c.Server)
+			if err != nil {
+				return nil, fmt.Errorf("access provider %q: %w", c.Name, err)
+			}
+			p.Server = t
+		}
+		ps.providers = append(ps.providers, p)
+		switch {
+		case c.CASecret != nil:
+			ref := *c.CASecret
+			f := kubeinformers.NewSharedInformerFactoryWithOptions(s.clients.Kube, s.opts.ResyncPeriod,
+				kubeinformers.WithNamespace(ref.Namespace),
+				kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
+					o.FieldSelector = fields.OneTermEqualSelector("metadata.name", ref.Name).String()
+				}))
+			inf := f.Core().V1().Secrets().Informer()
+			idx := i
+			reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { s.onCASecret(idx, ref, obj, false) },
+				UpdateFunc: func(_, obj any) { s.onCASecret(idx, ref, obj, false) },
+				DeleteFunc: func(obj any) { s.onCASecret(idx, ref, obj, true) },
+			})
+			if err != nil {
+				return nil, fmt.Errorf("watch CA secret of provider %q: %w", c.Name, err)
+			}
+			ps.sources = append(ps.sources, caSource{provider: i, secret: &ref, factory: f, informer: inf, hasSynced: reg.HasSynced})
+		case c.CAFile != "":
+			ps.sources = append(ps.sources, caSource{provider: i, file: c.CAFile})
+		}
+	}
+	return ps, nil
+}
+
+// snapshot returns the providers with their current CAs.
+func (ps *providerSet) snapshot() []Provider {
+	ps.mu.RLock()
+	defer ps.mu.RUnlock()
+	return append([]Provider(nil), ps.providers...)
+}
+
+// setCA stores a provider's CA and reports whether it changed.
+func (ps *providerSet) setCA(i int, ca []byte) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if bytes.Equal(ps.providers[i].CA, ca) {
+		return false
+	}
+	ps.providers[i].CA = append([]byte(nil), ca...)
+	return true
+}
+
+func (ps *providerSet) name(i int) string {
+	ps.mu.RLock()
+	defer ps.mu.RUnlock()
+	return ps.providers[i].Name
+}
+
+// start starts the CA Secret informers and reads the CA files once; run
+// polls the files until ctx ends.
+func (ps *providerSet) start(ctx context.Context, s *Syncer) []cache.InformerSynced {
+	var synced []cache.InformerSynced
+	for _, src := range ps.sources {
+		if src.factory != nil {
+			src.factory.Start(ctx.Done())
+			synced = append(synced, src.hasSynced)
+		} else {
+			s.readCAFile(src.provider, src.file)
+		}
+	}
+	return synced
+}
+
+func (ps *providerSet) shutdown() {
+	for _, src := range ps.sources {
+		if src.factory != nil {
+			src.factory.Shutdown()
+		}
+	}
+}
+
+func (ps *providerSet) pollFiles(ctx context.Context, s *Syncer, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, src := range ps.sources {
+				if src.file != "" {
+					s.readCAFile(src.provider, src.file)
+				}
+			}
+		}
+	}
+}
+
+func (s *Syncer) readCAFile(i int, path string) {
+	ca, err := os.ReadFile(path)
+	if err != nil || len(ca) == 0 {
+		s.log.Warn("cannot read access provider CA file; keeping the last CA", "provider", s.providers.name(i), "file", path, "err", err)
+		return
+	}
+	if s.providers.setCA(i, ca) {
+		s.log.Info("access provider CA changed", "provider", s.providers.name(i), "file", path)
+		s.enqueueAllClusters()
+	}
+}
+
+func (s *Syncer) onCASecret(i int, ref config.SecretKeyRef, obj any, deleted bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	name := s.providers.name(i)
+	if deleted {
+		s.log.Warn("access provider CA Secret deleted; profiles keep the last CA until it is back",
+			"provider", name, "secret", ref.Namespace+"/"+ref.Name)
+		return
+	}
+	sec, ok := obj.(*corev1.Secret)
+	if !ok {
+		return
+	}
+	ca := sec.Data[ref.Key]
+	if len(ca) == 0 {
+		s.log.Warn("access provider CA Secret has no such key; keeping the last CA",
+			"provider", name, "secret", ref.Namespace+"/"+ref.Name, "key", ref.Key)
+		return
+	}
+	if s.providers.setCA(i, ca) {
+		s.log.Info("access provider CA changed; updating every profile", "provider", name, "secret", ref.Namespace+"/"+ref.Name)
+		s.metrics.caRotations.Inc()
+		s.enqueueAllClusters()
+	}
+}
+
+// enqueueAllClusters re-checks every cluster, for a change that touches
+// every profile (a CA rotation).
+func (s *Syncer) enqueueAllClusters() {
+	for _, key := range s.clusterIdx.ListKeys() {
+		s.queue.Add(key)
+	}
+}
