@@ -24,6 +24,7 @@ const usage = `hubsync keeps an Open Cluster Management hub's ClusterProfiles in
 Usage:
   hubsync run [--config FILE] [--kubeconfig FILE]   run the daemon
   hubsync check-config FILE                         validate a configuration file
+  hubsync creds --managed-serviceaccount=NAME   exec credential plugin (cp-creds compatible)
   hubsync version                                   print the version
 
 Run "hubsync COMMAND -h" for a command's flags.
@@ -47,6 +48,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runCommand(ctx, args[1:], stderr)
 	case "check-config":
 		err = checkConfigCommand(args[1:], stdout, stderr)
+	case "creds":
+		err = credsCommand(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "hubsync", buildVersion())
 	case "help", "-h", "--help":

@@ -153,4 +153,3 @@ func (h *harness) expectProviders(namespaces, clusters []string, proxyNS, proxyC
 		return nil
 	})
 }
-
