@@ -1253,7 +1253,7 @@ func TestWriteTracker(t *testing.T) {
 				case s.sleep > 0:
 					time.Sleep(s.sleep)
 				default:
-					if got := w.pending(s.key, s.cached); got != s.want {
+					if got := pendingFor(w, s.key, s.cached); got != s.want {
 						t.Errorf("step %d: pending(%q, %v) = %v, want %v", i, s.key, s.cached != nil, got, s.want)
 					}
 				}

@@ -68,6 +68,8 @@ type Options struct {
 	RequestTimeout time.Duration
 	// AccessProviders are written into every profile's status.
 	AccessProviders []config.AccessProvider
+	// Credentials, when set, turns on credential copies.
+	Credentials *CredentialOptions
 }
 
 // Syncer projects ClusterProfiles into consumer namespaces.
@@ -93,6 +95,7 @@ type Syncer struct {
 	synced     []cache.InformerSynced
 
 	providers *providerSet
+	creds     *credentials
 
 	queue    workqueue.TypedRateLimitingInterface[string]
 	ready    atomic.Bool
@@ -232,6 +235,12 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 		}
 		s.synced = append(s.synced, reg.HasSynced)
 	}
+	if opts.Credentials != nil {
+		if s.creds, err = newCredentials(s, opts.Credentials, reg); err != nil {
+			return nil, err
+		}
+		s.synced = append(s.synced, s.creds.synced...)
+	}
 	return s, nil
 }
 
@@ -264,6 +273,10 @@ func (s *Syncer) Run(ctx context.Context) error {
 	s.cpInformers.Start(ctx.Done())
 	caSynced := s.providers.start(ctx, s)
 	defer s.providers.shutdown()
+	if s.creds != nil {
+		s.creds.start(ctx)
+		defer s.creds.shutdown()
+	}
 	defer s.kubeInformers.Shutdown()
 	defer s.clusterInformers.Shutdown()
 	defer s.cpInformers.Shutdown()
@@ -281,10 +294,20 @@ func (s *Syncer) Run(ctx context.Context) error {
 			wait.UntilWithContext(ctx, s.worker, time.Second)
 		})
 	}
+	if s.creds != nil {
+		for range s.creds.workers {
+			wg.Go(func() {
+				wait.UntilWithContext(ctx, s.creds.worker, time.Second)
+			})
+		}
+	}
 	s.ready.Store(true)
 	<-ctx.Done()
 	s.ready.Store(false)
 	s.queue.ShutDown()
+	if s.creds != nil {
+		s.creds.queue.ShutDown()
+	}
 	wg.Wait()
 	return nil
 }
@@ -294,7 +317,9 @@ func (s *Syncer) Ready() bool { return s.ready.Load() }
 
 // Idle reports whether no cluster is queued or being reconciled. Tests and
 // benchmarks use it to tell when the syncer has converged.
-func (s *Syncer) Idle() bool { return s.ready.Load() && s.queue.Len() == 0 && s.inflight.Load() == 0 }
+func (s *Syncer) Idle() bool {
+	return s.ready.Load() && s.queue.Len() == 0 && s.inflight.Load() == 0 && (s.creds == nil || s.creds.idle())
+}
 
 func (s *Syncer) worker(ctx context.Context) {
 	for {

@@ -84,7 +84,7 @@ func (s *Syncer) reconcile(ctx context.Context, name string) error {
 		}
 	}
 	for _, p := range plan.Update {
-		if s.writes.pending(p.Namespace+"/"+p.Name, p) {
+		if pendingFor(s.writes, p.Namespace+"/"+p.Name, p) {
 			continue
 		}
 		if err := s.update(ctx, p, cluster); err != nil {
@@ -92,7 +92,7 @@ func (s *Syncer) reconcile(ctx context.Context, name string) error {
 		}
 	}
 	for _, p := range plan.Delete {
-		if s.writes.pending(p.Namespace+"/"+p.Name, p) {
+		if pendingFor(s.writes, p.Namespace+"/"+p.Name, p) {
 			continue
 		}
 		if err := s.delete(ctx, p); err != nil {

@@ -1,12 +1,13 @@
 package syncer
 
 import (
+	"reflect"
 	"strconv"
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 )
 
 // writeTracker remembers hubsync's own recent writes until the informer
@@ -36,27 +37,35 @@ func newWriteTracker(ttl time.Duration) *writeTracker {
 }
 
 // wrote records a create or update that returned obj.
-func (w *writeTracker) wrote(obj *cpv1alpha1.ClusterProfile) {
-	rv, err := strconv.ParseUint(obj.ResourceVersion, 10, 64)
+func (w *writeTracker) wrote(obj metav1.Object) {
+	rv, err := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
 	if err != nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.m[obj.Namespace+"/"+obj.Name] = pendingWrite{rv: rv, at: time.Now()}
+	w.m[obj.GetNamespace()+"/"+obj.GetName()] = pendingWrite{rv: rv, at: time.Now()}
 }
 
 // deletedObj records a delete of obj.
-func (w *writeTracker) deletedObj(obj *cpv1alpha1.ClusterProfile) {
+func (w *writeTracker) deletedObj(obj metav1.Object) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.m[obj.Namespace+"/"+obj.Name] = pendingWrite{deleted: obj.UID, at: time.Now()}
+	w.m[obj.GetNamespace()+"/"+obj.GetName()] = pendingWrite{deleted: obj.GetUID(), at: time.Now()}
 }
 
 // pending reports whether the cache (cached, nil when absent) does not yet
 // show hubsync's last write to key. Entries the cache has caught up with, or
-// that have expired, are dropped.
-func (w *writeTracker) pending(key string, cached *cpv1alpha1.ClusterProfile) bool {
+// that have expired, are dropped. A typed nil pointer counts as absent.
+func pendingFor[T metav1.Object](w *writeTracker, key string, cached T) bool {
+	var obj metav1.Object
+	if !reflect.ValueOf(cached).IsNil() {
+		obj = cached
+	}
+	return w.pending(key, obj)
+}
+
+func (w *writeTracker) pending(key string, cached metav1.Object) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p, ok := w.m[key]
@@ -67,11 +76,11 @@ func (w *writeTracker) pending(key string, cached *cpv1alpha1.ClusterProfile) bo
 	switch {
 	case time.Since(p.at) > w.ttl:
 	case p.deleted != "":
-		behind = cached != nil && cached.UID == p.deleted
+		behind = cached != nil && cached.GetUID() == p.deleted
 	case cached == nil:
 		behind = true
 	default:
-		rv, err := strconv.ParseUint(cached.ResourceVersion, 10, 64)
+		rv, err := strconv.ParseUint(cached.GetResourceVersion(), 10, 64)
 		behind = err == nil && rv < p.rv
 	}
 	if !behind {

@@ -89,7 +89,7 @@ func TestMissingAPIs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			kube := fake.NewClientset()
 			kube.Resources = tc.resources
-			got, err := missingAPIs(kube)
+			got, err := missingAPIs(kube, requiredAPIs)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
+	msaclient "open-cluster-management.io/managed-serviceaccount/pkg/generated/clientset/versioned"
 	cpclient "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
 
 	"github.com/hubsync/hubsync/config"
@@ -106,6 +107,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "hubsync"})
 
+	var creds *syncer.CredentialOptions
+	if cfg.CredentialsEnabled() {
+		msas, err := msaclient.NewForConfig(restCfg)
+		if err != nil {
+			return fmt.Errorf("managed service account client: %w", err)
+		}
+		creds = &syncer.CredentialOptions{Client: msas, Workers: cfg.Credentials.Workers, Coalesce: cfg.Credentials.Coalesce.Duration}
+	}
 	s, err := syncer.New(syncer.Clients{Kube: kube, Cluster: clusters, Profiles: profiles}, syncer.Options{
 		ClusterManager:  cfg.ClusterManager,
 		Workers:         cfg.Workers.Topology,
@@ -114,6 +123,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		RetryMax:        cfg.Retry.MaxDelay.Duration,
 		RequestTimeout:  cfg.Hub.Timeout.Duration,
 		AccessProviders: cfg.AccessProviders,
+		Credentials:     creds,
 	}, log, reg, recorder)
 	if err != nil {
 		return err
@@ -156,7 +166,14 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 
 	log.Info("hubsync starting", "version", buildVersion(), "host", restCfg.Host, "clusterManager", cfg.ClusterManager,
 		"workers", cfg.Workers.Topology, "qps", cfg.Hub.QPS, "burst", cfg.Hub.Burst)
-	if err := waitForAPIs(ctx, kube, log); err != nil {
+	required := map[string][]string{}
+	for gv, rs := range requiredAPIs {
+		required[gv] = rs
+	}
+	if cfg.CredentialsEnabled() {
+		required["authentication.open-cluster-management.io/v1beta1"] = []string{"managedserviceaccounts"}
+	}
+	if err := waitForAPIs(ctx, kube, required, log); err != nil {
 		return err
 	}
 	go probeHub(ctx, kube, 2*time.Second, log, reg)
@@ -223,10 +240,10 @@ var requiredAPIs = map[string][]string{
 // waitForAPIs waits until the hub serves every required resource, logging
 // what is missing with growing intervals, so that a hub that is still
 // coming up or lacks a CRD is reported clearly instead of as informer noise.
-func waitForAPIs(ctx context.Context, kube kubernetes.Interface, log *slog.Logger) error {
+func waitForAPIs(ctx context.Context, kube kubernetes.Interface, required map[string][]string, log *slog.Logger) error {
 	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30}
 	for {
-		missing, err := missingAPIs(kube)
+		missing, err := missingAPIs(kube, required)
 		if err == nil && len(missing) == 0 {
 			return nil
 		}
@@ -244,9 +261,9 @@ func waitForAPIs(ctx context.Context, kube kubernetes.Interface, log *slog.Logge
 	}
 }
 
-func missingAPIs(kube kubernetes.Interface) ([]string, error) {
+func missingAPIs(kube kubernetes.Interface, required map[string][]string) ([]string, error) {
 	var missing []string
-	for gv, resources := range requiredAPIs {
+	for gv, resources := range required {
 		list, err := kube.Discovery().ServerResourcesForGroupVersion(gv)
 		served := map[string]bool{}
 		if err == nil {

@@ -153,6 +153,10 @@ func (h *harness) cleanup() {
 	for _, ns := range nss.Items {
 		_ = cc.ClusterV1beta2().ManagedClusterSetBindings(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 		_ = h.hub.Profiles.ApisV1alpha1().ClusterProfiles(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		_ = h.hub.MSA.AuthenticationV1beta1().ManagedServiceAccounts(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		for _, sel := range []string{fleet.LabelIsMSA, "authentication.open-cluster-management.io/synced-from"} {
+			_ = h.hub.Kube.CoreV1().Secrets(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
+		}
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
+	msaclient "open-cluster-management.io/managed-serviceaccount/pkg/generated/clientset/versioned"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	cpclient "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
 )
@@ -29,6 +30,7 @@ type Hub struct {
 	Kube     kubernetes.Interface
 	Cluster  clusterclient.Interface
 	Profiles cpclient.Interface
+	MSA      msaclient.Interface
 }
 
 // NewHub builds clients with a request rate high enough for fleet set-up.
@@ -47,7 +49,11 @@ func NewHub(cfg *rest.Config) (*Hub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("profile client: %w", err)
 	}
-	return &Hub{Kube: kube, Cluster: cc, Profiles: pc}, nil
+	mc, err := msaclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("managed service account client: %w", err)
+	}
+	return &Hub{Kube: kube, Cluster: cc, Profiles: pc, MSA: mc}, nil
 }
 
 // Namespace creates a namespace if it does not exist.

@@ -1,0 +1,541 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/sets"
+	kubeinformers "k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	msav1beta1 "open-cluster-management.io/managed-serviceaccount/apis/authentication/v1beta1"
+	msaclient "open-cluster-management.io/managed-serviceaccount/pkg/generated/clientset/versioned"
+	msainformers "open-cluster-management.io/managed-serviceaccount/pkg/generated/informers/externalversions"
+	msalisters "open-cluster-management.io/managed-serviceaccount/pkg/generated/listers/authentication/v1beta1"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+)
+
+const bySource = "source" // credential copy -> "<cluster>/<msa>"
+
+// credentials copies the token Secret of every ManagedServiceAccount
+// labelled sync-to-clusterprofile into each namespace holding a profile of
+// ours for its cluster, and keeps the copies current through every rotation.
+//
+// It watches only label-scoped Secrets (hub token Secrets and its own
+// copies), never every Secret on the hub. Keys are "<cluster>/<msa>"; a
+// change of a hub token Secret waits a short coalescing window so that a
+// burst of rotations costs one write per copy.
+type credentials struct {
+	s        *Syncer
+	log      *slog.Logger
+	coalesce time.Duration
+	workers  int
+
+	msaInformers  msainformers.SharedInformerFactory
+	hubInformers  kubeinformers.SharedInformerFactory
+	copyInformers kubeinformers.SharedInformerFactory
+	msas          msalisters.ManagedServiceAccountLister
+	msaIdx        cache.Indexer
+	hubSecrets    corelisters.SecretLister
+	copies        corelisters.SecretLister
+	copyIdx       cache.Indexer
+	synced        []cache.InformerSynced
+
+	queue    workqueue.TypedRateLimitingInterface[string]
+	busy     sync.Map // key -> struct{} while being reconciled
+	debounce *debouncer
+	written  *writeTracker
+
+	mu       sync.Mutex
+	problems map[string]CopyProblem // key -> problem last reported
+
+	writes    *prometheus.CounterVec
+	rotations prometheus.Counter
+	problemsG prometheus.Gauge
+}
+
+// CredentialOptions configure credential copies; nil disables them.
+type CredentialOptions struct {
+	Client   msaclient.Interface
+	Workers  int
+	Coalesce time.Duration
+}
+
+func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) (*credentials, error) {
+	c := &credentials{
+		s: s, log: s.log.With("controller", "credentials"),
+		coalesce: o.Coalesce, workers: max(o.Workers, 1),
+		problems: map[string]CopyProblem{},
+	}
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](s.opts.RetryBase, s.opts.RetryMax),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "credentials"},
+	)
+	c.written = newWriteTracker(30 * time.Second)
+	c.debounce = newDebouncer(o.Coalesce, 10*o.Coalesce, c.queue.Add)
+	c.writes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hubsync_credential_writes_total",
+		Help: "Credential copy writes sent to the hub by operation (create, update, delete).",
+	}, []string{"op"})
+	c.rotations = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hubsync_credential_rotations_total",
+		Help: "Token rotations propagated to every copy of a ManagedServiceAccount.",
+	})
+	c.problemsG = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "hubsync_credential_problems",
+		Help: "(cluster, ManagedServiceAccount) pairs whose copies cannot be written: no token, invalid copy name or a name conflict.",
+	})
+	reg.MustRegister(c.writes, c.rotations, c.problemsG, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "hubsync_queue_depth",
+		Help:        "Keys waiting in a work queue.",
+		ConstLabels: prometheus.Labels{"queue": "credentials"},
+	}, func() float64 { return float64(c.queue.Len()) }))
+
+	strip := cache.TransformFunc(stripManagedFields)
+	c.msaInformers = msainformers.NewSharedInformerFactoryWithOptions(o.Client, s.opts.ResyncPeriod,
+		msainformers.WithTransform(strip),
+		msainformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.LabelSelector = labels.SelectorFromSet(labels.Set{LabelSyncToClusterProfile: "true"}).String()
+		}))
+	c.hubInformers = kubeinformers.NewSharedInformerFactoryWithOptions(s.clients.Kube, s.opts.ResyncPeriod,
+		kubeinformers.WithTransform(strip),
+		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.LabelSelector = labels.SelectorFromSet(labels.Set{LabelIsManagedServiceAccount: "true"}).String()
+		}))
+	exists, err := labels.NewRequirement(LabelSyncedFrom, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	c.copyInformers = kubeinformers.NewSharedInformerFactoryWithOptions(s.clients.Kube, s.opts.ResyncPeriod,
+		kubeinformers.WithTransform(strip),
+		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.LabelSelector = labels.NewSelector().Add(*exists).String()
+		}))
+
+	msaInf := c.msaInformers.Authentication().V1beta1().ManagedServiceAccounts()
+	hubInf := c.hubInformers.Core().V1().Secrets()
+	copyInf := c.copyInformers.Core().V1().Secrets()
+	if err := copyInf.Informer().AddIndexers(cache.Indexers{bySource: indexFunc(func(s *corev1.Secret) []string {
+		if v := s.Annotations[AnnotationSource]; v != "" {
+			return []string{v}
+		}
+		return nil
+	})}); err != nil {
+		return nil, fmt.Errorf("add copy indexer: %w", err)
+	}
+	c.msas = msaInf.Lister()
+	c.msaIdx = msaInf.Informer().GetIndexer()
+	c.hubSecrets = hubInf.Lister()
+	c.copies = copyInf.Lister()
+	c.copyIdx = copyInf.Informer().GetIndexer()
+
+	byKey := func(delay time.Duration) cache.ResourceEventHandlerFuncs {
+		add := func(obj any) {
+			if key, ok := namespacedKey(obj); ok {
+				if delay > 0 {
+					c.debounce.touch(key)
+				} else {
+					c.queue.Add(key)
+				}
+			}
+		}
+		return cache.ResourceEventHandlerFuncs{AddFunc: add, UpdateFunc: func(_, obj any) { add(obj) }, DeleteFunc: add}
+	}
+	bySourceAnnotation := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if sec, ok := obj.(*corev1.Secret); ok && sec.Annotations[AnnotationSource] != "" {
+			c.queue.Add(sec.Annotations[AnnotationSource])
+		}
+	}
+	for _, h := range []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{
+		{msaInf.Informer(), byKey(0)},
+		// The MSA Secret lives in the cluster's namespace under the MSA's
+		// name, so its namespace/name is the pair's key.
+		{hubInf.Informer(), byKey(c.coalesce)},
+		{copyInf.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    bySourceAnnotation,
+			UpdateFunc: func(_, obj any) { bySourceAnnotation(obj) },
+			DeleteFunc: bySourceAnnotation,
+		}},
+		{s.cpInformers.Apis().V1alpha1().ClusterProfiles().Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.onProfile,
+			UpdateFunc: func(old, obj any) { c.onProfileUpdate(old, obj) },
+			DeleteFunc: c.onProfile,
+		}},
+	} {
+		r, err := h.inf.AddEventHandler(h.h)
+		if err != nil {
+			return nil, fmt.Errorf("add credential event handler: %w", err)
+		}
+		c.synced = append(c.synced, r.HasSynced)
+	}
+	return c, nil
+}
+
+func namespacedKey(obj any) (string, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	a, err := meta.Accessor(obj)
+	if err != nil || a.GetNamespace() == "" {
+		return "", false
+	}
+	return SourceKey(a.GetNamespace(), a.GetName()), true
+}
+
+// onProfile re-checks every synced MSA of the profile's cluster.
+func (c *credentials) onProfile(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*cpv1alpha1.ClusterProfile)
+	if !ok {
+		return
+	}
+	objs, _ := c.msaIdx.ByIndex(cache.NamespaceIndex, p.Name)
+	for _, o := range objs {
+		if msa, ok := o.(*msav1beta1.ManagedServiceAccount); ok {
+			c.queue.Add(SourceKey(msa.Namespace, msa.Name))
+		}
+	}
+}
+
+// onProfileUpdate only reacts to what matters to copies (ownership, UID,
+// deletion), not to every status write.
+func (c *credentials) onProfileUpdate(oldObj, obj any) {
+	o, ok1 := oldObj.(*cpv1alpha1.ClusterProfile)
+	n, ok2 := obj.(*cpv1alpha1.ClusterProfile)
+	if ok1 && ok2 && o.UID == n.UID && o.Labels[LabelClusterManager] == n.Labels[LabelClusterManager] &&
+		(o.DeletionTimestamp == nil) == (n.DeletionTimestamp == nil) && o.ResourceVersion != n.ResourceVersion {
+		return
+	}
+	c.onProfile(obj)
+}
+
+func (c *credentials) start(ctx context.Context) {
+	c.msaInformers.Start(ctx.Done())
+	c.hubInformers.Start(ctx.Done())
+	c.copyInformers.Start(ctx.Done())
+}
+
+func (c *credentials) shutdown() {
+	c.debounce.stop()
+	c.queue.ShutDown()
+	c.msaInformers.Shutdown()
+	c.hubInformers.Shutdown()
+	c.copyInformers.Shutdown()
+}
+
+func (c *credentials) idle() bool {
+	n := 0
+	c.busy.Range(func(any, any) bool { n++; return false })
+	return c.queue.Len() == 0 && n == 0 && c.debounce.pending() == 0
+}
+
+func (c *credentials) worker(ctx context.Context) {
+	for {
+		key, shutdown := c.queue.Get()
+		if shutdown {
+			return
+		}
+		c.busy.Store(key, struct{}{})
+		err := c.reconcile(ctx, key)
+		c.busy.Delete(key)
+		switch {
+		case err == nil:
+			c.queue.Forget(key)
+		case ctx.Err() == nil:
+			c.log.Warn("credential sync failed, will retry", "pair", key, "retries", c.queue.NumRequeues(key), "err", err)
+			c.queue.AddRateLimited(key)
+		}
+		c.queue.Done(key)
+	}
+}
+
+// reconcile converges the copies of one (cluster, MSA) pair.
+func (c *credentials) reconcile(ctx context.Context, key string) error {
+	cluster, msaName, ok := strings.Cut(key, "/")
+	if !ok {
+		return nil
+	}
+	msa, err := c.msas.ManagedServiceAccounts(cluster).Get(msaName)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if msa != nil && (msa.DeletionTimestamp != nil || msa.Labels[LabelSyncToClusterProfile] != "true") {
+		msa = nil
+	}
+	hub, err := c.hubSecrets.Secrets(cluster).Get(msaName)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+
+	existing := map[string]*corev1.Secret{}
+	objs, _ := c.copyIdx.ByIndex(bySource, key)
+	for _, o := range objs {
+		if sec, ok := o.(*corev1.Secret); ok {
+			existing[sec.Namespace] = sec
+		}
+	}
+
+	// Without a synced MSA or its token Secret there must be no copies:
+	// a removed label, a deleted MSA or a deleted token all end access.
+	if msa == nil || hub == nil {
+		c.setProblem(key, nil, ProblemNone)
+		return c.deleteCopies(ctx, existing, nil)
+	}
+	if p := CheckSource(cluster, msaName, hub); p != ProblemNone {
+		// A malformed token Secret (mid-rotation, hand-edited) leaves the
+		// copies as they are rather than cutting consumers off.
+		c.setProblem(key, msa, p)
+		return nil
+	}
+
+	want := map[string]*cpv1alpha1.ClusterProfile{}
+	profiles, _ := c.s.profileIdx.ByIndex(byName, cluster)
+	for _, o := range profiles {
+		p, ok := o.(*cpv1alpha1.ClusterProfile)
+		if ok && IsOwned(p, c.s.opts.ClusterManager) && p.DeletionTimestamp == nil && c.s.namespaceActive(p.Namespace) {
+			want[p.Namespace] = p
+		}
+	}
+
+	var errs []error
+	conflict := false
+	rotated := sets.New[string]()
+	name := CopyName(cluster, msaName)
+	for _, ns := range sets.List(sets.KeySet(want)) {
+		desired := DesiredCopy(cluster, msaName, msa, hub, want[ns])
+		cur, err := c.copies.Secrets(ns).Get(name)
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+			continue
+		}
+		if pendingFor(c.written, ns+"/"+name, cur) {
+			// Our last write is not in the cache yet; its event re-queues.
+			continue
+		}
+		if cur != nil && cur.Annotations[AnnotationSource] != key {
+			conflict = true
+			continue
+		}
+		if cur == nil {
+			switch err := c.create(ctx, desired); {
+			case errors.Is(err, errForeignSecret):
+				conflict = true
+			case err != nil:
+				errs = append(errs, err)
+			}
+			continue
+		}
+		updated, changed := ReconcileCopy(cur, desired)
+		if !changed {
+			continue
+		}
+		if cur.Annotations[AnnotationTokenFingerprint] != desired.Annotations[AnnotationTokenFingerprint] {
+			rotated.Insert(ns)
+		}
+		if err := c.write(ctx, "update", func(ctx context.Context) error {
+			out, err := c.s.clients.Kube.CoreV1().Secrets(ns).Update(ctx, updated, metav1.UpdateOptions{})
+			if err == nil {
+				c.written.wrote(out)
+			}
+			return err
+		}); err != nil {
+			errs = append(errs, fmt.Errorf("update credential copy %s/%s: %w", ns, name, err))
+			rotated.Delete(ns)
+		}
+	}
+	if conflict {
+		c.setProblem(key, msa, ProblemNameConflict)
+	} else {
+		c.setProblem(key, msa, ProblemNone)
+	}
+	if err := c.deleteCopies(ctx, existing, want); err != nil {
+		errs = append(errs, err)
+	}
+	if rotated.Len() > 0 {
+		c.reportRotation(msa, hub, rotated)
+	}
+	return errors.Join(errs...)
+}
+
+var errForeignSecret = errors.New("a Secret that hubsync does not own has the copy's name")
+
+func (c *credentials) create(ctx context.Context, want *corev1.Secret) error {
+	err := c.write(ctx, "create", func(ctx context.Context) error {
+		out, err := c.s.clients.Kube.CoreV1().Secrets(want.Namespace).Create(ctx, want, metav1.CreateOptions{})
+		if err == nil {
+			c.written.wrote(out)
+		}
+		return err
+	})
+	switch {
+	case err == nil, isNamespaceGone(err):
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		// Not in our cache: either not yet seen, or not ours at all (no
+		// synced-from label). Look before deciding.
+		cur, gerr := c.s.clients.Kube.CoreV1().Secrets(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
+		if gerr == nil && cur.Annotations[AnnotationSource] != want.Annotations[AnnotationSource] {
+			return errForeignSecret
+		}
+		return fmt.Errorf("create credential copy %s/%s: %w", want.Namespace, want.Name, err)
+	default:
+		return fmt.Errorf("create credential copy %s/%s: %w", want.Namespace, want.Name, err)
+	}
+}
+
+// deleteCopies removes the copies in namespaces not in keep.
+func (c *credentials) deleteCopies(ctx context.Context, existing map[string]*corev1.Secret, keep map[string]*cpv1alpha1.ClusterProfile) error {
+	var errs []error
+	for ns, sec := range existing {
+		if _, ok := keep[ns]; ok || pendingFor(c.written, ns+"/"+sec.Name, sec) {
+			continue
+		}
+		uid := sec.UID
+		err := c.write(ctx, "delete", func(ctx context.Context) error {
+			return c.s.clients.Kube.CoreV1().Secrets(ns).Delete(ctx, sec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, fmt.Errorf("delete credential copy %s/%s: %w", ns, sec.Name, err))
+			continue
+		}
+		c.written.deletedObj(sec)
+		c.log.Info("credential copy removed", "namespace", ns, "secret", sec.Name, "source", sec.Annotations[AnnotationSource])
+	}
+	return errors.Join(errs...)
+}
+
+func (c *credentials) write(ctx context.Context, op string, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, c.s.opts.RequestTimeout)
+	defer cancel()
+	err := f(ctx)
+	c.writes.WithLabelValues(op).Inc()
+	if err != nil {
+		c.s.metrics.writeErrors.WithLabelValues("credential-" + op).Inc()
+	}
+	return err
+}
+
+// reportRotation logs and records one event per rotation of a pair, naming
+// the new token's fingerprint and expiry, never the token.
+func (c *credentials) reportRotation(msa *msav1beta1.ManagedServiceAccount, hub *corev1.Secret, namespaces sets.Set[string]) {
+	c.rotations.Inc()
+	fp := TokenFingerprint(hub.Data[TokenKey])
+	expiry := "unknown"
+	if exp, ok := TokenExpiry(msa, hub.Data[TokenKey]); ok {
+		expiry = exp.Format(time.RFC3339)
+	}
+	c.log.Info("credential rotated", "cluster", msa.Namespace, "managedServiceAccount", msa.Name,
+		"fingerprint", fp, "expires", expiry, "copies", namespaces.Len(), "namespaces", strings.Join(sets.List(namespaces), ","))
+	c.s.recorder.Eventf(msa, corev1.EventTypeNormal, "CredentialRotated",
+		"token %s (expires %s) copied to %d namespace(s): %s", fp, expiry, namespaces.Len(), strings.Join(sets.List(namespaces), ", "))
+}
+
+// setProblem records a pair's problem, reporting it (log, Event on the
+// MSA) only when it changes, and keeps the gauge current.
+func (c *credentials) setProblem(key string, msa *msav1beta1.ManagedServiceAccount, p CopyProblem) {
+	c.mu.Lock()
+	prev := c.problems[key]
+	if p == ProblemNone {
+		delete(c.problems, key)
+	} else {
+		c.problems[key] = p
+	}
+	c.problemsG.Set(float64(len(c.problems)))
+	c.mu.Unlock()
+	switch {
+	case p == prev:
+	case p == ProblemNone:
+		c.log.Info("credential problem resolved", "pair", key, "was", string(prev))
+	default:
+		c.log.Warn("credential copies cannot be written", "pair", key, "problem", string(p))
+		if msa != nil {
+			c.s.recorder.Eventf(msa, corev1.EventTypeWarning, "CredentialNotCopied", "hubsync cannot copy this token: %s", string(p))
+		}
+	}
+}
+
+// debouncer delays a key until no new touch has come for quiet, or at most
+// maxWait after the first, then hands it on once: a burst of changes to one
+// hub token Secret becomes one reconcile, and so one write per copy.
+type debouncer struct {
+	quiet, maxWait time.Duration
+	fire           func(string)
+
+	mu      sync.Mutex
+	timers  map[string]*time.Timer
+	first   map[string]time.Time
+	stopped bool
+}
+
+func newDebouncer(quiet, maxWait time.Duration, fire func(string)) *debouncer {
+	return &debouncer{quiet: quiet, maxWait: maxWait, fire: fire, timers: map[string]*time.Timer{}, first: map[string]time.Time{}}
+}
+
+func (d *debouncer) touch(key string) {
+	if d.quiet <= 0 {
+		d.fire(key)
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return
+	}
+	now := time.Now()
+	first, ok := d.first[key]
+	if !ok {
+		d.first[key] = now
+		first = now
+	}
+	wait := min(d.quiet, time.Until(first.Add(d.maxWait)))
+	if t, ok := d.timers[key]; ok {
+		t.Reset(max(wait, 0))
+		return
+	}
+	d.timers[key] = time.AfterFunc(max(wait, 0), func() {
+		d.mu.Lock()
+		delete(d.timers, key)
+		delete(d.first, key)
+		stopped := d.stopped
+		d.mu.Unlock()
+		if !stopped {
+			d.fire(key)
+		}
+	})
+}
+
+func (d *debouncer) pending() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.timers)
+}
+
+func (d *debouncer) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stopped = true
+	for _, t := range d.timers {
+		t.Stop()
+	}
+}

@@ -1,0 +1,213 @@
+package syncer
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	msav1beta1 "open-cluster-management.io/managed-serviceaccount/apis/authentication/v1beta1"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+)
+
+// CopyName is the name of a credential copy, fixed by the cp-creds
+// contract: consumers' exec plugins look for "<cluster>-<msa>".
+func CopyName(cluster, msa string) string { return cluster + "-" + msa }
+
+// SourceKey identifies a (cluster, ManagedServiceAccount) pair.
+func SourceKey(cluster, msa string) string { return cluster + "/" + msa }
+
+// SyncedFromValue is the synced-from label value of a copy: "<cluster>-<msa>"
+// when that is a valid label value, else (over 63 characters) its first 52
+// characters and "-" with the first 10 hex digits of the SHA-256 of
+// "<cluster>/<msa>", which also keeps apart the pairs whose plain values
+// collide.
+func SyncedFromValue(cluster, msa string) string {
+	v := CopyName(cluster, msa)
+	if len(validation.IsValidLabelValue(v)) == 0 {
+		return v
+	}
+	sum := sha256.Sum256([]byte(SourceKey(cluster, msa)))
+	return strings.TrimRight(truncate(v, 52), "-_.") + "-" + hex.EncodeToString(sum[:])[:10]
+}
+
+// TokenFingerprint is "sha256:" and 16 hex digits of the token's SHA-256:
+// enough to tell two tokens apart, useless for recovering one.
+func TokenFingerprint(token []byte) string {
+	sum := sha256.Sum256(token)
+	return "sha256:" + hex.EncodeToString(sum[:])[:16]
+}
+
+// TokenExpiry returns when a token expires: the ManagedServiceAccount's
+// status.expirationTimestamp when set, else the JWT's exp claim (read, not
+// verified). ok is false when neither is known.
+func TokenExpiry(msa *msav1beta1.ManagedServiceAccount, token []byte) (time.Time, bool) {
+	if msa != nil && msa.Status.ExpirationTimestamp != nil && !msa.Status.ExpirationTimestamp.IsZero() {
+		return msa.Status.ExpirationTimestamp.UTC(), true
+	}
+	return JWTExpiry(token)
+}
+
+// JWTExpiry reads the exp claim of a JWT without verifying it.
+func JWTExpiry(token []byte) (time.Time, bool) {
+	parts := bytes.Split(bytes.TrimSpace(token), []byte("."))
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(string(parts[1]), "="))
+	if err != nil {
+		return time.Time{}, false
+	}
+	var claims struct {
+		Exp *json.Number `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == nil {
+		return time.Time{}, false
+	}
+	sec, err := claims.Exp.Float64()
+	if err != nil || sec <= 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(int64(sec), 0).UTC(), true
+}
+
+// CopyProblem says why a pair's copies cannot be written; it never
+// contains token material.
+type CopyProblem string
+
+// Problems with a pair's hub Secret or names.
+const (
+	ProblemNone         CopyProblem = ""
+	ProblemNoToken      CopyProblem = "the hub token Secret has no token"
+	ProblemNameTooLong  CopyProblem = "the copy's name <cluster>-<msa> is not a valid Secret name (over 253 characters or invalid)"
+	ProblemNameConflict CopyProblem = "another Secret already has the copy's name"
+)
+
+// CheckSource reports whether a pair's copies can be written.
+func CheckSource(cluster, msa string, hub *corev1.Secret) CopyProblem {
+	if len(validation.IsDNS1123Subdomain(CopyName(cluster, msa))) > 0 {
+		return ProblemNameTooLong
+	}
+	if hub != nil && len(bytes.TrimSpace(hub.Data[TokenKey])) == 0 {
+		return ProblemNoToken
+	}
+	return ProblemNone
+}
+
+// DesiredCopy returns the copy of hub's data that must sit next to profile:
+// same type and data keys, the synced-from label, hubsync's annotations and
+// a controller ownerReference to the profile.
+func DesiredCopy(cluster, msaName string, msa *msav1beta1.ManagedServiceAccount, hub *corev1.Secret, profile *cpv1alpha1.ClusterProfile) *corev1.Secret {
+	token := hub.Data[TokenKey]
+	annotations := map[string]string{
+		AnnotationSource:           SourceKey(cluster, msaName),
+		AnnotationTokenFingerprint: TokenFingerprint(token),
+	}
+	if exp, ok := TokenExpiry(msa, token); ok {
+		annotations[AnnotationTokenExpiration] = exp.Format(time.RFC3339)
+	}
+	data := make(map[string][]byte, len(hub.Data))
+	for k, v := range hub.Data {
+		data[k] = append([]byte(nil), v...)
+	}
+	yes := true
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        CopyName(cluster, msaName),
+			Namespace:   profile.Namespace,
+			Labels:      map[string]string{LabelSyncedFrom: SyncedFromValue(cluster, msaName)},
+			Annotations: annotations,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: cpv1alpha1.GroupVersion.String(),
+				Kind:       "ClusterProfile",
+				Name:       profile.Name,
+				UID:        profile.UID,
+				Controller: &yes,
+			}},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+}
+
+// ReconcileCopy returns cur updated to match want, keeping labels,
+// annotations and owner references of others, and whether anything changed.
+func ReconcileCopy(cur, want *corev1.Secret) (*corev1.Secret, bool) {
+	changed := cur.Type != want.Type || !sameData(cur.Data, want.Data)
+	for k, v := range want.Labels {
+		changed = changed || cur.Labels[k] != v
+	}
+	for _, k := range []string{AnnotationSource, AnnotationTokenFingerprint, AnnotationTokenExpiration} {
+		changed = changed || cur.Annotations[k] != want.Annotations[k]
+	}
+	owners := ownerRefsWithController(cur.OwnerReferences, want.OwnerReferences[0])
+	changed = changed || len(owners) != len(cur.OwnerReferences)
+	if !changed {
+		for i := range owners {
+			if !sameOwner(owners[i], cur.OwnerReferences[i]) {
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return cur, false
+	}
+	out := cur.DeepCopy()
+	out.Type = want.Type
+	out.Data = want.Data
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	for k, v := range want.Labels {
+		out.Labels[k] = v
+	}
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	for _, k := range []string{AnnotationSource, AnnotationTokenFingerprint, AnnotationTokenExpiration} {
+		if v, ok := want.Annotations[k]; ok {
+			out.Annotations[k] = v
+		} else {
+			delete(out.Annotations, k)
+		}
+	}
+	out.OwnerReferences = owners
+	return out, true
+}
+
+// ownerRefsWithController replaces any ClusterProfile owner reference and
+// any other controller reference with ref, keeping the rest.
+func ownerRefsWithController(refs []metav1.OwnerReference, ref metav1.OwnerReference) []metav1.OwnerReference {
+	out := []metav1.OwnerReference{ref}
+	for _, r := range refs {
+		if r.Kind == "ClusterProfile" || (r.Controller != nil && *r.Controller) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func sameOwner(a, b metav1.OwnerReference) bool {
+	return a.APIVersion == b.APIVersion && a.Kind == b.Kind && a.Name == b.Name && a.UID == b.UID &&
+		(a.Controller != nil && *a.Controller) == (b.Controller != nil && *b.Controller)
+}
+
+func sameData(a, b map[string][]byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || !bytes.Equal(v, w) {
+			return false
+		}
+	}
+	return true
+}

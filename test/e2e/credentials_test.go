@@ -1,0 +1,381 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	msaclient "open-cluster-management.io/managed-serviceaccount/pkg/generated/clientset/versioned"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+
+	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/test/fleet"
+)
+
+// withCredentials turns credential copies on with a short coalescing window.
+func withCredentials(t *testing.T) harnessOption {
+	return withOptions(func(o *syncer.Options) {
+		c, err := msaclient.NewForConfig(hubConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Credentials = &syncer.CredentialOptions{Client: c, Workers: 4, Coalesce: 100 * time.Millisecond}
+	})
+}
+
+// credFixture is a cluster bound into namespaces, with one synced MSA.
+type credFixture struct {
+	h        *harness
+	ns       []string
+	set      string
+	cluster  string
+	msa      string
+	tokens   []string // every token the test used, for the leak check
+	copyName string
+}
+
+func newCredFixture(t *testing.T, namespaces ...string) *credFixture {
+	h := newHarness(t, withCredentials(t))
+	f := &credFixture{h: h, ns: h.namespaces(namespaces...), set: h.name("set"), cluster: h.name("c"), msa: "app"}
+	f.copyName = f.cluster + "-" + f.msa
+	h.must(h.hub.CreateExclusiveSet(h.ctx, f.set))
+	h.cluster(f.cluster, f.set, nil)
+	for _, n := range f.ns {
+		h.must(h.hub.Bind(h.ctx, n, f.set, true))
+	}
+	h.expectProfiles(f.ns[0], f.cluster)
+	t.Cleanup(func() { f.assertNoLeaks() })
+	return f
+}
+
+func (f *credFixture) token(exp time.Time) string {
+	tok := fleet.FakeJWT(exp)
+	f.tokens = append(f.tokens, tok)
+	return tok
+}
+
+// expectCopies waits until exactly the given namespaces hold a copy that
+// matches the hub Secret, with the label, annotations and ownerReference
+// the contract requires, and no other namespace of the test holds one.
+func (f *credFixture) expectCopies(token, expiry string, namespaces ...string) {
+	h := f.h
+	h.t.Helper()
+	h.eventually(fmt.Sprintf("copies of %s in %v", f.copyName, namespaces), func() error {
+		want := map[string]bool{}
+		for _, n := range namespaces {
+			want[n] = true
+		}
+		for _, n := range f.ns {
+			sec, err := h.hub.Kube.CoreV1().Secrets(n).Get(h.ctx, f.copyName, metav1.GetOptions{})
+			if !want[n] {
+				if err == nil {
+					return fmt.Errorf("unexpected copy in %s", n)
+				}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if string(sec.Data["token"]) != token || string(sec.Data["ca.crt"]) == "" || sec.Type != corev1.SecretTypeOpaque {
+				return fmt.Errorf("%s: copy data/type not current", n)
+			}
+			if v := sec.Labels["authentication.open-cluster-management.io/synced-from"]; v != syncer.SyncedFromValue(f.cluster, f.msa) {
+				return fmt.Errorf("%s: synced-from %q", n, v)
+			}
+			if v := sec.Annotations[syncer.AnnotationTokenFingerprint]; v != syncer.TokenFingerprint([]byte(token)) {
+				return fmt.Errorf("%s: fingerprint %q", n, v)
+			}
+			if v := sec.Annotations[syncer.AnnotationTokenExpiration]; v != expiry {
+				return fmt.Errorf("%s: expiration %q, want %q", n, v, expiry)
+			}
+			p := h.profile(n, f.cluster)
+			if len(sec.OwnerReferences) != 1 || sec.OwnerReferences[0].UID != p.UID || sec.OwnerReferences[0].Kind != "ClusterProfile" ||
+				sec.OwnerReferences[0].Controller == nil || !*sec.OwnerReferences[0].Controller {
+				return fmt.Errorf("%s: ownerReferences %+v, profile UID %s", n, sec.OwnerReferences, p.UID)
+			}
+		}
+		return nil
+	})
+}
+
+// assertNoLeaks checks that no token used by the test appears in hubsync's
+// log or in any Event.
+func (f *credFixture) assertNoLeaks() {
+	h := f.h
+	logs := h.logs.String()
+	evs, err := h.hub.Kube.CoreV1().Events("").List(h.ctx, metav1.ListOptions{})
+	if err != nil {
+		h.t.Errorf("list events: %v", err)
+		return
+	}
+	for _, tok := range f.tokens {
+		if strings.Contains(logs, tok) {
+			h.t.Errorf("a token appears in hubsync's log")
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, tok) {
+				h.t.Errorf("a token appears in Event %s/%s", e.Namespace, e.Name)
+			}
+		}
+	}
+}
+
+func rfc3339(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }
+
+func TestCredentialCopiesAndRotation(t *testing.T) {
+	f := newCredFixture(t, "a", "b")
+	h := f.h
+	jwtExp := time.Now().Add(time.Hour)
+	_, err := h.hub.CreateMSA(h.ctx, f.cluster, f.msa, true)
+	h.must(err)
+	tok1 := f.token(jwtExp)
+	h.must(h.hub.PutToken(h.ctx, f.cluster, f.msa, tok1, nil))
+	// No MSA status yet: the expiry comes from the JWT.
+	f.expectCopies(tok1, rfc3339(jwtExp), f.ns...)
+
+	// The agent reports the expiry in the MSA status: it wins.
+	statusExp := time.Now().Add(50 * time.Minute)
+	h.must(h.hub.SetMSAExpiration(h.ctx, f.cluster, f.msa, statusExp))
+	f.expectCopies(tok1, rfc3339(statusExp), f.ns...)
+
+	// A rotation updates every copy, with one Event and log line.
+	tok2 := f.token(time.Now().Add(2 * time.Hour))
+	h.must(h.hub.PutToken(h.ctx, f.cluster, f.msa, tok2, nil))
+	f.expectCopies(tok2, rfc3339(statusExp), f.ns...)
+	h.expectEvent(f.cluster, f.msa, "CredentialRotated")
+	if !strings.Contains(h.logs.String(), "credential rotated") {
+		t.Fatalf("no log line for the rotation")
+	}
+
+	// A burst of rotations costs one write per copy.
+	h.waitIdle()
+	before := h.metric("hubsync_credential_writes_total", map[string]string{"op": "update"})
+	var last string
+	for range 5 {
+		last = f.token(time.Now().Add(3 * time.Hour))
+		h.must(h.hub.PutToken(h.ctx, f.cluster, f.msa, last, nil))
+	}
+	f.expectCopies(last, rfc3339(statusExp), f.ns...)
+	h.waitIdle()
+	if got := h.metric("hubsync_credential_writes_total", map[string]string{"op": "update"}) - before; got != float64(len(f.ns)) {
+		t.Fatalf("a burst of 5 rotations cost %v copy updates, want %d (one per copy)", got, len(f.ns))
+	}
+
+	// A tampered copy is repaired.
+	sec, err := h.hub.Kube.CoreV1().Secrets(f.ns[0]).Get(h.ctx, f.copyName, metav1.GetOptions{})
+	h.must(err)
+	sec.Data["token"] = []byte("tampered")
+	_, err = h.hub.Kube.CoreV1().Secrets(f.ns[0]).Update(h.ctx, sec, metav1.UpdateOptions{})
+	h.must(err)
+	f.expectCopies(last, rfc3339(statusExp), f.ns...)
+
+	// A deleted copy comes back.
+	h.must(h.hub.Kube.CoreV1().Secrets(f.ns[1]).Delete(h.ctx, f.copyName, metav1.DeleteOptions{}))
+	f.expectCopies(last, rfc3339(statusExp), f.ns...)
+}
+
+func TestCredentialCopiesFollowProfilesAndLabels(t *testing.T) {
+	f := newCredFixture(t, "a", "b", "c")
+	h := f.h
+	exp := time.Now().Add(time.Hour)
+	_, err := h.hub.CreateMSA(h.ctx, f.cluster, f.msa, true)
+	h.must(err)
+	tok := f.token(exp)
+	h.must(h.hub.PutToken(h.ctx, f.cluster, f.msa, tok, nil))
+	f.expectCopies(tok, rfc3339(exp), f.ns...)
+
+	// Profile deleted (and restored by hubsync with a new UID): the copy's
+	// ownerReference follows the new profile.
+	old := h.profile(f.ns[0], f.cluster).UID
+	h.must(h.hub.Profiles.ApisV1alpha1().ClusterProfiles(f.ns[0]).Delete(h.ctx, f.cluster, metav1.DeleteOptions{}))
+	h.eventually("profile recreated", func() error {
+		p, err := h.hub.Profiles.ApisV1alpha1().ClusterProfiles(f.ns[0]).Get(h.ctx, f.cluster, metav1.GetOptions{})
+		if err != nil || p.UID == old {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	f.expectCopies(tok, rfc3339(exp), f.ns...)
+
+	// Unbinding a namespace removes its copy with its profile (no garbage
+	// collector needed).
+	h.must(h.hub.Unbind(h.ctx, f.ns[2], f.set))
+	h.expectProfiles(f.ns[2])
+	f.expectCopies(tok, rfc3339(exp), f.ns[0], f.ns[1])
+
+	// Removing the sync label removes every copy at once; restoring it
+	// brings them back.
+	h.must(h.hub.SetMSASync(h.ctx, f.cluster, f.msa, false))
+	f.expectCopies(tok, rfc3339(exp))
+	h.must(h.hub.SetMSASync(h.ctx, f.cluster, f.msa, true))
+	f.expectCopies(tok, rfc3339(exp), f.ns[0], f.ns[1])
+
+	// Deleting the hub token Secret removes the copies (no stale token).
+	h.must(h.hub.Kube.CoreV1().Secrets(f.cluster).Delete(h.ctx, f.msa, metav1.DeleteOptions{}))
+	f.expectCopies(tok, rfc3339(exp))
+	tok2 := f.token(exp)
+	h.must(h.hub.PutToken(h.ctx, f.cluster, f.msa, tok2, nil))
+	f.expectCopies(tok2, rfc3339(exp), f.ns[0], f.ns[1])
+
+	// Deleting the MSA removes them too.
+	h.must(h.hub.MSA.AuthenticationV1beta1().ManagedServiceAccounts(f.cluster).Delete(h.ctx, f.msa, metav1.DeleteOptions{}))
+	f.expectCopies(tok2, rfc3339(exp))
+}
+
+func TestCredentialBadInput(t *testing.T) {
+	f := newCredFixture(t, "a")
+	h := f.h
+	ns := f.ns[0]
+	exp := time.Now().Add(time.Hour)
+
+	// Missing token key, then an empty token: nothing copied, reported once.
+	_, err := h.hub.CreateMSA(h.ctx, f.cluster, f.msa, true)
+	h.must(err)
+	h.must(h.hub.PutToken(h.ctx, f.cluster, f.msa, "", map[string][]byte{"ca.crt": []byte("CA")}))
+	h.expectEvent(f.cluster, f.msa, "CredentialNotCopied")
+	h.waitIdle()
+	f.expectCopies("", "")
+	h.must(h.hub.PutToken(h.ctx, f.cluster, f.msa, "", map[string][]byte{"token": {}, "ca.crt": []byte("CA")}))
+	h.waitIdle()
+	f.expectCopies("", "")
+	if v := h.metric("hubsync_credential_problems", nil); v != 1 {
+		t.Fatalf("credential problems = %v, want 1", v)
+	}
+
+	// A token that is not a JWT is copied, without an expiry.
+	h.must(h.hub.PutToken(h.ctx, f.cluster, f.msa, "", map[string][]byte{"token": []byte("opaque-token-value"), "ca.crt": []byte("CA")}))
+	f.tokens = append(f.tokens, "opaque-token-value")
+	h.eventually("opaque token copied", func() error {
+		sec, err := h.hub.Kube.CoreV1().Secrets(ns).Get(h.ctx, f.copyName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if string(sec.Data["token"]) != "opaque-token-value" || sec.Annotations[syncer.AnnotationTokenExpiration] != "" {
+			return fmt.Errorf("copy %v", sec.Annotations)
+		}
+		return nil
+	})
+	h.waitIdle()
+	if v := h.metric("hubsync_credential_problems", nil); v != 0 {
+		t.Fatalf("credential problems = %v after the fix, want 0", v)
+	}
+
+	// A malformed rotation keeps the last good copy rather than cutting
+	// consumers off.
+	h.must(h.hub.PutToken(h.ctx, f.cluster, f.msa, "", map[string][]byte{"ca.crt": []byte("CA")}))
+	h.waitIdle()
+	sec, err := h.hub.Kube.CoreV1().Secrets(ns).Get(h.ctx, f.copyName, metav1.GetOptions{})
+	h.must(err)
+	if string(sec.Data["token"]) != "opaque-token-value" {
+		t.Fatalf("the last good copy was not kept")
+	}
+
+	// Two pairs whose copies share a name: a-b/c and a/b-c. The first
+	// keeps the name; the second is reported, never overwriting.
+	other := f.cluster + "-x"
+	h.cluster(other, f.set, nil)
+	h.expectProfiles(ns, f.cluster, other)
+	_, err = h.hub.CreateMSA(h.ctx, other, "y", true)
+	h.must(err)
+	tokA := f.token(exp)
+	h.must(h.hub.PutToken(h.ctx, other, "y", tokA, nil))
+	name := other + "-y" // == f.cluster + "-" + "x-y"
+	h.eventually("first pair's copy", func() error {
+		_, err := h.hub.Kube.CoreV1().Secrets(ns).Get(h.ctx, name, metav1.GetOptions{})
+		return err
+	})
+	_, err = h.hub.CreateMSA(h.ctx, f.cluster, "x-y", true)
+	h.must(err)
+	tokB := f.token(exp)
+	h.must(h.hub.PutToken(h.ctx, f.cluster, "x-y", tokB, nil))
+	h.expectEvent(f.cluster, "x-y", "CredentialNotCopied")
+	h.waitIdle()
+	sec, err = h.hub.Kube.CoreV1().Secrets(ns).Get(h.ctx, name, metav1.GetOptions{})
+	h.must(err)
+	if string(sec.Data["token"]) != tokA {
+		t.Fatalf("a name collision overwrote another pair's copy")
+	}
+
+	// A Secret of someone else's with the copy's name is left alone.
+	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: f.cluster + "-mine", Namespace: ns}, StringData: map[string]string{"token": "theirs"}}
+	_, err = h.hub.Kube.CoreV1().Secrets(ns).Create(h.ctx, foreign, metav1.CreateOptions{})
+	h.must(err)
+	_, err = h.hub.CreateMSA(h.ctx, f.cluster, "mine", true)
+	h.must(err)
+	h.must(h.hub.PutToken(h.ctx, f.cluster, "mine", f.token(exp), nil))
+	h.expectEvent(f.cluster, "mine", "CredentialNotCopied")
+	got, err := h.hub.Kube.CoreV1().Secrets(ns).Get(h.ctx, f.cluster+"-mine", metav1.GetOptions{})
+	h.must(err)
+	if string(got.Data["token"]) != "theirs" {
+		t.Fatalf("a foreign Secret was overwritten")
+	}
+
+	// An MSA without the sync label is never copied.
+	_, err = h.hub.CreateMSA(h.ctx, f.cluster, "private", false)
+	h.must(err)
+	h.must(h.hub.PutToken(h.ctx, f.cluster, "private", f.token(exp), nil))
+	h.waitIdle()
+	if _, err := h.hub.Kube.CoreV1().Secrets(ns).Get(h.ctx, f.cluster+"-private", metav1.GetOptions{}); err == nil {
+		t.Fatalf("an MSA without the sync label was copied")
+	}
+
+	// A profile of another cluster manager gets no copy.
+	foreignNS := h.namespaces("foreign")[0]
+	_, err = h.hub.Profiles.ApisV1alpha1().ClusterProfiles(foreignNS).Create(h.ctx, foreignProfile(foreignNS, f.cluster), metav1.CreateOptions{})
+	h.must(err)
+	h.waitIdle()
+	if _, err := h.hub.Kube.CoreV1().Secrets(foreignNS).Get(h.ctx, f.copyName, metav1.GetOptions{}); err == nil {
+		t.Fatalf("a profile of another cluster manager received a copy")
+	}
+}
+
+// TestCredentialLongNames: a synced-from value over 63 characters is
+// shortened; a copy name over 253 characters is reported, not retried hot.
+// (A cluster's name is at most 63 characters, being a namespace's; the
+// MSA's name may have 253.)
+func TestCredentialLongNames(t *testing.T) {
+	h := newHarness(t, withCredentials(t))
+	ns := h.namespaces("a")[0]
+	set := h.name("set")
+	h.must(h.hub.CreateExclusiveSet(h.ctx, set))
+	c := h.name("c")
+	h.cluster(c, set, nil)
+	h.must(h.hub.Bind(h.ctx, ns, set, true))
+	h.expectProfiles(ns, c)
+	mid := "app." + strings.Repeat("m", 70)   // copy name ~ 80: a valid name, too long a label
+	long := "app." + strings.Repeat("l", 249) // copy name > 253
+	exp := time.Now().Add(time.Hour)
+	for _, m := range []string{mid, long} {
+		_, err := h.hub.CreateMSA(h.ctx, c, m, true)
+		h.must(err)
+		h.must(h.hub.PutToken(h.ctx, c, m, fleet.FakeJWT(exp), nil))
+	}
+	h.eventually("shortened synced-from", func() error {
+		sec, err := h.hub.Kube.CoreV1().Secrets(ns).Get(h.ctx, c+"-"+mid, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if v := sec.Labels["authentication.open-cluster-management.io/synced-from"]; len(v) > 63 || v != syncer.SyncedFromValue(c, mid) {
+			return fmt.Errorf("synced-from %q", v)
+		}
+		return nil
+	})
+	h.expectEvent(c, long, "CredentialNotCopied")
+	h.waitIdle()
+	if v := h.metric("hubsync_credential_problems", nil); v != 1 {
+		t.Fatalf("credential problems = %v, want 1", v)
+	}
+	if v := h.metric("hubsync_profile_write_errors_total", nil); v != 0 {
+		t.Fatalf("%v failed writes: the over-long name was tried", v)
+	}
+}
+
+func foreignProfile(ns, name string) *cpv1alpha1.ClusterProfile {
+	return &cpv1alpha1.ClusterProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"x-k8s.io/cluster-manager": "someone-else"}},
+		Spec:       cpv1alpha1.ClusterProfileSpec{ClusterManager: cpv1alpha1.ClusterManager{Name: "someone-else"}},
+	}
+}
