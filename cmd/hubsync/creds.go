@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -297,28 +296,13 @@ func secretTokenExpiry(annotations map[string]string, token string) (time.Time, 
 	return jwtExpiry(token), err
 }
 
-// jwtExpiry returns the exp claim of a JWT, unverified, or zero when token is
-// not a JWT with one. It returns no error: one might quote the token.
+// jwtExpiry reads a JWT's exp claim (unverified); zero when there is none.
 func jwtExpiry(token string) time.Time {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
+	exp, ok := syncer.JWTExpiry([]byte(token))
+	if !ok {
 		return time.Time{}
 	}
-	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
-	if err != nil {
-		return time.Time{}
-	}
-	var claims struct {
-		Exp *json.Number `json:"exp"`
-	}
-	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == nil {
-		return time.Time{}
-	}
-	exp, err := claims.Exp.Float64()
-	if err != nil || exp <= 0 || exp > float64(1<<40) {
-		return time.Time{}
-	}
-	return time.Unix(int64(exp), 0)
+	return exp
 }
 
 // credentialExpiration is the expirationTimestamp to give client-go for a

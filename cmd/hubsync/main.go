@@ -24,7 +24,7 @@ const usage = `hubsync keeps an Open Cluster Management hub's ClusterProfiles in
 Usage:
   hubsync run [--config FILE] [--kubeconfig FILE]   run the daemon
   hubsync check-config FILE                         validate a configuration file
-  hubsync creds --managed-serviceaccount=NAME   exec credential plugin (cp-creds compatible)
+  hubsync creds --managed-serviceaccount=NAME       exec credential plugin (cp-creds compatible)
   hubsync version                                   print the version
 
 Run "hubsync COMMAND -h" for a command's flags.
