@@ -114,6 +114,26 @@ func (d *Daemon) WaitReady(ctx context.Context, timeout time.Duration) error {
 	return errors.New("hubsync not ready in time")
 }
 
+// ReadyAt polls /readyz every 10 ms in the background and returns a
+// channel that receives the time the daemon first answered 200.
+func (d *Daemon) ReadyAt(ctx context.Context) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	go func() {
+		for ctx.Err() == nil {
+			resp, err := http.Get("http://" + d.Address + "/readyz")
+			if err == nil {
+				_ = resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					ch <- time.Now()
+					return
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	return ch
+}
+
 // Metrics returns the daemon's /metrics text.
 func (d *Daemon) Metrics() (string, error) {
 	resp, err := http.Get("http://" + d.Address + "/metrics")

@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/test/controlplane"
+	"github.com/hubsync/hubsync/test/fleet"
+)
+
+const msaName = "app"
+
+// credentialPhase measures credential copies on the converged fleet: one
+// synced MSA per cluster, so one copy per profile.
+func credentialPhase(ctx context.Context, cp *controlplane.ControlPlane, hub *fleet.Hub, binary string, conf config.Config, logs io.Writer,
+	nClusters, nNamespaces, floorWorkers, nRotations int) error {
+	copies := nClusters * nNamespaces
+	fmt.Printf("\n== credentials: one synced ManagedServiceAccount per cluster, %d copies\n", copies)
+
+	createFloor, updateFloor, err := secretFloor(ctx, hub, copies, floorWorkers)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("floor: %d raw Secret creates by %d goroutines: %s; %d raw updates: %s\n",
+		copies, floorWorkers, createFloor.Round(time.Millisecond), copies, updateFloor.Round(time.Millisecond))
+
+	// The MSAs and their token Secrets exist before hubsync starts, as on a
+	// hub where hubsync replaces the upstream syncer.
+	exp := time.Now().Add(24 * time.Hour)
+	if err := parallel(nClusters, 32, func(i int) error {
+		if _, err := hub.CreateMSA(ctx, clusterName(i), msaName, true); err != nil {
+			return err
+		}
+		return hub.PutToken(ctx, clusterName(i), msaName, fleet.FakeJWT(exp), nil)
+	}); err != nil {
+		return err
+	}
+
+	w, err := newCopyWatcher(ctx, cp, nNamespaces)
+	if err != nil {
+		return err
+	}
+	defer w.stop()
+
+	start := time.Now()
+	d, err := fleet.StartDaemon(ctx, binary, cp.Config, conf, logs)
+	if err != nil {
+		return err
+	}
+	defer d.Stop()
+	readyAt := d.ReadyAt(ctx)
+	if err := w.waitCount(ctx, d.Done(), copies, 10*time.Minute); err != nil {
+		return err
+	}
+	initial := time.Since(start)
+	fromReady := time.Since(<-readyAt)
+	fmt.Printf("initial copies: %d, %s after hubsync's caches synced (%s after process start)\n",
+		copies, fromReady.Round(time.Millisecond), initial.Round(time.Millisecond))
+	fmt.Printf("  ratio to the create floor: %.2fx from caches synced, %.2fx from process start (goal <= 1.5x)\n",
+		fromReady.Seconds()/createFloor.Seconds(), initial.Seconds()/createFloor.Seconds())
+
+	// Rotation propagation, one cluster at a time, spread over the fleet.
+	lat := make([]time.Duration, 0, nRotations)
+	for i := range nRotations {
+		c := clusterName(i * 7 % nClusters)
+		tok := fleet.FakeJWT(exp)
+		done := w.expect(c, syncer.TokenFingerprint([]byte(tok)))
+		t0 := time.Now()
+		if err := hub.PutToken(ctx, c, msaName, tok, nil); err != nil {
+			return err
+		}
+		select {
+		case at := <-done:
+			lat = append(lat, at.Sub(t0))
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("cluster %s: copies not rotated within 30s", c)
+		}
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	fmt.Printf("rotation -> last of %d copies updated, over %d rotations: p50 %s  p99 %s  max %s (goal p99 < 500ms; includes the %s coalescing window)\n",
+		nNamespaces, len(lat), pct(lat, 50), pct(lat, 99), lat[len(lat)-1].Round(time.Millisecond), coalesce(conf))
+
+	// Every cluster rotates at once.
+	dones := make([]<-chan time.Time, nClusters)
+	tokens := make([]string, nClusters)
+	for i := range nClusters {
+		tokens[i] = fleet.FakeJWT(exp)
+		dones[i] = w.expect(clusterName(i), syncer.TokenFingerprint([]byte(tokens[i])))
+	}
+	t0 := time.Now()
+	if err := parallel(nClusters, floorWorkers, func(i int) error {
+		return hub.PutToken(ctx, clusterName(i), msaName, tokens[i], nil)
+	}); err != nil {
+		return err
+	}
+	hubWrites := time.Since(t0)
+	var last time.Time
+	for i, ch := range dones {
+		select {
+		case at := <-ch:
+			if at.After(last) {
+				last = at
+			}
+		case <-time.After(5 * time.Minute):
+			return fmt.Errorf("cluster %s: burst rotation not propagated", clusterName(i))
+		}
+	}
+	burst := last.Sub(t0)
+	fmt.Printf("burst: all %d clusters rotate at once (the %d hub writes took %s): last of %d copies updated after %s, ratio to the update floor: %.2fx\n",
+		nClusters, nClusters, hubWrites.Round(time.Millisecond), copies, burst.Round(time.Millisecond), burst.Seconds()/updateFloor.Seconds())
+	if m, err := d.Metrics(); err == nil {
+		fmt.Printf("  hubsync credential writes over the whole phase (%d rotations x %d copies before the burst): %s\n",
+			nRotations, nNamespaces, metricLines(m, "hubsync_credential_writes_total{"))
+	}
+	if rss, err := d.PeakRSS(); err == nil {
+		fmt.Printf("hubsync peak RSS with copies: %.1f MB (goal < 200 MB)\n", float64(rss)/1e6)
+	}
+	return nil
+}
+
+// secretFloor times n raw creates, then n raw updates, of Secrets shaped
+// like copies, from workers goroutines, and deletes them.
+func secretFloor(ctx context.Context, hub *fleet.Hub, n, workers int) (time.Duration, time.Duration, error) {
+	const ns = "secret-floor"
+	if err := hub.Namespace(ctx, ns); err != nil {
+		return 0, 0, err
+	}
+	client := hub.Kube.CoreV1().Secrets(ns)
+	exp := time.Now().Add(time.Hour)
+	secret := func(i int) *corev1.Secret {
+		tok := fleet.FakeJWT(exp)
+		return &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:        fmt.Sprintf("floor-%05d", i),
+				Labels:      map[string]string{syncer.LabelSyncedFrom: "floor"},
+				Annotations: map[string]string{syncer.AnnotationSource: "floor/x", syncer.AnnotationTokenFingerprint: syncer.TokenFingerprint([]byte(tok))},
+			},
+			Type: corev1.SecretTypeOpaque,
+			Data: map[string][]byte{"token": []byte(tok), "ca.crt": []byte(strings.Repeat("C", 1100))},
+		}
+	}
+	created := make([]*corev1.Secret, n)
+	start := time.Now()
+	if err := parallel(n, workers, func(i int) error {
+		s, err := client.Create(ctx, secret(i), metav1.CreateOptions{})
+		created[i] = s
+		return err
+	}); err != nil {
+		return 0, 0, fmt.Errorf("floor creates: %w", err)
+	}
+	creates := time.Since(start)
+	start = time.Now()
+	if err := parallel(n, workers, func(i int) error {
+		s := created[i]
+		s.Data = secret(i).Data
+		_, err := client.Update(ctx, s, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return 0, 0, fmt.Errorf("floor updates: %w", err)
+	}
+	updates := time.Since(start)
+	return creates, updates, client.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+}
+
+// parallel runs f(0..n-1) on workers goroutines and returns the first error.
+func parallel(n, workers int, f func(int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// copyWatcher follows credential copies through a label-scoped watch, as a
+// consumer in the copies' namespaces would see them.
+type copyWatcher struct {
+	cancel     context.CancelFunc
+	namespaces int
+
+	mu      sync.Mutex
+	seen    map[string]bool
+	notify  chan struct{}
+	pending map[string]*fpExpectation // cluster -> expectation
+}
+
+type fpExpectation struct {
+	fingerprint string
+	remaining   map[string]bool
+	done        chan time.Time
+}
+
+func newCopyWatcher(ctx context.Context, cp *controlplane.ControlPlane, namespaces int) (*copyWatcher, error) {
+	hub, err := fleet.NewHub(cp.Config)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	f := kubeinformers.NewSharedInformerFactoryWithOptions(hub.Kube, 0, kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = syncer.LabelSyncedFrom
+	}))
+	w := &copyWatcher{cancel: cancel, namespaces: namespaces, seen: map[string]bool{}, notify: make(chan struct{}, 1), pending: map[string]*fpExpectation{}}
+	inf := f.Core().V1().Secrets().Informer()
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    w.observe,
+		UpdateFunc: func(_, obj any) { w.observe(obj) },
+	})
+	f.Start(wctx.Done())
+	if !cache.WaitForCacheSync(wctx.Done(), inf.HasSynced) {
+		cancel()
+		return nil, fmt.Errorf("copy watcher did not sync")
+	}
+	return w, nil
+}
+
+func (w *copyWatcher) stop() { w.cancel() }
+
+func (w *copyWatcher) observe(obj any) {
+	at := time.Now()
+	s, ok := obj.(*corev1.Secret)
+	if !ok || !strings.HasPrefix(s.Namespace, "consumer-") {
+		return
+	}
+	cluster, _, _ := strings.Cut(s.Annotations[syncer.AnnotationSource], "/")
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if key := s.Namespace + "/" + s.Name; !w.seen[key] {
+		w.seen[key] = true
+		select {
+		case w.notify <- struct{}{}:
+		default:
+		}
+	}
+	if e := w.pending[cluster]; e != nil && s.Annotations[syncer.AnnotationTokenFingerprint] == e.fingerprint {
+		delete(e.remaining, s.Namespace)
+		if len(e.remaining) == 0 {
+			delete(w.pending, cluster)
+			e.done <- at
+		}
+	}
+}
+
+func (w *copyWatcher) waitCount(ctx context.Context, exited <-chan error, n int, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for {
+		w.mu.Lock()
+		got := len(w.seen)
+		w.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-w.notify:
+		case err := <-exited:
+			return fmt.Errorf("hubsync exited: %v", err)
+		case <-deadline:
+			return fmt.Errorf("only %d of %d copies after %s", got, n, timeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// expect returns a channel that receives the time at which every
+// namespace's copy for cluster carries the fingerprint.
+func (w *copyWatcher) expect(cluster, fingerprint string) <-chan time.Time {
+	e := &fpExpectation{fingerprint: fingerprint, remaining: map[string]bool{}, done: make(chan time.Time, 1)}
+	for i := range w.namespaces {
+		e.remaining[nsName(i)] = true
+	}
+	w.mu.Lock()
+	w.pending[cluster] = e
+	w.mu.Unlock()
+	return e.done
+}
+
+func coalesce(c config.Config) time.Duration {
+	c.SetDefaults()
+	return c.Credentials.Coalesce.Duration
+}
