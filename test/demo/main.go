@@ -126,7 +126,19 @@ func run(ctx context.Context, binary string, keep bool) error {
 	defer logFile.Close()
 	step("Starting hubsync (`hubsync run --config ...`, log: " + logPath + ")")
 	start = time.Now()
-	d, err := fleet.StartDaemon(ctx, binary, cp.Config, config.Config{}, logFile)
+	// cluster-proxy's provider, with its CA in a Secret hubsync watches.
+	if err := hub.Namespace(ctx, proxyNamespace); err != nil {
+		return err
+	}
+	if err := putProxyCA(ctx, hub, "demo-proxy-ca-1"); err != nil {
+		return err
+	}
+	conf := config.Config{AccessProviders: []config.AccessProvider{{
+		Name:     "open-cluster-management",
+		Server:   "https://cluster-proxy-addon-user." + proxyNamespace + ":9092/{{.ClusterName}}",
+		CASecret: &config.SecretKeyRef{Namespace: proxyNamespace, Name: proxyCASecret, Key: "tls.crt"},
+	}}}
+	d, err := fleet.StartDaemon(ctx, binary, cp.Config, conf, logFile)
 	if err != nil {
 		return err
 	}
@@ -188,10 +200,15 @@ func run(ctx context.Context, binary string, keep bool) error {
 		fmt.Printf("   hubsync converged in %s\n", took.Round(time.Millisecond))
 	}
 
+	if err := demoCredentials(ctx, hub, m); err != nil {
+		return err
+	}
+
 	step("What hubsync wrote (from its /metrics)")
 	if text, err := d.Metrics(); err == nil {
 		for _, line := range strings.Split(text, "\n") {
-			for _, p := range []string{"hubsync_profile_writes_total{", "hubsync_profile_conflicts ", "hubsync_profiles_managed "} {
+			for _, p := range []string{"hubsync_profile_writes_total{", "hubsync_profile_conflicts ", "hubsync_profiles_managed ",
+				"hubsync_credential_writes_total{", "hubsync_credential_rotations_total ", "hubsync_access_provider_ca_changes_total "} {
 				if strings.HasPrefix(line, p) {
 					fmt.Println("   " + line)
 				}
