@@ -333,12 +333,12 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 			// Our last write is not in the cache yet; its event re-queues.
 			continue
 		}
-		if cur != nil && cur.Annotations[AnnotationSource] != key {
+		if cur != nil && !ownsCopy(cur, cluster, msaName) {
 			conflict = true
 			continue
 		}
 		if cur == nil {
-			switch err := c.create(ctx, desired); {
+			switch err := c.create(ctx, cluster, msaName, desired); {
 			case errors.Is(err, errForeignSecret):
 				conflict = true
 			case err != nil:
@@ -378,9 +378,23 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 	return errors.Join(errs...)
 }
 
+// ownsCopy reports whether an existing Secret is the pair's copy: written by
+// hubsync for this pair, or by the upstream syncer (its synced-from label and
+// no hubsync source annotation), which hubsync adopts when it takes over.
+func ownsCopy(sec *corev1.Secret, cluster, msa string) bool {
+	switch src := sec.Annotations[AnnotationSource]; src {
+	case SourceKey(cluster, msa):
+		return true
+	case "":
+		return sec.Labels[LabelSyncedFrom] == CopyName(cluster, msa)
+	default:
+		return false
+	}
+}
+
 var errForeignSecret = errors.New("a Secret that hubsync does not own has the copy's name")
 
-func (c *credentials) create(ctx context.Context, want *corev1.Secret) error {
+func (c *credentials) create(ctx context.Context, cluster, msaName string, want *corev1.Secret) error {
 	err := c.write(ctx, "create", func(ctx context.Context) error {
 		out, err := c.s.clients.Kube.CoreV1().Secrets(want.Namespace).Create(ctx, want, metav1.CreateOptions{})
 		if err == nil {
@@ -395,7 +409,7 @@ func (c *credentials) create(ctx context.Context, want *corev1.Secret) error {
 		// Not in our cache: either not yet seen, or not ours at all (no
 		// synced-from label). Look before deciding.
 		cur, gerr := c.s.clients.Kube.CoreV1().Secrets(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
-		if gerr == nil && cur.Annotations[AnnotationSource] != want.Annotations[AnnotationSource] {
+		if gerr == nil && !ownsCopy(cur, cluster, msaName) {
 			return errForeignSecret
 		}
 		return fmt.Errorf("create credential copy %s/%s: %w", want.Namespace, want.Name, err)

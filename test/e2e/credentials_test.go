@@ -379,3 +379,30 @@ func foreignProfile(ns, name string) *cpv1alpha1.ClusterProfile {
 		Spec:       cpv1alpha1.ClusterProfileSpec{ClusterManager: cpv1alpha1.ClusterManager{Name: "someone-else"}},
 	}
 }
+
+// TestCredentialAdoptsUpstreamCopies: a copy left by managed-serviceaccount's
+// syncer (its label, no hubsync annotations, an old token) is adopted and
+// brought up to date when hubsync takes over, not reported as a conflict.
+func TestCredentialAdoptsUpstreamCopies(t *testing.T) {
+	f := newCredFixture(t, "a")
+	h := f.h
+	ns := f.ns[0]
+	upstream := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: f.copyName, Namespace: ns,
+			Labels: map[string]string{"authentication.open-cluster-management.io/synced-from": f.copyName}},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{"token": []byte(f.token(time.Now())), "ca.crt": []byte("OLD")},
+	}
+	_, err := h.hub.Kube.CoreV1().Secrets(ns).Create(h.ctx, upstream, metav1.CreateOptions{})
+	h.must(err)
+	exp := time.Now().Add(time.Hour)
+	_, err = h.hub.CreateMSA(h.ctx, f.cluster, f.msa, true)
+	h.must(err)
+	tok := f.token(exp)
+	h.must(h.hub.PutToken(h.ctx, f.cluster, f.msa, tok, nil))
+	f.expectCopies(tok, rfc3339(exp), ns)
+	h.waitIdle()
+	if v := h.metric("hubsync_credential_problems", nil); v != 0 {
+		t.Fatalf("the upstream copy was reported as a conflict")
+	}
+}
