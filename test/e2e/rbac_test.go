@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,6 +44,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
+	msaclient "open-cluster-management.io/managed-serviceaccount/pkg/generated/clientset/versioned"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	"sigs.k8s.io/yaml"
 
@@ -57,6 +59,17 @@ const (
 	hubServiceAccount  = "hubsync"
 	hubServiceAcctUser = "system:serviceaccount:" + hubNamespace + ":" + hubServiceAccount
 )
+
+// The ClusterRole of rbac.yaml that only credential copies need, and the
+// Role that replaces it for the access providers' CA Secret watches when
+// credentials are off.
+const (
+	credentialsRole = "hubsync-credentials"
+	caRoleFile      = "without-credentials/ca-secret-role.yaml"
+)
+
+// credentialSecretVerbs are the verbs on Secrets that credential copies use.
+var credentialSecretVerbs = []string{"create", "delete", "get", "list", "update", "watch"}
 
 // hubServiceAcctGroups are the groups the API server gives the
 // ServiceAccount, so that access reviews also count any group grants.
@@ -209,10 +222,40 @@ func (d *deployObjects) grants(t *testing.T) []grant {
 	return out
 }
 
+// without returns the objects without a ClusterRole and its bindings.
+func (d *deployObjects) without(clusterRole string) *deployObjects {
+	out := *d
+	out.clusterRoles = slices.DeleteFunc(slices.Clone(d.clusterRoles), func(r *rbacv1.ClusterRole) bool { return r.Name == clusterRole })
+	out.clusterRoleBindings = slices.DeleteFunc(slices.Clone(d.clusterRoleBindings), func(b *rbacv1.ClusterRoleBinding) bool {
+		return b.RoleRef.Kind == "ClusterRole" && b.RoleRef.Name == clusterRole
+	})
+	return &out
+}
+
+// allowedBy reports whether one of the grants allows r.
+func allowedBy(grants []grant, r apiRequest) bool {
+	return slices.ContainsFunc(grants, func(g grant) bool { return g.allows(r) })
+}
+
+// caProvider returns the configuration's access provider with a caSecret.
+func caProvider(t *testing.T, cfg *config.Config) config.AccessProvider {
+	t.Helper()
+	for _, p := range cfg.AccessProviders {
+		if p.CASecret != nil {
+			return p
+		}
+	}
+	t.Fatalf("config.yaml: no access provider with a caSecret")
+	return config.AccessProvider{}
+}
+
 // TestRBACManifest checks deploy/rbac.yaml on its own and against the rest
-// of deploy/: no wildcards, no secrets, every rule bound to hubsync's
-// ServiceAccount, and the leader-election Lease it grants is the one the
-// configuration names.
+// of deploy/: no wildcards; Secrets and ManagedServiceAccounts only in the
+// credentials ClusterRole, with exactly the verbs the copies use; every rule
+// bound to hubsync's ServiceAccount; the leader-election Lease it grants is
+// the one the configuration names; the CA Secret of every access provider
+// can be watched, with credentials on (rbac.yaml alone) and off (rbac.yaml
+// without the credentials ClusterRole, with without-credentials/).
 func TestRBACManifest(t *testing.T) {
 	d := loadDeploy(t, "rbac.yaml", "serviceaccount.yaml")
 	if len(d.other) > 0 || len(d.configMaps) > 0 {
@@ -242,11 +285,35 @@ func TestRBACManifest(t *testing.T) {
 		if len(r.NonResourceURLs) > 0 {
 			t.Errorf("rule grants non-resource URLs: %+v", r)
 		}
+	}
+	// Access to Secrets (and to ManagedServiceAccounts) is the credential
+	// copies', and no more than they use: no patch, no deletecollection, no
+	// status, and nowhere else.
+	exact := map[string][]string{"secrets": credentialSecretVerbs, "managedserviceaccounts": {"list", "watch"}}
+	sensitive := func(source string, r rbacv1.PolicyRule, ok bool) {
 		for _, res := range r.Resources {
-			if strings.Split(res, "/")[0] == "secrets" {
-				t.Errorf("rule grants secrets: %+v", r)
+			base, sub, _ := strings.Cut(res, "/")
+			want, found := exact[base]
+			if !found {
+				continue
+			}
+			if !ok || sub != "" || len(r.ResourceNames) > 0 || !slices.Equal(slices.Sorted(slices.Values(r.Verbs)), want) {
+				t.Errorf("%s grants %+v; only %s may grant %s, exactly %v", source, r, credentialsRole, res, want)
 			}
 		}
+	}
+	for _, cr := range d.clusterRoles {
+		for _, r := range cr.Rules {
+			sensitive("ClusterRole "+cr.Name, r, cr.Name == credentialsRole)
+		}
+	}
+	for _, role := range d.roles {
+		for _, r := range role.Rules {
+			sensitive("Role "+role.Name, r, false)
+		}
+	}
+	if !slices.ContainsFunc(d.clusterRoles, func(r *rbacv1.ClusterRole) bool { return r.Name == credentialsRole }) {
+		t.Fatalf("rbac.yaml has no ClusterRole %s", credentialsRole)
 	}
 	// Every rule defined is bound to hubsync, and nothing else is bound.
 	bound := 0
@@ -283,16 +350,90 @@ func TestRBACManifest(t *testing.T) {
 	if !leaseGranted("create", "") {
 		t.Errorf("rbac.yaml does not grant create on Leases in %s", cfg.LeaderElection.Namespace)
 	}
+
+	// Credential copies, as config.yaml turns them on: Secrets in any
+	// namespace, ManagedServiceAccounts in every cluster namespace.
+	grants := d.grants(t)
+	if !cfg.CredentialsEnabled() {
+		t.Errorf("config.yaml: credentials are off; TestRBAC and TestRBACDaemon expect the default, on")
+	}
+	for _, verb := range credentialSecretVerbs {
+		if r := (apiRequest{verb: verb, resource: "secrets", namespace: "any-consumer"}); !allowedBy(grants, r) {
+			t.Errorf("rbac.yaml does not allow %s", r)
+		}
+	}
+	for _, verb := range []string{"list", "watch"} {
+		for _, r := range []apiRequest{
+			{verb: verb, resource: "secrets"},
+			{verb: verb, group: "authentication.open-cluster-management.io", resource: "managedserviceaccounts"},
+		} {
+			if !allowedBy(grants, r) {
+				t.Errorf("rbac.yaml does not allow %s", r)
+			}
+		}
+	}
+
+	// The CA Secret watch of every caSecret provider in config.yaml: a list
+	// and a watch in its namespace, allowed by the credentials ClusterRole,
+	// and with credentials off by without-credentials/ alone.
+	ca := loadDeploy(t, caRoleFile)
+	if len(ca.roles) != 1 || len(ca.roleBindings) != 1 || len(ca.clusterRoles)+len(ca.clusterRoleBindings)+len(ca.serviceAccounts)+len(ca.configMaps)+len(ca.other) > 0 {
+		t.Fatalf("%s: want one Role and one RoleBinding", caRoleFile)
+	}
+	for _, r := range ca.roles[0].Rules {
+		if !slices.Equal(r.APIGroups, []string{""}) || !slices.Equal(r.Resources, []string{"secrets"}) ||
+			!slices.Equal(slices.Sorted(slices.Values(r.Verbs)), []string{"list", "watch"}) || len(r.ResourceNames) == 0 || len(r.NonResourceURLs) > 0 {
+			t.Errorf("%s: rule %+v; want list and watch of named secrets only", caRoleFile, r)
+		}
+	}
+	caGrants := ca.grants(t)
+	if len(caGrants) != len(ca.roles[0].Rules) {
+		t.Fatalf("%s: the Role is not bound to %s", caRoleFile, hubServiceAcctUser)
+	}
+	off := append(d.without(credentialsRole).grants(t), caGrants...)
+	for _, r := range []apiRequest{
+		{verb: "list", resource: "secrets"},
+		{verb: "list", resource: "secrets", namespace: "any-consumer"},
+		{verb: "list", resource: "secrets", namespace: ca.roles[0].Namespace},
+		{verb: "get", resource: "secrets", namespace: ca.roles[0].Namespace, name: ca.roles[0].Rules[0].ResourceNames[0]},
+	} {
+		if allowedBy(off, r) {
+			t.Errorf("without %s, rbac.yaml and %s still allow %s", credentialsRole, caRoleFile, r)
+		}
+	}
+	providers := 0
+	for _, p := range cfg.AccessProviders {
+		if p.CASecret == nil {
+			continue
+		}
+		providers++
+		for _, verb := range []string{"list", "watch"} {
+			r := apiRequest{verb: verb, resource: "secrets", namespace: p.CASecret.Namespace, name: p.CASecret.Name}
+			if !allowedBy(grants, r) {
+				t.Errorf("access provider %s: rbac.yaml does not allow %s", p.Name, r)
+			}
+			if !allowedBy(off, r) {
+				t.Errorf("access provider %s: without %s, %s does not allow %s", p.Name, credentialsRole, caRoleFile, r)
+			}
+		}
+	}
+	if providers == 0 {
+		t.Errorf("config.yaml: no access provider with a caSecret (cluster-proxy's); TestRBAC expects one")
+	}
 }
 
 // TestRBAC runs the syncer as hubsync's ServiceAccount with exactly the
-// permissions of deploy/rbac.yaml, and the same leader election as the
-// daemon, over a small fleet that makes it use every kind of request it
-// has: create, status write, restore, delete, a conflict Event, a repeated
-// Event and the Lease. It records every request the ServiceAccount sends
-// and checks that none is refused and that every permission granted was
-// used; access reviews check that it cannot read secrets or write the
-// fleet.
+// permissions of deploy/rbac.yaml, and the same leader election, access
+// provider and credential copies as the daemon, over a small fleet that
+// makes it use every kind of request it has: profile create, status write,
+// restore and delete, a conflict Event, a repeated Event, the Lease, the CA
+// Secret watch, and credential copies created, updated on rotation (with a
+// CredentialRotated Event on the ManagedServiceAccount), deleted when the
+// sync label goes, and a create that meets another owner's Secret (the get,
+// and a CredentialNotCopied Event). It records every request the
+// ServiceAccount sends and checks that none is refused and that every
+// permission granted was used; access reviews check that it cannot write
+// ManagedServiceAccounts, patch or mass-delete Secrets, or write the fleet.
 func TestRBAC(t *testing.T) {
 	d := loadDeploy(t, "serviceaccount.yaml", "rbac.yaml")
 	grants := d.grants(t)
@@ -306,7 +447,8 @@ func TestRBAC(t *testing.T) {
 	installRBAC(ctx, t, admin, d)
 
 	// Every request the ServiceAccount makes goes through reqs.
-	reqs := &requestLog{}
+	proxy := caProvider(t, hubCfg)
+	reqs := &requestLog{named: []string{proxy.CASecret.Namespace}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			reqs.logRefused(t)
@@ -334,7 +476,18 @@ func TestRBAC(t *testing.T) {
 	}
 	runLeaderElection(ctx, t, admin, kube, hubCfg.LeaderElection)
 
-	h := newHarness(t, withSyncerConfig(asHubsync))
+	// config.yaml's access provider (cluster-proxy's, CA from a Secret) and
+	// credential copies, whose ManagedServiceAccount client also acts as
+	// the ServiceAccount through reqs.
+	msas, err := msaclient.NewForConfig(asHubsync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, withSyncerConfig(asHubsync), withOptions(func(o *syncer.Options) {
+		o.AccessProviders = hubCfg.AccessProviders
+		o.Credentials = &syncer.CredentialOptions{Client: msas, Workers: 2, Coalesce: 50 * time.Millisecond}
+	}))
+	expectAbsentNamespaceListable(h, *proxy.CASecret)
 	ns := h.namespaces("red", "blue")
 	set := h.name("set")
 	h.must(h.hub.CreateExclusiveSet(h.ctx, set))
@@ -406,9 +559,51 @@ func TestRBAC(t *testing.T) {
 		return errors.New("not yet")
 	})
 
-	// Deletes: a cluster's profiles go with it; the foreign one stays.
+	// The CA Secret appears: every profile gets the provider's entry.
+	putCASecret(h, *proxy.CASecret, "RBAC-CA-1")
+	for _, n := range ns {
+		h.expectCAEntry(proxy, n, c1, "RBAC-CA-1")
+	}
+
+	// Credential copies: created next to both of c1's profiles, ...
+	exp := time.Now().Add(time.Hour)
+	_, err = h.hub.CreateMSA(h.ctx, c1, "app", true)
+	h.must(err)
+	tok := fleet.FakeJWT(exp)
+	h.must(h.hub.PutToken(h.ctx, c1, "app", tok, nil))
+	for _, n := range ns {
+		h.expectSecretToken(n, c1+"-app", tok)
+	}
+	// ... updated on rotation, with an Event on the MSA in c1's namespace,
+	tok = fleet.FakeJWT(exp.Add(time.Hour))
+	h.must(h.hub.PutToken(h.ctx, c1, "app", tok, nil))
+	for _, n := range ns {
+		h.expectSecretToken(n, c1+"-app", tok)
+	}
+	h.expectEvent(c1, "app", "CredentialRotated")
+	// ... left alone where another owner's Secret has the name: the create
+	// fails with AlreadyExists and a get tells that it is not a copy,
+	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: c1 + "-other", Namespace: ns[1]}, StringData: map[string]string{"token": "theirs"}}
+	_, err = h.hub.Kube.CoreV1().Secrets(ns[1]).Create(h.ctx, foreign, metav1.CreateOptions{})
+	h.must(err)
+	_, err = h.hub.CreateMSA(h.ctx, c1, "other", true)
+	h.must(err)
+	other := fleet.FakeJWT(exp)
+	h.must(h.hub.PutToken(h.ctx, c1, "other", other, nil))
+	h.expectSecretToken(ns[0], c1+"-other", other)
+	h.expectEvent(c1, "other", "CredentialNotCopied")
+	h.expectSecretToken(ns[1], c1+"-other", "theirs")
+	// ... and deleted when the MSA loses its sync label.
+	h.must(h.hub.SetMSASync(h.ctx, c1, "app", false))
+	for _, n := range ns {
+		h.expectSecretToken(n, c1+"-app", "")
+	}
+
+	// Deletes: a cluster's profiles go with it (and its remaining copy);
+	// the foreign profile stays.
 	h.must(h.hub.DeleteCluster(h.ctx, c1))
 	h.expectProfiles(ns[1], c2)
+	h.expectSecretToken(ns[0], c1+"-other", "")
 	h.eventually("only the foreign profile left in red", func() error {
 		ps, err := h.hub.ProfilesIn(h.ctx, ns[0])
 		if err != nil {
@@ -421,18 +616,187 @@ func TestRBAC(t *testing.T) {
 	})
 	h.waitIdle()
 
-	reqs.check(t, grants)
-	checkAccess(ctx, t, admin, grants)
+	reqs.check(t, grants, grants)
+	checkAccess(ctx, t, admin, grants, []authorizationv1.ResourceAttributes{
+		// Copies are written whole (update), and deleted one by one with a
+		// UID precondition.
+		{Verb: "patch", Resource: "secrets", Namespace: "consumer", Name: "c1-app"},
+		{Verb: "deletecollection", Resource: "secrets", Namespace: "consumer"},
+		{Verb: "deletecollection", Resource: "secrets"},
+	})
 }
 
-// installRBAC creates the namespace if needed and the objects of
-// serviceaccount.yaml and rbac.yaml, deletes them when the test ends, and
-// waits until the authorizer sees the bindings.
+// TestRBACWithoutCredentials runs the syncer as hubsync's ServiceAccount
+// with credentials off, as deploy/ documents it: rbac.yaml without the
+// credentials ClusterRole, plus without-credentials/ca-secret-role.yaml
+// for config.yaml's CA Secret. The CA watch works with that Role alone,
+// which names the Secret (the API server authorizes a list or watch with a
+// metadata.name field selector as a request for that name); every request
+// is allowed, the Role's verbs are used, and the ServiceAccount has no
+// other access to Secrets.
+func TestRBACWithoutCredentials(t *testing.T) {
+	d := loadDeploy(t, "serviceaccount.yaml", "rbac.yaml", caRoleFile).without(credentialsRole)
+	grants := d.grants(t)
+	proxy := caProvider(t, hubsyncConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, err := kubernetes.NewForConfig(hubConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	installRBAC(ctx, t, admin, d)
+	reqs := &requestLog{named: []string{proxy.CASecret.Namespace}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			reqs.logRefused(t)
+		}
+	})
+	asHubsync := rest.CopyConfig(hubConfig)
+	asHubsync.Impersonate = rest.ImpersonationConfig{UserName: hubServiceAcctUser}
+	asHubsync.Wrap(reqs.wrap)
+
+	h := newHarness(t, withSyncerConfig(asHubsync), withOptions(func(o *syncer.Options) {
+		o.AccessProviders = []config.AccessProvider{proxy}
+	}))
+	ns := h.namespaces("consumer")[0]
+	set, c := h.name("set"), h.name("c")
+	h.must(h.hub.CreateExclusiveSet(h.ctx, set))
+	h.cluster(c, set, nil)
+	h.must(h.hub.Bind(h.ctx, ns, set, true))
+	h.expectProfiles(ns, c)
+	putCASecret(h, *proxy.CASecret, "RBAC-CA-2")
+	h.expectCAEntry(proxy, ns, c, "RBAC-CA-2")
+	h.waitIdle()
+
+	var caGrants []grant
+	for _, g := range grants {
+		if slices.Contains(g.rule.Resources, "secrets") {
+			caGrants = append(caGrants, g)
+		}
+	}
+	if len(caGrants) == 0 {
+		t.Fatalf("no grant on secrets from %s", caRoleFile)
+	}
+	reqs.check(t, grants, caGrants)
+	caNS := proxy.CASecret.Namespace
+	checkAccess(ctx, t, admin, grants, []authorizationv1.ResourceAttributes{
+		{Verb: "get", Resource: "secrets"},
+		{Verb: "list", Resource: "secrets"},
+		{Verb: "watch", Resource: "secrets"},
+		{Verb: "get", Resource: "secrets", Namespace: hubNamespace},
+		{Verb: "list", Resource: "secrets", Namespace: hubNamespace},
+		{Verb: "list", Resource: "secrets", Namespace: "consumer"},
+		{Verb: "create", Resource: "secrets", Namespace: "consumer"},
+		{Verb: "list", Resource: "secrets", Namespace: caNS},
+		{Verb: "watch", Resource: "secrets", Namespace: caNS, Name: "cluster-proxy-signer"},
+		{Verb: "get", Resource: "secrets", Namespace: caNS, Name: proxy.CASecret.Name},
+		{Verb: "create", Resource: "secrets", Namespace: caNS},
+		{Verb: "update", Resource: "secrets", Namespace: caNS, Name: proxy.CASecret.Name},
+		{Verb: "delete", Resource: "secrets", Namespace: caNS, Name: proxy.CASecret.Name},
+		{Verb: "list", Group: "authentication.open-cluster-management.io", Resource: "managedserviceaccounts"},
+	})
+}
+
+// expectAbsentNamespaceListable checks what a CA Secret watch does on a hub
+// without cluster-proxy, whose namespace does not exist: the list
+// succeeds, empty, so hubsync's caches sync and profiles just carry no
+// entry.
+func expectAbsentNamespaceListable(h *harness, ref config.SecretKeyRef) {
+	h.t.Helper()
+	cfg := rest.CopyConfig(hubConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: hubServiceAcctUser}
+	kube, err := kubernetes.NewForConfig(cfg)
+	h.must(err)
+	absent := h.name("no-cluster-proxy")
+	list, err := kube.CoreV1().Secrets(absent).List(h.ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", ref.Name).String()})
+	if err != nil || len(list.Items) != 0 {
+		h.t.Fatalf("list of the CA Secret in the absent namespace %s: %v, %v", absent, list, err)
+	}
+}
+
+// putCASecret creates or updates an access provider's CA Secret (and its
+// namespace), with key ca, and deletes it when the test ends.
+func putCASecret(h *harness, ref config.SecretKeyRef, ca string) {
+	h.t.Helper()
+	h.must(h.hub.Namespace(h.ctx, ref.Namespace))
+	secrets := h.hub.Kube.CoreV1().Secrets(ref.Namespace)
+	h.t.Cleanup(func() {
+		if err := secrets.Delete(context.Background(), ref.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			h.t.Errorf("delete CA Secret: %v", err)
+		}
+	})
+	data := map[string][]byte{ref.Key: []byte(ca), "tls.key": []byte("not-for-hubsync")}
+	_, err := secrets.Create(h.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: ref.Namespace}, Data: data}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := secrets.Get(h.ctx, ref.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur.Data = data
+			_, err = secrets.Update(h.ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	h.must(err)
+}
+
+// expectCAEntry waits until the profile carries the provider's entry for
+// its cluster with the given CA.
+func (h *harness) expectCAEntry(p config.AccessProvider, ns, cluster, ca string) {
+	h.t.Helper()
+	server, err := config.RenderServer(p.Server, cluster)
+	h.must(err)
+	h.eventually(fmt.Sprintf("%s entry with CA %s in %s/%s", p.Name, ca, ns, cluster), func() error {
+		prof, err := h.hub.Profiles.ApisV1alpha1().ClusterProfiles(ns).Get(h.ctx, cluster, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if e := entry(prof, p.Name); e == nil || e.Cluster.Server != server || string(e.Cluster.CertificateAuthorityData) != ca {
+			return fmt.Errorf("entry %+v", e)
+		}
+		return nil
+	})
+}
+
+// expectSecretToken waits until the Secret ns/name holds token, or is gone
+// when token is "".
+func (h *harness) expectSecretToken(ns, name, token string) {
+	h.t.Helper()
+	what := fmt.Sprintf("Secret %s/%s gone", ns, name)
+	if token != "" {
+		what = fmt.Sprintf("Secret %s/%s with the current token", ns, name)
+	}
+	h.eventually(what, func() error {
+		sec, err := h.hub.Kube.CoreV1().Secrets(ns).Get(h.ctx, name, metav1.GetOptions{})
+		switch {
+		case token == "" && apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return err
+		case token == "":
+			return errors.New("still there")
+		case string(sec.Data["token"]) != token:
+			return errors.New("another token")
+		}
+		return nil
+	})
+}
+
+// installRBAC creates the namespaces if needed and the objects of
+// serviceaccount.yaml and rbac.yaml (or whichever d holds), deletes them
+// when the test ends, and waits until the authorizer sees the bindings.
 func installRBAC(ctx context.Context, t *testing.T, admin kubernetes.Interface, d *deployObjects) {
 	t.Helper()
-	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hubNamespace}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("create namespace %s: %v", hubNamespace, err)
+	namespaces := []string{hubNamespace}
+	for _, r := range d.roles {
+		namespaces = append(namespaces, r.Namespace)
+	}
+	for _, n := range namespaces {
+		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create namespace %s: %v", n, err)
+		}
 	}
 	var deletes []func(context.Context) error
 	t.Cleanup(func() {
@@ -611,6 +975,11 @@ func parseRequest(req *http.Request) (r apiRequest, ok bool) {
 		default:
 			r.verb = "get"
 		}
+		// A list or watch of one object by field selector is authorized
+		// as a request for that name.
+		if sel, err := fields.ParseSelector(q.Get("fieldSelector")); r.name == "" && err == nil {
+			r.name, _ = sel.RequiresExactMatch("metadata.name")
+		}
 	case http.MethodPost:
 		r.verb = "create"
 	case http.MethodPut:
@@ -634,6 +1003,9 @@ type requestLog struct {
 	reqs        []apiRequest
 	nonResource []string // refused non-resource requests
 	checked     bool
+	// named are namespaces the summary shows by name besides hubsync's
+	// and "default"; the others are consumer or cluster namespaces.
+	named []string
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -691,9 +1063,9 @@ func (l *requestLog) logRefused(t *testing.T) {
 }
 
 // check fails the test for every request the API server refused or that
-// rbac.yaml does not allow, and for every permission rbac.yaml grants that
-// no request used.
-func (l *requestLog) check(t *testing.T, grants []grant) {
+// the grants do not allow, and for every permission of mustUse that no
+// request used.
+func (l *requestLog) check(t *testing.T, grants, mustUse []grant) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -707,11 +1079,11 @@ func (l *requestLog) check(t *testing.T, grants []grant) {
 			problems[fmt.Sprintf("refused (%d): %s", r.code, r)] = true
 			continue
 		}
-		if !slices.ContainsFunc(grants, func(g grant) bool { return g.allows(r) }) {
-			problems["allowed by something other than rbac.yaml: "+r.String()] = true
+		if !allowedBy(grants, r) {
+			problems["allowed by something other than deploy/: "+r.String()] = true
 		}
 	}
-	for _, g := range grants {
+	for _, g := range mustUse {
 		for _, group := range g.rule.APIGroups {
 			for _, res := range g.rule.Resources {
 				for _, verb := range g.rule.Verbs {
@@ -739,8 +1111,8 @@ func (l *requestLog) check(t *testing.T, grants []grant) {
 	seen := map[string]int{}
 	for _, r := range l.reqs {
 		r.name = ""
-		if r.namespace != "" && r.namespace != hubNamespace && r.namespace != metav1.NamespaceDefault {
-			r.namespace = "a consumer namespace"
+		if r.namespace != "" && r.namespace != hubNamespace && r.namespace != metav1.NamespaceDefault && !slices.Contains(l.named, r.namespace) {
+			r.namespace = "a consumer or cluster namespace"
 		}
 		if r.watchList {
 			r.verb = "watch-list"
@@ -800,9 +1172,10 @@ func reviewAccess(ctx context.Context, admin kubernetes.Interface, a authorizati
 }
 
 // checkAccess asks the API server what the ServiceAccount may do: every
-// permission granted, and nothing that would let it read secrets, change
-// the fleet or widen its own access.
-func checkAccess(ctx context.Context, t *testing.T, admin kubernetes.Interface, grants []grant) {
+// permission granted, and nothing that would let it write
+// ManagedServiceAccounts, change the fleet or widen its own access, nor
+// anything in denied.
+func checkAccess(ctx context.Context, t *testing.T, admin kubernetes.Interface, grants []grant, denied []authorizationv1.ResourceAttributes) {
 	t.Helper()
 	for _, g := range grants {
 		for _, res := range g.rule.Resources {
@@ -816,17 +1189,21 @@ func checkAccess(ctx context.Context, t *testing.T, admin kubernetes.Interface, 
 	}
 	const (
 		ocm    = "cluster.open-cluster-management.io"
+		msa    = "authentication.open-cluster-management.io"
 		coord  = coordinationv1.GroupName
 		rbac   = rbacv1.GroupName
 		consum = "consumer"
+		clus   = "cluster1"
 	)
-	denied := []authorizationv1.ResourceAttributes{
-		{Verb: "get", Resource: "secrets"},
-		{Verb: "list", Resource: "secrets"},
-		{Verb: "watch", Resource: "secrets"},
-		{Verb: "get", Resource: "secrets", Namespace: hubNamespace},
-		{Verb: "list", Resource: "secrets", Namespace: hubNamespace},
-		{Verb: "list", Resource: "secrets", Namespace: consum},
+	denied = append(slices.Clip(denied), []authorizationv1.ResourceAttributes{
+		// ManagedServiceAccounts are only read, through an informer.
+		{Verb: "get", Group: msa, Resource: "managedserviceaccounts", Namespace: clus, Name: "app"},
+		{Verb: "create", Group: msa, Resource: "managedserviceaccounts", Namespace: clus},
+		{Verb: "update", Group: msa, Resource: "managedserviceaccounts", Namespace: clus, Name: "app"},
+		{Verb: "patch", Group: msa, Resource: "managedserviceaccounts", Namespace: clus, Name: "app"},
+		{Verb: "delete", Group: msa, Resource: "managedserviceaccounts", Namespace: clus, Name: "app"},
+		{Verb: "deletecollection", Group: msa, Resource: "managedserviceaccounts", Namespace: clus},
+		{Verb: "update", Group: msa, Resource: "managedserviceaccounts", Subresource: "status", Namespace: clus, Name: "app"},
 		{Verb: "list", Resource: "configmaps", Namespace: hubNamespace},
 		{Verb: "delete", Group: ocm, Resource: "managedclusters"},
 		{Verb: "create", Group: ocm, Resource: "managedclusters"},
@@ -852,7 +1229,7 @@ func checkAccess(ctx context.Context, t *testing.T, admin kubernetes.Interface, 
 		{Verb: "escalate", Group: rbac, Resource: "clusterroles"},
 		{Verb: "bind", Group: rbac, Resource: "clusterroles"},
 		{Verb: "update", Group: rbac, Resource: "roles", Namespace: hubNamespace},
-	}
+	}...)
 	for _, a := range denied {
 		ok, err := reviewAccess(ctx, admin, a)
 		if err != nil {
@@ -1004,10 +1381,13 @@ func TestDeployManifests(t *testing.T) {
 }
 
 // TestRBACDaemon runs the hubsync binary with deploy/config.yaml's
-// configuration (leader election on) and a token of the ServiceAccount, so
-// that the daemon's own requests (discovery, /readyz probes, the Lease, the
-// event recorder) are made with exactly rbac.yaml's permissions, and checks
-// that it takes the Lease, converges a fleet, reports a conflict, releases
+// configuration (leader election, the cluster-proxy access provider and
+// credential copies on) and a token of the ServiceAccount, so that the
+// daemon's own requests (discovery, including the ManagedServiceAccount
+// API, /readyz probes, the Lease, the event recorder) are made with exactly
+// rbac.yaml's permissions, and checks that it takes the Lease, converges a
+// fleet, reports a conflict, writes the proxy entry once the CA Secret
+// exists, copies a token and removes the copy with its profile, releases
 // the Lease on exit and never logs a refusal.
 func TestRBACDaemon(t *testing.T) {
 	d := loadDeploy(t, "serviceaccount.yaml", "rbac.yaml")
@@ -1072,7 +1452,16 @@ func TestRBACDaemon(t *testing.T) {
 		return h.checkProfile(ns, a)
 	})
 	h.expectEvent(ns, b, "ProfileConflict")
+	proxy := caProvider(t, conf)
+	putCASecret(h, *proxy.CASecret, "DAEMON-CA")
+	h.expectCAEntry(proxy, ns, a, "DAEMON-CA")
+	_, err = h.hub.CreateMSA(h.ctx, a, "app", true)
+	h.must(err)
+	tok := fleet.FakeJWT(time.Now().Add(time.Hour))
+	h.must(h.hub.PutToken(h.ctx, a, "app", tok, nil))
+	h.expectSecretToken(ns, a+"-app", tok)
 	h.must(h.hub.DeleteCluster(h.ctx, a))
+	h.expectSecretToken(ns, a+"-app", "")
 	h.eventually("a's profile deleted", func() error {
 		names, err := h.hub.ProfileNames(h.ctx, ns)
 		if err != nil {
