@@ -282,9 +282,17 @@ func (s *Syncer) Run(ctx context.Context) error {
 	defer s.cpInformers.Shutdown()
 
 	start := time.Now()
-	if !cache.WaitForCacheSync(ctx.Done(), append(caSynced, s.synced...)...) {
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
 		return fmt.Errorf("syncer: informer caches did not sync: %w", ctx.Err())
 	}
+	// CA Secrets are waited for only briefly: a CA that cannot be read (no
+	// such namespace, no permission) must not stop every profile; those
+	// profiles get the provider entry once the CA arrives.
+	caCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if !cache.WaitForCacheSync(caCtx.Done(), caSynced...) && ctx.Err() == nil {
+		s.log.Warn("access provider CA Secrets not readable yet; profiles are written without those providers until they are")
+	}
+	cancel()
 	s.log.Info("caches synced", "after", time.Since(start).Round(time.Millisecond))
 
 	var wg sync.WaitGroup

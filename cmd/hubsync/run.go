@@ -107,41 +107,25 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	recorder := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "hubsync"})
 
-	var creds *syncer.CredentialOptions
-	if cfg.CredentialsEnabled() {
-		msas, err := msaclient.NewForConfig(restCfg)
-		if err != nil {
-			return fmt.Errorf("managed service account client: %w", err)
-		}
-		creds = &syncer.CredentialOptions{Client: msas, Workers: cfg.Credentials.Workers, Coalesce: cfg.Credentials.Coalesce.Duration}
-	}
-	s, err := syncer.New(syncer.Clients{Kube: kube, Cluster: clusters, Profiles: profiles}, syncer.Options{
-		ClusterManager:  cfg.ClusterManager,
-		Workers:         cfg.Workers.Topology,
-		ResyncPeriod:    cfg.ResyncPeriod.Duration,
-		RetryBase:       cfg.Retry.BaseDelay.Duration,
-		RetryMax:        cfg.Retry.MaxDelay.Duration,
-		RequestTimeout:  cfg.Hub.Timeout.Duration,
-		AccessProviders: cfg.AccessProviders,
-		Credentials:     creds,
-	}, log, reg, recorder)
-	if err != nil {
-		return err
-	}
-
 	leader := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "hubsync_leader",
 		Help: "1 while this replica holds the leader lease (always 1 without leader election).",
 	})
 	reg.MustRegister(leader)
 	var leading atomic.Bool
+	// The syncer exists once the hub serves the APIs it needs; until then
+	// /healthz answers and /readyz says why it is not ready.
+	var current atomic.Pointer[syncer.Syncer]
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	serverErr := make(chan error, 1)
 	if cfg.Server.Address != config.ServerOff {
 		srv, ln, err := newServer(cfg.Server.Address, reg, func() (bool, string) {
+			s := current.Load()
 			switch {
+			case s == nil:
+				return false, "waiting for the hub's APIs"
 			case s.Ready():
 				return true, "ok"
 			case cfg.LeaderElection.Enabled && !leading.Load():
@@ -166,17 +150,29 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 
 	log.Info("hubsync starting", "version", buildVersion(), "host", restCfg.Host, "clusterManager", cfg.ClusterManager,
 		"workers", cfg.Workers.Topology, "qps", cfg.Hub.QPS, "burst", cfg.Hub.Burst)
-	required := map[string][]string{}
-	for gv, rs := range requiredAPIs {
-		required[gv] = rs
-	}
-	if cfg.CredentialsEnabled() {
-		required["authentication.open-cluster-management.io/v1beta1"] = []string{"managedserviceaccounts"}
-	}
-	if err := waitForAPIs(ctx, kube, required, log); err != nil {
+	if err := waitForAPIs(ctx, kube, requiredAPIs, log); err != nil {
 		return err
 	}
 	go probeHub(ctx, kube, 2*time.Second, log, reg)
+	creds, err := credentialOptions(cfg, restCfg, kube, log)
+	if err != nil {
+		return err
+	}
+	s, err := syncer.New(syncer.Clients{Kube: kube, Cluster: clusters, Profiles: profiles}, syncer.Options{
+		ClusterManager:  cfg.ClusterManager,
+		Workers:         cfg.Workers.Topology,
+		ResyncPeriod:    cfg.ResyncPeriod.Duration,
+		RetryBase:       cfg.Retry.BaseDelay.Duration,
+		RetryMax:        cfg.Retry.MaxDelay.Duration,
+		RequestTimeout:  cfg.Hub.Timeout.Duration,
+		AccessProviders: cfg.AccessProviders,
+		Credentials:     creds,
+	}, log, reg, recorder)
+	if err != nil {
+		return err
+	}
+
+	current.Store(s)
 
 	runErr := make(chan error, 1)
 	go func() {
@@ -202,6 +198,32 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return fmt.Errorf("metrics server: %w", err)
 	}
 }
+
+// credentialOptions turns credential copies on when configured and the hub
+// serves the ManagedServiceAccount API. A hub without the
+// managed-serviceaccount addon still gets its profiles: copies are off,
+// with a warning, rather than hubsync waiting for an API that may never come.
+func credentialOptions(cfg *config.Config, restCfg *rest.Config, kube kubernetes.Interface, log *slog.Logger) (*syncer.CredentialOptions, error) {
+	if !cfg.CredentialsEnabled() {
+		return nil, nil
+	}
+	missing, err := missingAPIs(kube, msaAPI)
+	if err != nil {
+		return nil, err
+	}
+	if len(missing) > 0 {
+		log.Warn("the hub does not serve ManagedServiceAccounts (managed-serviceaccount addon not installed?); credential copies are off until hubsync is restarted with it installed, or set credentials.enabled: false",
+			"missing", strings.Join(missing, ", "))
+		return nil, nil
+	}
+	msas, err := msaclient.NewForConfig(restCfg)
+	if err != nil {
+		return nil, fmt.Errorf("managed service account client: %w", err)
+	}
+	return &syncer.CredentialOptions{Client: msas, Workers: cfg.Credentials.Workers, Coalesce: cfg.Credentials.Coalesce.Duration}, nil
+}
+
+var msaAPI = map[string][]string{"authentication.open-cluster-management.io/v1beta1": {"managedserviceaccounts"}}
 
 func restConfig(hub config.Hub) (*rest.Config, error) {
 	var cfg *rest.Config
