@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeinformers "k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/syncer"
@@ -199,106 +198,26 @@ func parallel(n, workers int, f func(int) error) error {
 	return <-errs
 }
 
-// copyWatcher follows credential copies through a label-scoped watch, as a
-// consumer in the copies' namespaces would see them.
-type copyWatcher struct {
-	cancel     context.CancelFunc
-	namespaces int
-
-	mu      sync.Mutex
-	seen    map[string]bool
-	notify  chan struct{}
-	pending map[string]*fpExpectation // cluster -> expectation
-}
-
-type fpExpectation struct {
-	fingerprint string
-	remaining   map[string]bool
-	done        chan time.Time
-}
-
-func newCopyWatcher(ctx context.Context, cp *controlplane.ControlPlane, namespaces int) (*copyWatcher, error) {
+// newCopyWatcher follows credential copies through a label-scoped watch,
+// as a consumer in the copies' namespaces would see them; expectations wait
+// for a cluster's token fingerprint in every namespace.
+func newCopyWatcher(ctx context.Context, cp *controlplane.ControlPlane, namespaces int) (*tracker, error) {
 	hub, err := fleet.NewHub(cp.Config)
 	if err != nil {
 		return nil, err
 	}
-	wctx, cancel := context.WithCancel(ctx)
+	t := newTracker(ctx, namespaces)
 	f := kubeinformers.NewSharedInformerFactoryWithOptions(hub.Kube, 0, kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = syncer.LabelSyncedFrom
 	}))
-	w := &copyWatcher{cancel: cancel, namespaces: namespaces, seen: map[string]bool{}, notify: make(chan struct{}, 1), pending: map[string]*fpExpectation{}}
 	inf := f.Core().V1().Secrets().Informer()
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    w.observe,
-		UpdateFunc: func(_, obj any) { w.observe(obj) },
-	})
-	f.Start(wctx.Done())
-	if !cache.WaitForCacheSync(wctx.Done(), inf.HasSynced) {
-		cancel()
-		return nil, fmt.Errorf("copy watcher did not sync")
-	}
-	return w, nil
-}
-
-func (w *copyWatcher) stop() { w.cancel() }
-
-func (w *copyWatcher) observe(obj any) {
-	at := time.Now()
-	s, ok := obj.(*corev1.Secret)
-	if !ok || !strings.HasPrefix(s.Namespace, "consumer-") {
-		return
-	}
-	cluster, _, _ := strings.Cut(s.Annotations[syncer.AnnotationSource], "/")
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if key := s.Namespace + "/" + s.Name; !w.seen[key] {
-		w.seen[key] = true
-		select {
-		case w.notify <- struct{}{}:
-		default:
+	observe := func(obj any) {
+		if s, ok := obj.(*corev1.Secret); ok {
+			cluster, _, _ := strings.Cut(s.Annotations[syncer.AnnotationSource], "/")
+			t.observe(s.Namespace, s.Name, cluster, s.Annotations[syncer.AnnotationTokenFingerprint], true)
 		}
 	}
-	if e := w.pending[cluster]; e != nil && s.Annotations[syncer.AnnotationTokenFingerprint] == e.fingerprint {
-		delete(e.remaining, s.Namespace)
-		if len(e.remaining) == 0 {
-			delete(w.pending, cluster)
-			e.done <- at
-		}
-	}
-}
-
-func (w *copyWatcher) waitCount(ctx context.Context, exited <-chan error, n int, timeout time.Duration) error {
-	deadline := time.After(timeout)
-	for {
-		w.mu.Lock()
-		got := len(w.seen)
-		w.mu.Unlock()
-		if got >= n {
-			return nil
-		}
-		select {
-		case <-w.notify:
-		case err := <-exited:
-			return fmt.Errorf("hubsync exited: %v", err)
-		case <-deadline:
-			return fmt.Errorf("only %d of %d copies after %s", got, n, timeout)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// expect returns a channel that receives the time at which every
-// namespace's copy for cluster carries the fingerprint.
-func (w *copyWatcher) expect(cluster, fingerprint string) <-chan time.Time {
-	e := &fpExpectation{fingerprint: fingerprint, remaining: map[string]bool{}, done: make(chan time.Time, 1)}
-	for i := range w.namespaces {
-		e.remaining[nsName(i)] = true
-	}
-	w.mu.Lock()
-	w.pending[cluster] = e
-	w.mu.Unlock()
-	return e.done
+	return t, t.run(f, inf, observe)
 }
 
 func coalesce(c config.Config) time.Duration {

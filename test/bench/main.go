@@ -16,13 +16,10 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	cpinformers "sigs.k8s.io/cluster-inventory-api/client/informers/externalversions"
@@ -77,11 +74,11 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		return err
 	}
 
-	w := newWatcher(cp, nNamespaces)
-	defer w.stop()
-	if !cache.WaitForCacheSync(ctx.Done(), w.inf.HasSynced) {
-		return fmt.Errorf("watcher cache did not sync")
+	w, err := newProfileWatcher(ctx, cp, nNamespaces)
+	if err != nil {
+		return err
 	}
+	defer w.stop()
 
 	logs := io.Discard
 	if logPath != "" {
@@ -102,7 +99,7 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		return err
 	}
 	readyAt := d.ReadyAt(ctx)
-	if err := w.waitComplete(ctx, d.Done(), profiles, 10*time.Minute); err != nil {
+	if err := w.waitCount(ctx, d.Done(), profiles, 10*time.Minute); err != nil {
 		return err
 	}
 	converge := time.Since(start)
@@ -179,46 +176,31 @@ func rawWriteFloor(ctx context.Context, hub *fleet.Hub, n, workers int) (time.Du
 	}
 	client := hub.Profiles.ApisV1alpha1().ClusterProfiles(ns)
 	status := fleet.Status(fleet.ClusterSpec{Claims: map[string]string{"id.k8s.io": "x", "region.open-cluster-management.io": "r"}})
-	var next atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
 	start := time.Now()
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				p := &cpv1alpha1.ClusterProfile{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("floor-%05d", i), Labels: map[string]string{
-						"x-k8s.io/cluster-manager": "floor", "open-cluster-management.io/cluster-name": "x", "multicluster.x-k8s.io/clusterset": "set-0",
-					}},
-					Spec: cpv1alpha1.ClusterProfileSpec{DisplayName: "x", ClusterManager: cpv1alpha1.ClusterManager{Name: "floor"}},
-				}
-				created, err := client.Create(ctx, p, metav1.CreateOptions{})
-				if err == nil {
-					created.Status.Version.Kubernetes = status.Version.Kubernetes
-					for _, c := range status.ClusterClaims {
-						created.Status.Properties = append(created.Status.Properties, cpv1alpha1.Property{Name: c.Name, Value: c.Value})
-					}
-					for _, c := range status.Conditions {
-						meta.SetStatusCondition(&created.Status.Conditions, c)
-					}
-					_, err = client.UpdateStatus(ctx, created, metav1.UpdateOptions{})
-				}
-				if err != nil {
-					once.Do(func() { firstErr = err })
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	err := parallel(n, workers, func(i int) error {
+		p := &cpv1alpha1.ClusterProfile{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("floor-%05d", i), Labels: map[string]string{
+				"x-k8s.io/cluster-manager": "floor", "open-cluster-management.io/cluster-name": "x", "multicluster.x-k8s.io/clusterset": "set-0",
+			}},
+			Spec: cpv1alpha1.ClusterProfileSpec{DisplayName: "x", ClusterManager: cpv1alpha1.ClusterManager{Name: "floor"}},
+		}
+		created, err := client.Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		created.Status.Version.Kubernetes = status.Version.Kubernetes
+		for _, c := range status.ClusterClaims {
+			created.Status.Properties = append(created.Status.Properties, cpv1alpha1.Property{Name: c.Name, Value: c.Value})
+		}
+		for _, c := range status.Conditions {
+			meta.SetStatusCondition(&created.Status.Conditions, c)
+		}
+		_, err = client.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		return err
+	})
 	d := time.Since(start)
-	if firstErr != nil {
-		return 0, fmt.Errorf("floor writes: %w", firstErr)
+	if err != nil {
+		return 0, fmt.Errorf("floor writes: %w", err)
 	}
 	if err := client.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		return 0, err
@@ -235,26 +217,14 @@ func buildFleet(ctx context.Context, hub *fleet.Hub, nClusters, nNamespaces int)
 	if err := hub.CreateLabelSelectorSet(ctx, "all", &metav1.LabelSelector{}); err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, nClusters)
-	sem := make(chan struct{}, 32)
-	for i := range nClusters {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			_, err := hub.CreateCluster(ctx, fleet.ClusterSpec{
-				Name:   clusterName(i),
-				Labels: fleet.ExclusiveSetLabels(setName(i%sets), map[string]string{"region": fmt.Sprintf("r%d", i%5)}),
-				Claims: map[string]string{"id.k8s.io": clusterName(i), "region.open-cluster-management.io": fmt.Sprintf("r%d", i%5)},
-			})
-			if err != nil {
-				errs <- err
-			}
+	if err := parallel(nClusters, 32, func(i int) error {
+		_, err := hub.CreateCluster(ctx, fleet.ClusterSpec{
+			Name:   clusterName(i),
+			Labels: fleet.ExclusiveSetLabels(setName(i%sets), map[string]string{"region": fmt.Sprintf("r%d", i%5)}),
+			Claims: map[string]string{"id.k8s.io": clusterName(i), "region.open-cluster-management.io": fmt.Sprintf("r%d", i%5)},
 		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+		return err
+	}); err != nil {
 		return err
 	}
 	// Half the namespaces bind the four exclusive sets, half the {} set:
@@ -277,99 +247,24 @@ func buildFleet(ctx context.Context, hub *fleet.Hub, nClusters, nNamespaces int)
 	return nil
 }
 
-// watcher follows ClusterProfiles as a consumer would, through a watch.
-type watcher struct {
-	cancel     context.CancelFunc
-	inf        cache.SharedIndexInformer
-	namespaces int
-
-	mu       sync.Mutex
-	complete map[string]bool
-	notify   chan struct{}
-	pending  map[string]*expectation
-}
-
-type expectation struct {
-	set       string
-	remaining map[string]bool
-	done      chan time.Time
-}
-
-func newWatcher(cp *controlplane.ControlPlane, namespaces int) *watcher {
-	ctx, cancel := context.WithCancel(context.Background())
-	hub, _ := fleet.NewHub(cp.Config)
+// newProfileWatcher follows ClusterProfiles as a consumer would, through a
+// watch: a profile counts once it has full status, and expectations wait
+// for a cluster's clusterset label in every namespace.
+func newProfileWatcher(ctx context.Context, cp *controlplane.ControlPlane, namespaces int) (*tracker, error) {
+	hub, err := fleet.NewHub(cp.Config)
+	if err != nil {
+		return nil, err
+	}
+	t := newTracker(ctx, namespaces)
 	f := cpinformers.NewSharedInformerFactory(hub.Profiles, 0)
-	w := &watcher{
-		cancel: cancel, inf: f.Apis().V1alpha1().ClusterProfiles().Informer(), namespaces: namespaces,
-		complete: map[string]bool{}, notify: make(chan struct{}, 1), pending: map[string]*expectation{},
-	}
-	_, _ = w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.observe(obj) },
-		UpdateFunc: func(_, obj any) { w.observe(obj) },
-	})
-	f.Start(ctx.Done())
-	return w
-}
-
-func (w *watcher) stop() { w.cancel() }
-
-func (w *watcher) observe(obj any) {
-	at := time.Now()
-	p, ok := obj.(*cpv1alpha1.ClusterProfile)
-	if !ok || !strings.HasPrefix(p.Namespace, "consumer-") {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	key := p.Namespace + "/" + p.Name
-	if !w.complete[key] && p.Status.Version.Kubernetes != "" && meta.FindStatusCondition(p.Status.Conditions, "ControlPlaneHealthy") != nil {
-		w.complete[key] = true
-		select {
-		case w.notify <- struct{}{}:
-		default:
+	inf := f.Apis().V1alpha1().ClusterProfiles().Informer()
+	observe := func(obj any) {
+		if p, ok := obj.(*cpv1alpha1.ClusterProfile); ok {
+			complete := p.Status.Version.Kubernetes != "" && meta.FindStatusCondition(p.Status.Conditions, "ControlPlaneHealthy") != nil
+			t.observe(p.Namespace, p.Name, p.Name, p.Labels["multicluster.x-k8s.io/clusterset"], complete)
 		}
 	}
-	if e := w.pending[p.Name]; e != nil && p.Labels["multicluster.x-k8s.io/clusterset"] == e.set {
-		delete(e.remaining, p.Namespace)
-		if len(e.remaining) == 0 {
-			delete(w.pending, p.Name)
-			e.done <- at
-		}
-	}
-}
-
-func (w *watcher) waitComplete(ctx context.Context, exited <-chan error, n int, timeout time.Duration) error {
-	deadline := time.After(timeout)
-	for {
-		w.mu.Lock()
-		got := len(w.complete)
-		w.mu.Unlock()
-		if got >= n {
-			return nil
-		}
-		select {
-		case <-w.notify:
-		case err := <-exited:
-			return fmt.Errorf("hubsync exited: %v", err)
-		case <-deadline:
-			return fmt.Errorf("only %d of %d profiles complete after %s", got, n, timeout)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// expect returns a channel that receives the time at which every
-// namespace's profile of cluster carries the clusterset label set.
-func (w *watcher) expect(cluster, set string) <-chan time.Time {
-	e := &expectation{set: set, remaining: map[string]bool{}, done: make(chan time.Time, 1)}
-	for i := range w.namespaces {
-		e.remaining[nsName(i)] = true
-	}
-	w.mu.Lock()
-	w.pending[cluster] = e
-	w.mu.Unlock()
-	return e.done
+	return t, t.run(f, inf, observe)
 }
 
 // metricLines joins the lines of a /metrics text that start with any of

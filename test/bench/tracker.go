@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/tools/cache"
+)
+
+// tracker times what a consumer sees through a watch: how many objects in
+// the consumer namespaces have reached their complete state, and when one
+// cluster's object shows an expected value in every namespace.
+type tracker struct {
+	ctx        context.Context
+	cancel     context.CancelFunc
+	namespaces int
+
+	mu       sync.Mutex
+	complete map[string]bool
+	notify   chan struct{}
+	pending  map[string]*expectation // cluster -> what to wait for
+}
+
+type expectation struct {
+	value     string
+	remaining map[string]bool
+	done      chan time.Time
+}
+
+func newTracker(ctx context.Context, namespaces int) *tracker {
+	ctx, cancel := context.WithCancel(ctx)
+	return &tracker{ctx: ctx, cancel: cancel, namespaces: namespaces,
+		complete: map[string]bool{}, notify: make(chan struct{}, 1), pending: map[string]*expectation{}}
+}
+
+// informerStarter is what the typed informer factories have in common.
+type informerStarter interface{ Start(<-chan struct{}) }
+
+// run feeds an informer's adds and updates to observe and waits for its
+// cache.
+func (t *tracker) run(f informerStarter, inf cache.SharedIndexInformer, observe func(any)) error {
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    observe,
+		UpdateFunc: func(_, obj any) { observe(obj) },
+	})
+	f.Start(t.ctx.Done())
+	if !cache.WaitForCacheSync(t.ctx.Done(), inf.HasSynced) {
+		t.cancel()
+		return fmt.Errorf("watch did not sync")
+	}
+	return nil
+}
+
+func (t *tracker) stop() { t.cancel() }
+
+// observe records one object of cluster in namespace ns.
+func (t *tracker) observe(ns, name, cluster, value string, complete bool) {
+	at := time.Now()
+	if !strings.HasPrefix(ns, "consumer-") {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if key := ns + "/" + name; complete && !t.complete[key] {
+		t.complete[key] = true
+		select {
+		case t.notify <- struct{}{}:
+		default:
+		}
+	}
+	if e := t.pending[cluster]; e != nil && value == e.value {
+		delete(e.remaining, ns)
+		if len(e.remaining) == 0 {
+			delete(t.pending, cluster)
+			e.done <- at
+		}
+	}
+}
+
+// waitCount waits until n objects are complete.
+func (t *tracker) waitCount(ctx context.Context, exited <-chan error, n int, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	for {
+		t.mu.Lock()
+		got := len(t.complete)
+		t.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-t.notify:
+		case err := <-exited:
+			return fmt.Errorf("hubsync exited: %v", err)
+		case <-deadline:
+			return fmt.Errorf("only %d of %d objects complete after %s", got, n, timeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// expect returns a channel that receives the time at which the cluster's
+// object in every consumer namespace shows value.
+func (t *tracker) expect(cluster, value string) <-chan time.Time {
+	e := &expectation{value: value, remaining: map[string]bool{}, done: make(chan time.Time, 1)}
+	for i := range t.namespaces {
+		e.remaining[nsName(i)] = true
+	}
+	t.mu.Lock()
+	t.pending[cluster] = e
+	t.mu.Unlock()
+	return e.done
+}
