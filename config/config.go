@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -58,7 +60,69 @@ type Config struct {
 	// Credentials configures the copies of ManagedServiceAccount tokens
 	// into consumer namespaces.
 	Credentials Credentials `json:"credentials"`
+	// Bus configures the NATS event bus.
+	Bus Bus `json:"bus"`
 }
+
+// Bus configures where cluster-access events go: an external NATS, or,
+// when URLs is empty, an embedded nats-server with JetStream.
+type Bus struct {
+	// Enabled turns events on. Default true.
+	Enabled *bool `json:"enabled,omitempty"`
+	// URLs of an external NATS cluster (nats:// or tls://); empty starts the
+	// embedded server.
+	URLs []string `json:"urls,omitempty"`
+	// CredsFile is a NATS user credentials file (JWT + NKey seed).
+	CredsFile string `json:"credsFile,omitempty"`
+	// NKeySeedFile is a file holding an NKey user seed.
+	NKeySeedFile string `json:"nkeySeedFile,omitempty"`
+	// TLS to the external NATS.
+	TLS BusTLS `json:"tls"`
+	// SubjectPrefix starts every subject: <prefix>.<namespace>.<cluster>.<kind>.
+	SubjectPrefix string `json:"subjectPrefix,omitempty"`
+	// Stream is the JetStream stream that keeps events for replay.
+	Stream BusStream `json:"stream"`
+	// KVBucket is the JetStream key-value bucket of current access records.
+	KVBucket string `json:"kvBucket,omitempty"`
+	// BufferSize bounds the events waiting while NATS is unreachable;
+	// beyond it events are dropped (counted) and the current state is
+	// republished on reconnect.
+	BufferSize int `json:"bufferSize,omitempty"`
+	// Embedded configures the in-process server used when URLs is empty.
+	Embedded BusEmbedded `json:"embedded"`
+}
+
+// BusTLS holds TLS files for an external NATS.
+type BusTLS struct {
+	CAFile   string `json:"caFile,omitempty"`
+	CertFile string `json:"certFile,omitempty"`
+	KeyFile  string `json:"keyFile,omitempty"`
+}
+
+// BusStream configures the JetStream stream.
+type BusStream struct {
+	Name string `json:"name,omitempty"`
+	// MaxAge is how long events are kept for replay.
+	MaxAge metav1.Duration `json:"maxAge,omitempty"`
+	// MaxBytes bounds the stream's size; 0 means unlimited.
+	MaxBytes int64 `json:"maxBytes,omitempty"`
+	// DuplicateWindow is how long JetStream remembers event ids to drop a
+	// re-published change.
+	DuplicateWindow metav1.Duration `json:"duplicateWindow,omitempty"`
+	// Replicas for a clustered external NATS.
+	Replicas int `json:"replicas,omitempty"`
+}
+
+// BusEmbedded configures the embedded nats-server.
+type BusEmbedded struct {
+	// Listen is host:port for local consumers; keep it on loopback.
+	Listen string `json:"listen,omitempty"`
+	// DataDir holds JetStream's files.
+	DataDir string `json:"dataDir,omitempty"`
+}
+
+// BusEnabled reports whether events are on.
+func (c *Config) BusEnabled() bool { return c.Bus.Enabled == nil || *c.Bus.Enabled }
 
 // Access provider types.
 const (
@@ -249,6 +313,20 @@ func (c *Config) SetDefaults() {
 			setStr(&p.CASecret.Key, "tls.crt")
 		}
 	}
+	b := &c.Bus
+	setStr(&b.SubjectPrefix, "hubsync")
+	setStr(&b.Stream.Name, "HUBSYNC_EVENTS")
+	setDur(&b.Stream.MaxAge, 7*24*time.Hour)
+	setDur(&b.Stream.DuplicateWindow, 2*time.Minute)
+	if b.Stream.Replicas == 0 {
+		b.Stream.Replicas = 1
+	}
+	setStr(&b.KVBucket, "hubsync-access")
+	if b.BufferSize == 0 {
+		b.BufferSize = 10000
+	}
+	setStr(&b.Embedded.Listen, "127.0.0.1:4222")
+	setStr(&b.Embedded.DataDir, "/var/lib/hubsync/nats")
 	if c.Credentials.Workers == 0 {
 		c.Credentials.Workers = DefaultCredentialWorkers
 	}
@@ -391,6 +469,7 @@ func (c *Config) validate() field.ErrorList {
 		}
 	}
 	errs = append(errs, c.validateAccessProviders()...)
+	errs = append(errs, c.validateBus()...)
 	if c.Credentials.Workers > 1024 {
 		errs = append(errs, field.Invalid(field.NewPath("credentials", "workers"), c.Credentials.Workers, "must be at most 1024"))
 	}
@@ -444,6 +523,75 @@ func (c *Config) validateAccessProviders() field.ErrorList {
 			}
 		default:
 			errs = append(errs, field.NotSupported(path.Child("type"), p.Type, []string{ProviderServer, ProviderDirect}))
+		}
+	}
+	return errs
+}
+
+var subjectToken = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+func (c *Config) validateBus() field.ErrorList {
+	var errs field.ErrorList
+	b := c.Bus
+	path := field.NewPath("bus")
+	for i, u := range b.URLs {
+		p, err := url.Parse(u)
+		switch {
+		case err != nil:
+			errs = append(errs, field.Invalid(path.Child("urls").Index(i), u, err.Error()))
+		case p.Host == "" || !slices.Contains([]string{"nats", "tls", "ws", "wss"}, p.Scheme):
+			errs = append(errs, field.Invalid(path.Child("urls").Index(i), u, "must be nats://, tls://, ws:// or wss:// host:port"))
+		}
+	}
+	readable := func(p *field.Path, file string) {
+		if file == "" {
+			return
+		}
+		if _, err := os.ReadFile(file); err != nil {
+			errs = append(errs, field.Invalid(p, file, fmt.Sprintf("cannot read: %v", err)))
+		}
+	}
+	readable(path.Child("credsFile"), b.CredsFile)
+	readable(path.Child("nkeySeedFile"), b.NKeySeedFile)
+	readable(path.Child("tls", "caFile"), b.TLS.CAFile)
+	readable(path.Child("tls", "certFile"), b.TLS.CertFile)
+	readable(path.Child("tls", "keyFile"), b.TLS.KeyFile)
+	if b.CredsFile != "" && b.NKeySeedFile != "" {
+		errs = append(errs, field.Forbidden(path, "credsFile and nkeySeedFile are mutually exclusive"))
+	}
+	if (b.TLS.CertFile == "") != (b.TLS.KeyFile == "") {
+		errs = append(errs, field.Required(path.Child("tls"), "certFile and keyFile go together"))
+	}
+	if len(b.URLs) == 0 && (b.CredsFile != "" || b.NKeySeedFile != "" || b.TLS != (BusTLS{})) {
+		errs = append(errs, field.Forbidden(path, "credsFile, nkeySeedFile and tls apply to an external NATS: set bus.urls"))
+	}
+	for _, prefix := range strings.Split(b.SubjectPrefix, ".") {
+		if !subjectToken.MatchString(prefix) {
+			errs = append(errs, field.Invalid(path.Child("subjectPrefix"), b.SubjectPrefix, "must be dot-separated tokens of letters, digits, - and _"))
+			break
+		}
+	}
+	if !subjectToken.MatchString(b.Stream.Name) {
+		errs = append(errs, field.Invalid(path.Child("stream", "name"), b.Stream.Name, "must be letters, digits, - and _"))
+	}
+	if !subjectToken.MatchString(b.KVBucket) {
+		errs = append(errs, field.Invalid(path.Child("kvBucket"), b.KVBucket, "must be letters, digits, - and _"))
+	}
+	if b.Stream.MaxBytes < 0 {
+		errs = append(errs, field.Invalid(path.Child("stream", "maxBytes"), b.Stream.MaxBytes, "must not be negative (0 is unlimited)"))
+	}
+	if b.Stream.Replicas < 1 || b.Stream.Replicas > 5 {
+		errs = append(errs, field.Invalid(path.Child("stream", "replicas"), b.Stream.Replicas, "must be 1 to 5"))
+	}
+	if b.Stream.DuplicateWindow.Duration < 0 || b.Stream.MaxAge.Duration < 0 {
+		errs = append(errs, field.Invalid(path.Child("stream"), "", "durations must not be negative"))
+	}
+	if b.BufferSize < 0 {
+		errs = append(errs, field.Invalid(path.Child("bufferSize"), b.BufferSize, "must not be negative"))
+	}
+	if len(b.URLs) == 0 {
+		if err := validateHostPort(b.Embedded.Listen); err != nil {
+			errs = append(errs, field.Invalid(path.Child("embedded", "listen"), b.Embedded.Listen, err.Error()))
 		}
 	}
 	return errs

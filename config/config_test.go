@@ -46,6 +46,7 @@ func TestDefaults(t *testing.T) {
 			RetryPeriod:   dur(2 * time.Second),
 		},
 		Credentials: Credentials{Workers: 16, Coalesce: dur(100 * time.Millisecond)},
+		Bus:         defaultBus(),
 	}
 	d := Default()
 	if !reflect.DeepEqual(*d, want) {
@@ -134,6 +135,12 @@ credentials:
   enabled: false
   workers: 3
   coalesce: 250ms
+bus:
+  urls: [nats://nats-1:4222, tls://nats-2:4222]
+  subjectPrefix: ocm.events
+  stream: {name: EVENTS, maxAge: 24h, maxBytes: 1073741824, duplicateWindow: 5m, replicas: 3}
+  kvBucket: access
+  bufferSize: 500
 `
 	no := false
 	want := Config{
@@ -163,6 +170,12 @@ credentials:
 			{Name: "direct", Type: ProviderDirect, ClusterNameExtension: &no},
 		},
 		Credentials: Credentials{Enabled: &no, Workers: 3, Coalesce: dur(250 * time.Millisecond)},
+		Bus: Bus{
+			URLs: []string{"nats://nats-1:4222", "tls://nats-2:4222"}, SubjectPrefix: "ocm.events",
+			Stream:   BusStream{Name: "EVENTS", MaxAge: dur(24 * time.Hour), MaxBytes: 1 << 30, DuplicateWindow: dur(5 * time.Minute), Replicas: 3},
+			KVBucket: "access", BufferSize: 500,
+			Embedded: BusEmbedded{Listen: "127.0.0.1:4222", DataDir: "/var/lib/hubsync/nats"},
+		},
 	}
 	c, err := Parse([]byte(doc))
 	if err != nil {
@@ -460,5 +473,55 @@ func TestRenderServer(t *testing.T) {
 	got, err := RenderServer("https://cluster-proxy-addon-user.ns:9092/{{.ClusterName}}", "c1")
 	if err != nil || got != "https://cluster-proxy-addon-user.ns:9092/c1" {
 		t.Fatalf("RenderServer = %q, %v", got, err)
+	}
+}
+
+func defaultBus() Bus {
+	return Bus{
+		SubjectPrefix: "hubsync",
+		Stream:        BusStream{Name: "HUBSYNC_EVENTS", MaxAge: dur(7 * 24 * time.Hour), DuplicateWindow: dur(2 * time.Minute), Replicas: 1},
+		KVBucket:      "hubsync-access",
+		BufferSize:    10000,
+		Embedded:      BusEmbedded{Listen: "127.0.0.1:4222", DataDir: "/var/lib/hubsync/nats"},
+	}
+}
+
+func TestBusValidation(t *testing.T) {
+	dir := t.TempDir()
+	readable := writeFile(t, "creds", "x")
+	for _, tc := range []struct {
+		name      string
+		doc       string
+		wantPaths []string
+	}{
+		{name: "embedded default", doc: "bus: {}\n"},
+		{name: "external with creds and TLS", doc: "bus:\n  urls: [nats://a:4222]\n  credsFile: " + readable + "\n  tls: {caFile: " + readable + "}\n"},
+		{name: "bad URL", doc: "bus:\n  urls: [\"http://a:4222\", \"::\"]\n", wantPaths: []string{"bus.urls[0]", "bus.urls[1]"}},
+		{name: "missing creds file", doc: "bus:\n  urls: [nats://a:4222]\n  credsFile: " + dir + "/nope.creds\n", wantPaths: []string{"bus.credsFile"}},
+		{name: "unreadable CA", doc: "bus:\n  urls: [nats://a:4222]\n  tls: {caFile: " + dir + "/nope.pem}\n", wantPaths: []string{"bus.tls.caFile"}},
+		{name: "cert without key", doc: "bus:\n  urls: [nats://a:4222]\n  tls: {certFile: " + readable + "}\n", wantPaths: []string{"bus.tls"}},
+		{name: "creds without URLs", doc: "bus:\n  credsFile: " + readable + "\n", wantPaths: []string{"bus"}},
+		{name: "creds and nkey", doc: "bus:\n  urls: [nats://a:4222]\n  credsFile: " + readable + "\n  nkeySeedFile: " + readable + "\n", wantPaths: []string{"bus"}},
+		{name: "bad names", doc: "bus:\n  subjectPrefix: 'a.*'\n  stream: {name: 'a.b', replicas: 9}\n  kvBucket: 'x y'\n",
+			wantPaths: []string{"bus.subjectPrefix", "bus.stream.name", "bus.stream.replicas", "bus.kvBucket"}},
+		{name: "bad embedded listen", doc: "bus:\n  embedded: {listen: nowhere}\n", wantPaths: []string{"bus.embedded.listen"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc))
+			if len(tc.wantPaths) == 0 {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("no error, want one for %v", tc.wantPaths)
+			}
+			for _, p := range tc.wantPaths {
+				if !strings.Contains(err.Error(), p+":") {
+					t.Errorf("error lacks %q: %v", p, err)
+				}
+			}
+		})
 	}
 }
