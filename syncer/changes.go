@@ -1,8 +1,10 @@
 package syncer
 
 import (
+	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 )
@@ -88,4 +90,72 @@ func SummarizeProfile(p *cpv1alpha1.ClusterProfile) *ProfileSummary {
 		s.AccessProviders = append(s.AccessProviders, AccessProviderSummary{Name: a.Name, Server: a.Cluster.Server})
 	}
 	return s
+}
+
+// nopNotifier drops changes; it stands in when no bus is configured.
+type nopNotifier struct{}
+
+func (nopNotifier) Notify(Change) {}
+
+func (s *Syncer) notifyProfile(typ string, p *cpv1alpha1.ClusterProfile) {
+	s.notifier.Notify(Change{
+		Type: typ, Namespace: p.Namespace, Cluster: p.Name, Name: p.Name,
+		ResourceVersion: p.ResourceVersion, Time: time.Now().UTC(), Profile: SummarizeProfile(p),
+	})
+}
+
+func (s *Syncer) notifyCredential(typ string, sec *corev1.Secret) {
+	s.notifier.Notify(credentialChange(typ, sec))
+}
+
+func credentialChange(typ string, sec *corev1.Secret) Change {
+	cluster, msa, _ := strings.Cut(sec.Annotations[AnnotationSource], "/")
+	c := &CredentialSummary{
+		ManagedServiceAccount: msa, Secret: sec.Name, ResourceVersion: sec.ResourceVersion,
+		Fingerprint: sec.Annotations[AnnotationTokenFingerprint],
+	}
+	if t, err := time.Parse(time.RFC3339, sec.Annotations[AnnotationTokenExpiration]); err == nil {
+		c.Expiration = &t
+	}
+	return Change{
+		Type: typ, Namespace: sec.Namespace, Cluster: cluster, Name: sec.Name,
+		ResourceVersion: sec.ResourceVersion, Time: time.Now().UTC(), Credential: c,
+	}
+}
+
+// providersChanged reports whether the access providers a consumer sees
+// (names and servers) differ between two profiles.
+func providersChanged(a, b *cpv1alpha1.ClusterProfile) bool {
+	if len(a.Status.AccessProviders) != len(b.Status.AccessProviders) {
+		return true
+	}
+	for i := range a.Status.AccessProviders {
+		x, y := a.Status.AccessProviders[i], b.Status.AccessProviders[i]
+		if !sameProvider(x, y) {
+			return true
+		}
+	}
+	return false
+}
+
+// Snapshot returns the current state as changes: every profile of ours and
+// every credential copy, as a bus republishes it after an outage.
+func (s *Syncer) Snapshot() []Change {
+	var out []Change
+	for _, o := range s.profileIdx.List() {
+		if p, ok := o.(*cpv1alpha1.ClusterProfile); ok && IsOwned(p, s.opts.ClusterManager) {
+			out = append(out, Change{
+				Type: ChangeProfileUpdated, Namespace: p.Namespace, Cluster: p.Name, Name: p.Name,
+				ResourceVersion: p.ResourceVersion, Time: time.Now().UTC(), Profile: SummarizeProfile(p),
+			})
+		}
+	}
+	if s.creds != nil {
+		for _, o := range s.creds.copyIdx.List() {
+			if sec, ok := o.(*corev1.Secret); ok && sec.Annotations[AnnotationSource] != "" {
+				out = append(out, credentialChange(ChangeCredentialSynced, sec))
+			}
+		}
+	}
+	return out
 }

@@ -353,10 +353,15 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 		if cur.Annotations[AnnotationTokenFingerprint] != desired.Annotations[AnnotationTokenFingerprint] {
 			rotated.Insert(ns)
 		}
+		typ := ChangeCredentialSynced
+		if rotated.Has(ns) {
+			typ = ChangeCredentialRotated
+		}
 		if err := c.write(ctx, "update", func(ctx context.Context) error {
 			out, err := c.s.clients.Kube.CoreV1().Secrets(ns).Update(ctx, updated, metav1.UpdateOptions{})
 			if err == nil {
 				c.written.wrote(out)
+				c.s.notifyCredential(typ, out)
 			}
 			return err
 		}); err != nil {
@@ -399,6 +404,7 @@ func (c *credentials) create(ctx context.Context, cluster, msaName string, want 
 		out, err := c.s.clients.Kube.CoreV1().Secrets(want.Namespace).Create(ctx, want, metav1.CreateOptions{})
 		if err == nil {
 			c.written.wrote(out)
+			c.s.notifyCredential(ChangeCredentialSynced, out)
 		}
 		return err
 	})
@@ -434,6 +440,9 @@ func (c *credentials) deleteCopies(ctx context.Context, existing map[string]*cor
 			continue
 		}
 		c.written.deletedObj(sec)
+		if err == nil {
+			c.s.notifyCredential(ChangeCredentialRemoved, sec)
+		}
 		c.log.Info("credential copy removed", "namespace", ns, "secret", sec.Name, "source", sec.Annotations[AnnotationSource])
 	}
 	return errors.Join(errs...)

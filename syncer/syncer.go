@@ -70,6 +70,8 @@ type Options struct {
 	AccessProviders []config.AccessProvider
 	// Credentials, when set, turns on credential copies.
 	Credentials *CredentialOptions
+	// Notifier receives every change hubsync makes (nil: none).
+	Notifier Notifier
 }
 
 // Syncer projects ClusterProfiles into consumer namespaces.
@@ -80,6 +82,7 @@ type Syncer struct {
 	recorder record.EventRecorder
 	metrics  *metrics
 	writes   *writeTracker
+	notifier Notifier
 
 	kubeInformers    kubeinformers.SharedInformerFactory
 	clusterInformers clusterinformers.SharedInformerFactory
@@ -120,6 +123,9 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 	if opts.RetryMax < opts.RetryBase {
 		opts.RetryMax = 5 * time.Minute
 	}
+	if opts.Notifier == nil {
+		opts.Notifier = nopNotifier{}
+	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 30 * time.Second
 	}
@@ -130,6 +136,7 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 		recorder:    recorder,
 		metrics:     newMetrics(reg),
 		writes:      newWriteTracker(30 * time.Second),
+		notifier:    opts.Notifier,
 		conflicts:   map[string]string{},
 		invalidSets: map[string]string{},
 	}

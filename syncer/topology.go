@@ -131,16 +131,21 @@ func (s *Syncer) create(ctx context.Context, ns string, cluster *clusterv1.Manag
 	s.log.Debug("profile created", "namespace", ns, "cluster", cluster.Name)
 	s.writes.wrote(created)
 	s.noteSkippedClaims(cluster)
-	created.Status = status
-	updated, err := s.clients.Profiles.ApisV1alpha1().ClusterProfiles(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	withStatus := created.DeepCopy()
+	withStatus.Status = status
+	updated, err := s.clients.Profiles.ApisV1alpha1().ClusterProfiles(ns).UpdateStatus(ctx, withStatus, metav1.UpdateOptions{})
 	s.countWrite("status", err)
 	if err != nil {
+		// The profile exists, without status: say so now; the retry's
+		// status write follows as an update.
+		s.notifyProfile(ChangeProfileCreated, created)
 		if isNamespaceGone(err) {
 			return nil
 		}
 		return fmt.Errorf("write status of new profile %s/%s: %w", ns, cluster.Name, err)
 	}
 	s.writes.wrote(updated)
+	s.notifyProfile(ChangeProfileCreated, updated)
 	return nil
 }
 
@@ -164,6 +169,9 @@ func (s *Syncer) update(ctx context.Context, cur *cpv1alpha1.ClusterProfile, clu
 	}
 	status := DesiredStatus(p.Status, cluster, s.providers.snapshot())
 	if equality.Semantic.DeepEqual(status, p.Status) {
+		if changed {
+			s.notifyProfile(ChangeProfileUpdated, p)
+		}
 		return nil
 	}
 	if !changed {
@@ -180,6 +188,10 @@ func (s *Syncer) update(ctx context.Context, cur *cpv1alpha1.ClusterProfile, clu
 		return fmt.Errorf("update status of profile %s/%s: %w", cur.Namespace, cur.Name, err)
 	}
 	s.writes.wrote(updated)
+	s.notifyProfile(ChangeProfileUpdated, updated)
+	if providersChanged(cur, updated) {
+		s.notifyProfile(ChangeAccessProviderUpdated, updated)
+	}
 	return nil
 }
 
@@ -196,6 +208,9 @@ func (s *Syncer) delete(ctx context.Context, p *cpv1alpha1.ClusterProfile) error
 		return fmt.Errorf("delete profile %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	s.writes.deletedObj(p)
+	if err == nil {
+		s.notifyProfile(ChangeProfileDeleted, p)
+	}
 	s.log.Debug("profile deleted", "namespace", p.Namespace, "cluster", p.Name)
 	return nil
 }
