@@ -139,9 +139,14 @@ func providersChanged(a, b *cpv1alpha1.ClusterProfile) bool {
 }
 
 // Snapshot returns the current state as changes: every profile of ours and
-// every credential copy, as a bus republishes it after an outage.
+// every credential copy, as a bus republishes it after an outage. It
+// returns nil while the state is not known (caches not synced), and a
+// non-nil, possibly empty, slice once it is.
 func (s *Syncer) Snapshot() []Change {
-	var out []Change
+	if !s.Ready() {
+		return nil
+	}
+	out := []Change{}
 	for _, o := range s.profileIdx.List() {
 		if p, ok := o.(*cpv1alpha1.ClusterProfile); ok && IsOwned(p, s.opts.ClusterManager) {
 			out = append(out, Change{

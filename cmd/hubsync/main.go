@@ -25,6 +25,8 @@ Usage:
   hubsync run [--config FILE] [--kubeconfig FILE]   run the daemon
   hubsync check-config FILE                         validate a configuration file
   hubsync creds --managed-serviceaccount=NAME       exec credential plugin (cp-creds compatible)
+  hubsync events [--since 10m] [--namespace NS]     print cluster-access events from the NATS bus
+  hubsync state [--namespace NS]                    print the current access records from the NATS bus
   hubsync version                                   print the version
 
 Run "hubsync COMMAND -h" for a command's flags.
@@ -50,6 +52,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = checkConfigCommand(args[1:], stdout, stderr)
 	case "creds":
 		err = credsCommand(ctx, args[1:], stdout, stderr)
+	case "events":
+		err = eventsCommand(ctx, args[1:], stdout, stderr)
+	case "state":
+		err = stateCommand(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "hubsync", buildVersion())
 	case "help", "-h", "--help":

@@ -35,6 +35,7 @@ import (
 	msaclient "open-cluster-management.io/managed-serviceaccount/pkg/generated/clientset/versioned"
 	cpclient "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
 
+	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/syncer"
 )
@@ -158,6 +159,30 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	var events *bus.Bus
+	var notifier syncer.Notifier
+	if cfg.BusEnabled() {
+		if events, err = bus.New(cfg.Bus, "hubsync/"+cfg.ClusterManager, log.With("component", "bus"), reg); err != nil {
+			return err
+		}
+		notifier = events
+		defer func() {
+			if err := events.Close(); err != nil {
+				log.Warn("closing the event bus", "err", err)
+			}
+		}()
+	}
+	// work runs while this replica leads: the bus (only the leader
+	// publishes and writes the KV bucket) and the syncer.
+	work := func(ctx context.Context, s *syncer.Syncer) error {
+		if events != nil {
+			if err := events.Start(ctx, s.Snapshot); err != nil {
+				return fmt.Errorf("event bus: %w", err)
+			}
+			log.Info("event bus started", "url", events.ClientURL(), "stream", cfg.Bus.Stream.Name, "kvBucket", cfg.Bus.KVBucket)
+		}
+		return s.Run(ctx)
+	}
 	s, err := syncer.New(syncer.Clients{Kube: kube, Cluster: clusters, Profiles: profiles}, syncer.Options{
 		ClusterManager:  cfg.ClusterManager,
 		Workers:         cfg.Workers.Topology,
@@ -167,6 +192,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		RequestTimeout:  cfg.Hub.Timeout.Duration,
 		AccessProviders: cfg.AccessProviders,
 		Credentials:     creds,
+		Notifier:        notifier,
 	}, log, reg, recorder)
 	if err != nil {
 		return err
@@ -181,13 +207,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 				leading.Store(true)
 				leader.Set(1)
 				defer leader.Set(0)
-				return s.Run(ctx)
+				return work(ctx, s)
 			})
 			return
 		}
 		leading.Store(true)
 		leader.Set(1)
-		runErr <- s.Run(ctx)
+		runErr <- work(ctx, s)
 	}()
 	select {
 	case err := <-runErr:

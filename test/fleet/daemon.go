@@ -30,6 +30,7 @@ type Daemon struct {
 	dir     string
 	done    chan error
 	Address string // metrics and health endpoint, host:port
+	NATSURL string // the event bus: the embedded server's, or the first external URL
 }
 
 // WriteKubeconfig writes a kubeconfig for cfg to path with mode 0600.
@@ -65,6 +66,14 @@ func StartDaemon(ctx context.Context, binary string, cfg *rest.Config, conf conf
 	}
 	conf.Hub.Kubeconfig = kubeconfig
 	conf.Server.Address = addr
+	if len(conf.Bus.URLs) == 0 && conf.Bus.Embedded.Listen == "" {
+		// The embedded NATS gets its own free port and a data directory
+		// that goes with the daemon.
+		if conf.Bus.Embedded.Listen, err = freeAddress(); err != nil {
+			return nil, err
+		}
+		conf.Bus.Embedded.DataDir = filepath.Join(dir, "nats")
+	}
 	data, err := yaml.Marshal(conf)
 	if err != nil {
 		return nil, err
@@ -82,6 +91,11 @@ func StartDaemon(ctx context.Context, binary string, cfg *rest.Config, conf conf
 		return nil, fmt.Errorf("start %s: %w", binary, err)
 	}
 	d := &Daemon{cmd: cmd, dir: dir, done: make(chan error, 1), Address: addr}
+	if len(conf.Bus.URLs) > 0 {
+		d.NATSURL = conf.Bus.URLs[0]
+	} else {
+		d.NATSURL = "nats://" + conf.Bus.Embedded.Listen
+	}
 	go func() { d.done <- cmd.Wait() }()
 	return d, nil
 }

@@ -118,3 +118,22 @@ func (h *Hub) PutToken(ctx context.Context, cluster, name, token string, data ma
 		return err
 	})
 }
+
+// PutSecret creates or replaces a Secret's data.
+func (h *Hub) PutSecret(ctx context.Context, namespace, name string, data map[string][]byte) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := h.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = h.Kube.CoreV1().Secrets(namespace).Create(ctx, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Data: data,
+			}, metav1.CreateOptions{})
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		cur.Data = data
+		_, err = h.Kube.CoreV1().Secrets(namespace).Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+}

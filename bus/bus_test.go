@@ -1,0 +1,590 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/syncer"
+)
+
+// testLog discards logs unless HUBSYNC_TEST_LOG is set.
+func testLog() *slog.Logger {
+	if os.Getenv("HUBSYNC_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func busConfig(t testing.TB) config.Bus {
+	return withDefaults(config.Bus{
+		Stream:   config.BusStream{MaxAge: metav1.Duration{Duration: time.Hour}, DuplicateWindow: metav1.Duration{Duration: time.Minute}},
+		Embedded: config.BusEmbedded{Listen: "127.0.0.1:0", DataDir: filepath.Join(t.TempDir(), "nats")},
+	})
+}
+
+// newBus makes a bus with short retry intervals, closed at the end of the test.
+func newBus(t *testing.T, cfg config.Bus) (*Bus, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	b, err := New(cfg, "hubsync/test", testLog(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.reconnectWait, b.reconnectJitter = 50*time.Millisecond, 50*time.Millisecond
+	b.retryBase, b.retryMax = 10*time.Millisecond, 100*time.Millisecond
+	b.snapshotRetry = 20 * time.Millisecond
+	t.Cleanup(func() { _ = b.Close() })
+	return b, reg
+}
+
+func start(t *testing.T, b *Bus, snapshot func() []syncer.Change) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := b.Start(ctx, snapshot); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runServer starts an external nats-server with JetStream on dir; port 0
+// picks a free one.
+func runServer(t *testing.T, dir string, port int) *server.Server {
+	t.Helper()
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(5 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+func stopServer(s *server.Server) {
+	s.Shutdown()
+	s.WaitForShutdown()
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// client is a consumer's view of the bus.
+type client struct {
+	js jetstream.JetStream
+}
+
+func connect(t *testing.T, url string) *client {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &client{js: js}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// messages reads the whole stream in order.
+func (c *client) messages(t *testing.T, stream string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx := ctxT(t)
+	s, err := c.js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// records reads every record in the KV bucket, by key.
+func (c *client) records(t *testing.T, bucket string) map[string]Record {
+	t.Helper()
+	ctx := ctxT(t)
+	kv, err := c.js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return map[string]Record{}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return map[string]Record{}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]Record{}
+	for _, k := range keys {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // deleted since listed
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ValidateRecord(e.Value()); err != nil {
+			t.Errorf("record %s: %v", k, err)
+		}
+		var r Record
+		if err := json.Unmarshal(e.Value(), &r); err != nil {
+			t.Fatal(err)
+		}
+		out[k] = r
+	}
+	return out
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(4 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// value reads a counter or gauge.
+func value(m prometheus.Metric) float64 {
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		panic(err)
+	}
+	if d.Counter != nil {
+		return d.Counter.GetValue()
+	}
+	return d.Gauge.GetValue()
+}
+
+func flush(t *testing.T, b *Bus) {
+	t.Helper()
+	if err := b.Flush(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPublishInOrderPerSubject(t *testing.T) {
+	cfg := busConfig(t)
+	b, reg := newBus(t, cfg)
+	start(t, b, nil)
+	keys := [][2]string{{"team-a", "c1"}, {"team-a", "edge.eu-1"}, {"team-b", "c1"}, {"team-b", "a.b.c"}}
+	const perKey = 40
+	for i := range perKey {
+		for _, k := range keys {
+			c := profileChange(syncer.ChangeProfileUpdated, k[0], k[1], strconv.Itoa(i))
+			if i%4 == 3 {
+				c = credentialChange(syncer.ChangeCredentialRotated, k[0], k[1], "kueue", strconv.Itoa(i))
+			}
+			b.Notify(c)
+		}
+	}
+	flush(t, b)
+
+	// A consumer on the embedded server's listener, not the in-process link.
+	cl := connect(t, b.ClientURL())
+	msgs := cl.messages(t, cfg.Stream.Name)
+	if len(msgs) != perKey*len(keys) {
+		t.Fatalf("stream holds %d events, want %d", len(msgs), perKey*len(keys))
+	}
+	last := map[string]int{}
+	for _, m := range msgs {
+		e, err := Decode(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ValidateEvent(m.Data); err != nil {
+			t.Error(err)
+		}
+		kind, _ := Kind(e.Type)
+		if want := Subject("hubsync", e.Data.Namespace, e.Data.Cluster, kind); m.Subject != want {
+			t.Errorf("subject %s, want %s", m.Subject, want)
+		}
+		if id := m.Header.Get(jetstream.MsgIDHeader); id != e.ID {
+			t.Errorf("Nats-Msg-Id %q, event id %q", id, e.ID)
+		}
+		if ct := m.Header.Get("Content-Type"); ct != ContentType {
+			t.Errorf("Content-Type %q", ct)
+		}
+		// Order per key: resourceVersions go up across both kinds.
+		k := e.Data.Namespace + "/" + e.Data.Cluster
+		rv, _ := strconv.Atoi(e.Data.ResourceVersion)
+		if prev, ok := last[k]; ok && rv != prev+1 {
+			t.Fatalf("%s: resourceVersion %d after %d", k, rv, prev)
+		}
+		last[k] = rv
+	}
+	if got := value(b.m.published.WithLabelValues(syncer.ChangeProfileUpdated)); got != 3*perKey/4*float64(len(keys)) {
+		t.Errorf("published{profile.updated} = %v", got)
+	}
+	if got := value(b.m.connected); got != 1 {
+		t.Errorf("hubsync_bus_connected = %v", got)
+	}
+	names := map[string]bool{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, n := range []string{"hubsync_events_published_total", "hubsync_events_buffer_depth", "hubsync_events_publish_duration_seconds",
+		"hubsync_bus_connected", "hubsync_kv_writes_total"} {
+		if !names[n] {
+			t.Errorf("metric %s not registered", n)
+		}
+	}
+	// The KV bucket holds one record per key with the last of each.
+	recs := cl.records(t, cfg.KVBucket)
+	if len(recs) != len(keys) {
+		t.Fatalf("%d records, want %d", len(recs), len(keys))
+	}
+	for _, k := range keys {
+		r := recs[KVKey(k[0], k[1])]
+		if r.Profile == nil || len(r.Credentials) != 1 || r.Credentials[0].ResourceVersion != strconv.Itoa(perKey-1) {
+			t.Errorf("record %v: %+v", k, r)
+		}
+	}
+}
+
+func TestRepublishedChangeIsStoredOnce(t *testing.T) {
+	cfg := busConfig(t)
+	b, _ := newBus(t, cfg)
+	start(t, b, nil)
+	c := profileChange(syncer.ChangeProfileCreated, "team-a", "c1", "7")
+	for range 3 {
+		b.Notify(c)
+	}
+	later := c
+	later.Time = t0.Add(time.Minute) // not part of the identity
+	b.Notify(later)
+	b.Notify(profileChange(syncer.ChangeProfileUpdated, "team-a", "c1", "7"))
+	flush(t, b)
+	msgs := connect(t, b.ClientURL()).messages(t, cfg.Stream.Name)
+	if len(msgs) != 2 {
+		t.Fatalf("stream holds %d events, want 2 (created once, updated once)", len(msgs))
+	}
+	if got := value(b.m.duplicates); got != 3 {
+		t.Errorf("duplicates = %v, want 3", got)
+	}
+}
+
+func TestKVFollowsChanges(t *testing.T) {
+	cfg := busConfig(t)
+	b, _ := newBus(t, cfg)
+	start(t, b, nil)
+	cl := connect(t, b.ClientURL())
+	key := KVKey("team-a", "edge.eu-1")
+	step := func(c syncer.Change) Record {
+		t.Helper()
+		b.Notify(c)
+		flush(t, b)
+		return cl.records(t, cfg.KVBucket)[key]
+	}
+	r := step(profileChange(syncer.ChangeProfileCreated, "team-a", "edge.eu-1", "1"))
+	if r.Profile == nil || r.Profile.KubernetesVersion != "v1.35.4" || len(r.Credentials) != 0 || r.Credentials == nil {
+		t.Fatalf("after create: %+v", r)
+	}
+	step(credentialChange(syncer.ChangeCredentialSynced, "team-a", "edge.eu-1", "kueue", "2"))
+	r = step(credentialChange(syncer.ChangeCredentialSynced, "team-a", "edge.eu-1", "argocd", "3"))
+	if len(r.Credentials) != 2 || r.Credentials[0].ManagedServiceAccount != "argocd" {
+		t.Fatalf("after two syncs: %+v", r.Credentials)
+	}
+	rot := credentialChange(syncer.ChangeCredentialRotated, "team-a", "edge.eu-1", "kueue", "4")
+	rot.Credential.Fingerprint = "sha256:fedcba9876543210"
+	r = step(rot)
+	if len(r.Credentials) != 2 || r.Credentials[1].Fingerprint != "sha256:fedcba9876543210" {
+		t.Fatalf("after rotation: %+v", r.Credentials)
+	}
+	r = step(credentialChange(syncer.ChangeCredentialRemoved, "team-a", "edge.eu-1", "argocd", "5"))
+	if len(r.Credentials) != 1 || r.Credentials[0].ManagedServiceAccount != "kueue" || r.Profile == nil {
+		t.Fatalf("after removal: %+v", r)
+	}
+	step(profileChange(syncer.ChangeProfileDeleted, "team-a", "edge.eu-1", "6"))
+	kv, err := cl.js.KeyValue(ctxT(t), cfg.KVBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctxT(t), key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("after profile deleted: Get = %v, want ErrKeyNotFound", err)
+	}
+	if got := value(b.m.kvWrites.WithLabelValues("delete")); got != 1 {
+		t.Errorf("kv deletes = %v, want 1", got)
+	}
+}
+
+// snapshotOf is a syncer whose current state a test sets.
+type snapshotOf struct {
+	mu    sync.Mutex
+	state []syncer.Change
+	calls int
+}
+
+func (s *snapshotOf) set(c []syncer.Change) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state = c
+}
+
+func (s *snapshotOf) snapshot() []syncer.Change {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	return slices.Clone(s.state)
+}
+
+func TestStartDoesNotWaitForALateServer(t *testing.T) {
+	cfg := busConfig(t)
+	port := freePort(t)
+	cfg.URLs = []string{fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	b, _ := newBus(t, cfg)
+	begin := time.Now()
+	start(t, b, nil)
+	if d := time.Since(begin); d > 500*time.Millisecond {
+		t.Fatalf("Start took %v with NATS down", d)
+	}
+	for i := range 5 {
+		b.Notify(profileChange(syncer.ChangeProfileUpdated, "team-a", "c1", strconv.Itoa(i)))
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := value(b.m.connected); got != 0 {
+		t.Fatalf("connected = %v before the server exists", got)
+	}
+	runServer(t, t.TempDir(), port)
+	flush(t, b)
+	msgs := connect(t, b.ClientURL()).messages(t, cfg.Stream.Name)
+	if len(msgs) != 5 {
+		t.Fatalf("stream holds %d events, want 5", len(msgs))
+	}
+	for i, m := range msgs {
+		if e, _ := Decode(m.Data); e.Data.ResourceVersion != strconv.Itoa(i) {
+			t.Errorf("event %d has resourceVersion %s", i, e.Data.ResourceVersion)
+		}
+	}
+	eventually(t, "hubsync_bus_connected 1", func() bool { return value(b.m.connected) == 1 })
+}
+
+func TestFullBufferDropsAndResyncs(t *testing.T) {
+	cfg := busConfig(t)
+	cfg.BufferSize = 3
+	port := freePort(t)
+	cfg.URLs = []string{fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	b, _ := newBus(t, cfg)
+	syn := &snapshotOf{}
+	start(t, b, syn.snapshot)
+
+	// NATS is down: ten clusters appear, only three fit in the buffer.
+	var state []syncer.Change
+	for i := range 10 {
+		c := profileChange(syncer.ChangeProfileCreated, "team-a", fmt.Sprintf("c%d.example", i), "1")
+		state = append(state, c)
+		b.Notify(c)
+	}
+	syn.set(state)
+	if got := value(b.m.dropped); got != 7 {
+		t.Fatalf("dropped = %v, want 7", got)
+	}
+	if got := b.q.depth(); got != 3 {
+		t.Fatalf("buffer depth = %d, want 3", got)
+	}
+
+	dir := t.TempDir()
+	srv := runServer(t, dir, port)
+	cl := connect(t, cfg.URLs[0])
+	eventually(t, "all ten records", func() bool { return len(cl.records(t, cfg.KVBucket)) == 10 })
+	flush(t, b)
+	// The buffered three and the snapshot's ten are the same changes: the
+	// ids make JetStream keep each once.
+	if msgs := cl.messages(t, cfg.Stream.Name); len(msgs) != 10 {
+		t.Errorf("stream holds %d events, want 10", len(msgs))
+	}
+	if got := value(b.m.resyncs); got < 1 {
+		t.Errorf("resyncs = %v", got)
+	}
+
+	// While NATS is down, c0 loses its profile and c10 appears. After the
+	// reconnect the KV bucket shows exactly the current state.
+	stopServer(srv)
+	eventually(t, "disconnected", func() bool { return value(b.m.connected) == 0 })
+	state = append(state[1:], profileChange(syncer.ChangeProfileCreated, "team-a", "c10.example", "1"))
+	syn.set(state)
+	resyncs := value(b.m.resyncs)
+	srv = runServer(t, dir, port)
+	eventually(t, "a resync after the reconnect", func() bool { return value(b.m.resyncs) > resyncs })
+	eventually(t, "the KV bucket to show the new state", func() bool {
+		recs := cl.records(t, cfg.KVBucket)
+		_, gone := recs[KVKey("team-a", "c0.example")]
+		_, added := recs[KVKey("team-a", "c10.example")]
+		return len(recs) == 10 && !gone && added
+	})
+
+	// A server that lost its data: stream and bucket are recreated and
+	// refilled.
+	stopServer(srv)
+	eventually(t, "disconnected", func() bool { return value(b.m.connected) == 0 })
+	runServer(t, t.TempDir(), port)
+	eventually(t, "records on the new server", func() bool { return len(cl.records(t, cfg.KVBucket)) == 10 })
+	eventually(t, "events on the new server", func() bool { return len(cl.messages(t, cfg.Stream.Name)) == 10 })
+}
+
+func TestSnapshotNotReadyIsRetried(t *testing.T) {
+	cfg := busConfig(t)
+	b, _ := newBus(t, cfg)
+	syn := &snapshotOf{} // nil state: not known yet
+	start(t, b, syn.snapshot)
+	cl := connect(t, b.ClientURL())
+	time.Sleep(100 * time.Millisecond)
+	syn.set([]syncer.Change{profileChange(syncer.ChangeProfileCreated, "team-a", "c1", "1")})
+	eventually(t, "the record once the state is known", func() bool { return len(cl.records(t, cfg.KVBucket)) == 1 })
+	syn.mu.Lock()
+	calls := syn.calls
+	syn.mu.Unlock()
+	if calls < 2 {
+		t.Errorf("snapshot called %d times, want a retry", calls)
+	}
+}
+
+func TestCloseDrains(t *testing.T) {
+	srv := runServer(t, t.TempDir(), 0)
+	cfg := busConfig(t)
+	cfg.URLs = []string{srv.ClientURL()}
+	b, _ := newBus(t, cfg)
+	start(t, b, nil)
+	eventually(t, "connected", func() bool { return b.connected() })
+	for i := range 50 {
+		b.Notify(profileChange(syncer.ChangeProfileUpdated, "team-a", "c1", strconv.Itoa(i)))
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if msgs := connect(t, srv.ClientURL()).messages(t, cfg.Stream.Name); len(msgs) != 50 {
+		t.Errorf("stream holds %d events after Close, want 50", len(msgs))
+	}
+	b.Notify(profileChange(syncer.ChangeProfileUpdated, "team-a", "c1", "late")) // ignored, no panic
+}
+
+func TestUnpublishableChangeIsSkipped(t *testing.T) {
+	cfg := busConfig(t)
+	b, _ := newBus(t, cfg)
+	start(t, b, nil)
+	b.Notify(syncer.Change{Type: syncer.ChangeProfileUpdated, Cluster: "c1"}) // no namespace
+	b.Notify(syncer.Change{Type: "bogus", Namespace: "n", Cluster: "c1"})
+	b.Notify(profileChange(syncer.ChangeProfileUpdated, "team-a", "c1", "1"))
+	flush(t, b)
+	if msgs := connect(t, b.ClientURL()).messages(t, cfg.Stream.Name); len(msgs) != 1 {
+		t.Errorf("stream holds %d events, want 1", len(msgs))
+	}
+	if got := value(b.m.publishErrors); got != 2 {
+		t.Errorf("publish errors = %v, want 2", got)
+	}
+}
+
+func TestNewAndStartErrors(t *testing.T) {
+	if _, err := New(config.Bus{}, "", testLog(), nil); err == nil {
+		t.Error("New accepted an empty source")
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := New(config.Bus{}, "s", testLog(), reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(config.Bus{}, "s", testLog(), reg); err == nil {
+		t.Error("New registered the same metrics twice")
+	}
+	for name, mutate := range map[string]func(*config.Bus){
+		"missing nkey seed": func(c *config.Bus) {
+			c.URLs = []string{"nats://127.0.0.1:1"}
+			c.NKeySeedFile = filepath.Join(t.TempDir(), "missing.nk")
+		},
+		"missing CA": func(c *config.Bus) {
+			c.URLs = []string{"tls://127.0.0.1:1"}
+			c.TLS.CAFile = filepath.Join(t.TempDir(), "missing.pem")
+		},
+		"bad listen address": func(c *config.Bus) { c.Embedded.Listen = "nope" },
+		"data dir is a file": func(c *config.Bus) {
+			f := filepath.Join(t.TempDir(), "file")
+			if err := os.WriteFile(f, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c.Embedded.DataDir = f
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := busConfig(t)
+			mutate(&cfg)
+			b, _ := newBus(t, cfg)
+			err := b.Start(context.Background(), nil)
+			if err == nil {
+				t.Fatal("Start succeeded")
+			}
+			if strings.Contains(err.Error(), "BEGIN") {
+				t.Errorf("error shows file contents: %v", err)
+			}
+		})
+	}
+}
+
+func TestRedactURLs(t *testing.T) {
+	got := redactURLs([]string{"nats://user:secret@h:4222", "nats://s3cr3tt0ken@h:4222", "tls://h:4222"})
+	if strings.Contains(got, "secret") || strings.Contains(got, "s3cr3tt0ken") || !strings.Contains(got, "tls://h:4222") {
+		t.Errorf("redactURLs = %s", got)
+	}
+}

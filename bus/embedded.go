@@ -1,0 +1,115 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/hubsync/hubsync/config"
+)
+
+// startEmbedded runs an in-process nats-server with JetStream on
+// cfg.DataDir, listening on cfg.Listen for local consumers (port 0 picks a
+// free port), and returns it with the URL a local client can use.
+func startEmbedded(cfg config.BusEmbedded, log *slog.Logger) (*server.Server, string, error) {
+	host, portText, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return nil, "", fmt.Errorf("embedded NATS listen address %q: %w", cfg.Listen, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 0 || port > 65535 {
+		return nil, "", fmt.Errorf("embedded NATS listen address %q: bad port", cfg.Listen)
+	}
+	if port == 0 {
+		// nats-server reads 0 as "the default port 4222"; -1 is "any free port".
+		port = server.RANDOM_PORT
+	}
+	if cfg.DataDir == "" {
+		return nil, "", errors.New("embedded NATS needs bus.embedded.dataDir")
+	}
+	// nats-server only logs a data directory it cannot use, and then never
+	// becomes ready: check it first for a clear, immediate error.
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, "", fmt.Errorf("embedded NATS data directory: %w", err)
+	}
+	probe, err := os.CreateTemp(cfg.DataDir, ".hubsync-probe-*")
+	if err != nil {
+		return nil, "", fmt.Errorf("embedded NATS data directory is not writable: %w", err)
+	}
+	_ = probe.Close()
+	_ = os.Remove(probe.Name())
+	opts := &server.Options{
+		ServerName: "hubsync-embedded",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   cfg.DataDir,
+		NoSigs:     true,
+		// No monitoring, cluster, gateway or leaf listeners: a local bus only.
+		HTTPPort: 0,
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, "", fmt.Errorf("embedded NATS: %w", err)
+	}
+	logger := &serverLog{log: log.With("component", "nats-server")}
+	srv.SetLoggerV2(logger, true, false, false)
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, "", fmt.Errorf("embedded NATS on %s not ready after 10s%s", cfg.Listen, logger.fatalSuffix())
+	}
+	if !srv.JetStreamEnabled() {
+		srv.Shutdown()
+		return nil, "", fmt.Errorf("embedded NATS: JetStream did not start on %s%s", cfg.DataDir, logger.fatalSuffix())
+	}
+	addr, ok := srv.Addr().(*net.TCPAddr)
+	if !ok {
+		srv.Shutdown()
+		return nil, "", fmt.Errorf("embedded NATS: unexpected listener address %v", srv.Addr())
+	}
+	if addr.IP.IsUnspecified() {
+		// Listening on every interface; a local consumer uses loopback.
+		addr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: addr.Port}
+	}
+	return srv, "nats://" + addr.String(), nil
+}
+
+// serverLog sends nats-server's logs to slog: routine lines at debug,
+// warnings and errors at their level. It remembers the last fatal error,
+// which would otherwise only be logged.
+type serverLog struct {
+	log   *slog.Logger
+	mu    sync.Mutex
+	fatal string
+}
+
+func (l *serverLog) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l *serverLog) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l *serverLog) Tracef(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l *serverLog) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l *serverLog) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+
+func (l *serverLog) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.mu.Lock()
+	l.fatal = msg
+	l.mu.Unlock()
+	l.log.Error(msg)
+}
+
+func (l *serverLog) fatalSuffix() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fatal == "" {
+		return ""
+	}
+	return ": " + l.fatal
+}

@@ -1,0 +1,188 @@
+package bus
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hubsync/hubsync/syncer"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func profileChange(typ, ns, cluster, rv string) syncer.Change {
+	return syncer.Change{
+		Type: typ, Namespace: ns, Cluster: cluster, Name: cluster, ResourceVersion: rv, Time: t0,
+		Profile: &syncer.ProfileSummary{
+			Labels:            map[string]string{"x-k8s.io/cluster-manager": "open-cluster-management"},
+			KubernetesVersion: "v1.35.4", Healthy: "True", Joined: "True",
+			AccessProviders: []syncer.AccessProviderSummary{{Name: "open-cluster-management", Server: "https://proxy:9092/" + cluster}},
+		},
+	}
+}
+
+func credentialChange(typ, ns, cluster, msa, rv string) syncer.Change {
+	exp := t0.Add(time.Hour)
+	return syncer.Change{
+		Type: typ, Namespace: ns, Cluster: cluster, Name: cluster + "-" + msa, ResourceVersion: rv, Time: t0,
+		Credential: &syncer.CredentialSummary{
+			ManagedServiceAccount: msa, Secret: cluster + "-" + msa, ResourceVersion: rv,
+			Fingerprint: "sha256:0123456789abcdef", Expiration: &exp,
+		},
+	}
+}
+
+func TestEventID(t *testing.T) {
+	c := profileChange(syncer.ChangeProfileUpdated, "team-a", "c1", "42")
+	id := EventID(c)
+	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(id) {
+		t.Fatalf("EventID = %q, want 32 lowercase hex digits", id)
+	}
+	sum := sha256.Sum256([]byte("io.hubsync.profile.updated\nteam-a\nc1\nc1\n42"))
+	if want := hex.EncodeToString(sum[:])[:32]; id != want {
+		t.Errorf("EventID = %s, want %s (the documented formula)", id, want)
+	}
+	// What is not part of the identity does not change it.
+	same := c
+	same.Time = t0.Add(time.Hour)
+	same.Profile = nil
+	if EventID(same) != id {
+		t.Error("EventID depends on time or profile")
+	}
+	for name, mutate := range map[string]func(*syncer.Change){
+		"type":            func(c *syncer.Change) { c.Type = syncer.ChangeProfileCreated },
+		"namespace":       func(c *syncer.Change) { c.Namespace = "team-b" },
+		"cluster":         func(c *syncer.Change) { c.Cluster = "c2" },
+		"name":            func(c *syncer.Change) { c.Name = "c2" },
+		"resourceVersion": func(c *syncer.Change) { c.ResourceVersion = "43" },
+		"field boundary":  func(c *syncer.Change) { c.Namespace, c.Cluster = "team-a\nc1", "" },
+	} {
+		other := c
+		mutate(&other)
+		if EventID(other) == id {
+			t.Errorf("changing %s keeps the id", name)
+		}
+	}
+}
+
+func TestEncode(t *testing.T) {
+	for _, tc := range []struct {
+		change              syncer.Change
+		profile, credential bool
+	}{
+		{change: profileChange(syncer.ChangeProfileCreated, "team-a", "c1.eu", "1"), profile: true},
+		{change: profileChange(syncer.ChangeProfileUpdated, "team-a", "c1", "2"), profile: true},
+		{change: profileChange(syncer.ChangeProfileDeleted, "team-a", "c1", "3"), profile: true},
+		{change: profileChange(syncer.ChangeAccessProviderUpdated, "team-a", "c1", "4"), profile: true},
+		{change: credentialChange(syncer.ChangeCredentialSynced, "team-a", "c1", "msa", "5"), credential: true},
+		{change: credentialChange(syncer.ChangeCredentialRotated, "team-a", "c1", "msa", "6"), credential: true},
+		{change: credentialChange(syncer.ChangeCredentialRemoved, "team-a", "c1", "msa", "7"), credential: true},
+	} {
+		c := tc.change
+		t.Run(c.Type, func(t *testing.T) {
+			data, err := Encode(c, "hubsync/open-cluster-management")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ValidateEvent(data); err != nil {
+				t.Errorf("%s\ndoes not match the event schema: %v", data, err)
+			}
+			var raw map[string]any
+			if err := json.Unmarshal(data, &raw); err != nil {
+				t.Fatal(err)
+			}
+			for attr, want := range map[string]any{
+				"specversion":     "1.0",
+				"id":              EventID(c),
+				"source":          "hubsync/open-cluster-management",
+				"type":            c.Type,
+				"subject":         c.Namespace + "/" + c.Cluster,
+				"time":            "2026-03-01T12:00:00Z",
+				"datacontenttype": "application/json",
+				"dataschema":      "https://hubsync.io/schemas/event/v1.json",
+			} {
+				if raw[attr] != want {
+					t.Errorf("%s = %v, want %v", attr, raw[attr], want)
+				}
+			}
+			data2 := raw["data"].(map[string]any)
+			for k, want := range map[string]string{"namespace": c.Namespace, "cluster": c.Cluster, "name": c.Name, "resourceVersion": c.ResourceVersion} {
+				if data2[k] != want {
+					t.Errorf("data.%s = %v, want %v", k, data2[k], want)
+				}
+			}
+			if _, ok := data2["profile"]; ok != tc.profile {
+				t.Errorf("data.profile present = %v, want %v", ok, tc.profile)
+			}
+			if _, ok := data2["credential"]; ok != tc.credential {
+				t.Errorf("data.credential present = %v, want %v", ok, tc.credential)
+			}
+			if strings.Contains(strings.ToLower(string(data)), "token") {
+				t.Errorf("event mentions a token: %s", data)
+			}
+			e, err := Decode(data)
+			if err != nil || e.ID != EventID(c) || e.Data.Cluster != c.Cluster {
+				t.Errorf("Decode = %+v, %v", e, err)
+			}
+		})
+	}
+}
+
+func TestEncodeTimeIsUTC(t *testing.T) {
+	c := profileChange(syncer.ChangeProfileUpdated, "ns", "c", "1")
+	c.Time = time.Date(2026, 3, 1, 14, 0, 0, 500, time.FixedZone("CET", 3600))
+	e, err := NewEvent(c, "src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "2026-03-01T13:00:00.0000005Z"; e.Time != want {
+		t.Errorf("time = %s, want %s", e.Time, want)
+	}
+}
+
+func TestEncodeRejects(t *testing.T) {
+	good := profileChange(syncer.ChangeProfileUpdated, "ns", "c", "1")
+	for name, c := range map[string]syncer.Change{
+		"foreign type":    func() syncer.Change { c := good; c.Type = "com.example.x.y"; return c }(),
+		"empty type":      func() syncer.Change { c := good; c.Type = ""; return c }(),
+		"empty namespace": func() syncer.Change { c := good; c.Namespace = ""; return c }(),
+		"empty cluster":   func() syncer.Change { c := good; c.Cluster = ""; return c }(),
+	} {
+		if _, err := Encode(c, "src"); err == nil {
+			t.Errorf("%s: Encode succeeded", name)
+		}
+	}
+	if _, err := Encode(good, ""); err == nil {
+		t.Error("empty source: Encode succeeded")
+	}
+	for _, bad := range []string{`{}`, `{"specversion":"0.3","id":"x","source":"s","type":"t"}`, `nope`} {
+		if _, err := Decode([]byte(bad)); err == nil {
+			t.Errorf("Decode(%s) succeeded", bad)
+		}
+	}
+}
+
+// Changes without a summary or a time still make events the contract
+// accepts.
+func TestEncodeFillsWhatTheContractRequires(t *testing.T) {
+	for _, c := range []syncer.Change{
+		{Type: syncer.ChangeProfileDeleted, Namespace: "ns", Cluster: "c.1", Name: "c.1", ResourceVersion: "9"},
+		{Type: syncer.ChangeCredentialRemoved, Namespace: "ns", Cluster: "c.1", Name: "c.1-msa", ResourceVersion: "9"},
+	} {
+		data, err := Encode(c, "hubsync/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ValidateEvent(data); err != nil {
+			t.Errorf("%s: %v", data, err)
+		}
+		e, _ := Decode(data)
+		if c.Type == syncer.ChangeCredentialRemoved && (e.Data.Credential.ManagedServiceAccount != "msa" || e.Data.Credential.Secret != "c.1-msa") {
+			t.Errorf("credential = %+v, want msa from the Secret name", e.Data.Credential)
+		}
+	}
+}

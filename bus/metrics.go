@@ -1,0 +1,72 @@
+package bus
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	published       *prometheus.CounterVec
+	duplicates      prometheus.Counter
+	publishErrors   prometheus.Counter
+	dropped         prometheus.Counter
+	publishDuration prometheus.Histogram
+	connected       prometheus.Gauge
+	resyncs         prometheus.Counter
+	kvWrites        *prometheus.CounterVec
+	kvErrors        prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, error) {
+	m := &metrics{
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hubsync_events_published_total",
+			Help: "Events acknowledged by JetStream, by CloudEvents type (duplicates included).",
+		}, []string{"type"}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hubsync_events_duplicates_total",
+			Help: "Events JetStream acknowledged as duplicates of one stored within the duplicate window (republished state).",
+		}),
+		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hubsync_events_publish_errors_total",
+			Help: "Failed publish attempts (each is retried), and changes that could not be encoded (skipped).",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hubsync_events_dropped_total",
+			Help: "Changes dropped because the event buffer was full; the current state is republished afterwards.",
+		}),
+		publishDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hubsync_events_publish_duration_seconds",
+			Help:    "Time from sending an event to JetStream's acknowledgement, per attempt.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 3, 12),
+		}),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "hubsync_bus_connected",
+			Help: "1 while connected to NATS.",
+		}),
+		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hubsync_events_resyncs_total",
+			Help: "Times the current state was republished (after a (re)connect or dropped changes).",
+		}),
+		kvWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hubsync_kv_writes_total",
+			Help: "Successful writes to the access-record KV bucket, by operation (put, delete).",
+		}, []string{"op"}),
+		kvErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hubsync_kv_write_errors_total",
+			Help: "Failed writes to the access-record KV bucket (each is retried).",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{
+		m.published, m.duplicates, m.publishErrors, m.dropped, m.publishDuration, m.connected, m.resyncs, m.kvWrites, m.kvErrors,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "hubsync_events_buffer_depth",
+			Help: "Changes waiting to be published.",
+		}, depth),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

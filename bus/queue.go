@@ -1,0 +1,181 @@
+package bus
+
+import (
+	"sync"
+
+	"github.com/hubsync/hubsync/syncer"
+)
+
+// entry is one item of the queue: a change, or a snapshot of the current
+// state taken on a resync. The publisher keeps its progress in the entry so
+// that a failed step is retried without redoing (or reordering) the others.
+type entry struct {
+	seq      uint64
+	change   syncer.Change
+	snapshot []syncer.Change // nil for a change
+	isSnap   bool
+
+	// Progress, owned by the publisher goroutine.
+	published int  // changes of the entry published (0 or 1 for a change)
+	applied   bool // records updated and ops computed
+	ops       []kvOp
+	pruned    bool // snapshot: KV keys not in the snapshot listed for deletion
+}
+
+// queue is the bounded FIFO between Notify and the publisher. Only changes
+// count against the bound; the publisher holds the head until it is fully
+// published, so nothing is ever reordered.
+type queue struct {
+	mu      sync.Mutex
+	items   []*entry
+	changes int
+	max     int
+	seq     uint64 // of the last change enqueued
+	closed  bool
+	// resync is set when a change was dropped or the connection came
+	// (back): the publisher then inserts a snapshot of the current state.
+	resync bool
+	// dropping is true from the first drop until the next resync, so a
+	// burst of drops is logged once.
+	dropping bool
+
+	wake    chan struct{} // the publisher has work
+	changed chan struct{} // closed and replaced whenever the head is popped
+}
+
+func newQueue(max int) *queue {
+	return &queue{max: max, wake: make(chan struct{}, 1), changed: make(chan struct{})}
+}
+
+// push adds a change unless the queue is full; it never blocks. first
+// reports the first drop of a burst.
+func (q *queue) push(c syncer.Change) (ok, first bool) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return true, false
+	}
+	if q.changes >= q.max {
+		q.resync = true
+		first = !q.dropping
+		q.dropping = true
+		q.mu.Unlock()
+		return false, first
+	}
+	q.seq++
+	q.items = append(q.items, &entry{seq: q.seq, change: c})
+	q.changes++
+	q.mu.Unlock()
+	q.signal()
+	return true, false
+}
+
+func (q *queue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *queue) head() *entry {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return nil
+	}
+	return q.items[0]
+}
+
+func (q *queue) pop() {
+	q.mu.Lock()
+	e := q.items[0]
+	q.items[0] = nil
+	q.items = q.items[1:]
+	if !e.isSnap {
+		q.changes--
+	}
+	close(q.changed)
+	q.changed = make(chan struct{})
+	q.mu.Unlock()
+}
+
+// depth is the number of changes waiting.
+func (q *queue) depth() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.changes
+}
+
+// markResync asks for a resync (the connection came back).
+func (q *queue) markResync() {
+	q.mu.Lock()
+	q.resync = true
+	q.mu.Unlock()
+	q.signal()
+}
+
+// takeResync returns whether a resync is wanted and the sequence number of
+// the last change enqueued so far, clearing the request.
+func (q *queue) takeResync() (bool, uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.resync {
+		return false, 0
+	}
+	q.resync = false
+	q.dropping = false
+	return true, q.seq
+}
+
+// insertSnapshot puts a snapshot right after the change with sequence
+// number after, that is, after every change enqueued before the snapshot
+// was taken and before every change enqueued since. A snapshot still
+// waiting is superseded by the new one and removed. The head is left in
+// place when it is a snapshot under way.
+func (q *queue) insertSnapshot(after uint64, snap []syncer.Change) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	kept := q.items[:0:0]
+	for i, e := range q.items {
+		if e.isSnap && !(i == 0 && (e.published > 0 || e.applied)) {
+			continue
+		}
+		kept = append(kept, e)
+	}
+	i := 0
+	for i < len(kept) && kept[i].seq <= after {
+		i++
+	}
+	if snap == nil {
+		snap = []syncer.Change{}
+	}
+	e := &entry{seq: after, snapshot: snap, isSnap: true}
+	kept = append(kept, nil)
+	copy(kept[i+1:], kept[i:])
+	kept[i] = e
+	q.items = kept
+}
+
+// lastSeq is the sequence number of the last change enqueued.
+func (q *queue) lastSeq() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.seq
+}
+
+// doneUpTo reports whether everything enqueued up to seq has been
+// processed, and otherwise returns a channel closed at the next pop.
+func (q *queue) doneUpTo(seq uint64) (bool, <-chan struct{}) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 || q.items[0].seq > seq {
+		return true, nil
+	}
+	return false, q.changed
+}
+
+func (q *queue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+}

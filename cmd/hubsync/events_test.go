@@ -1,0 +1,555 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hubsync/hubsync/bus"
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/syncer"
+)
+
+// startNATS runs a real nats-server with JetStream on a random loopback
+// port for the test and returns its URL and a JetStream client.
+func startNATS(t *testing.T) (string, jetstream.JetStream) {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.ClientURL(), js
+}
+
+// createBus creates the stream and bucket as hubsync's defaults name them.
+func createBus(t *testing.T, js jetstream.JetStream) (jetstream.Stream, jetstream.KeyValue) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := config.Default().Bus
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: cfg.Stream.Name, Subjects: []string{cfg.SubjectPrefix + ".>"},
+		MaxAge: cfg.Stream.MaxAge.Duration, Duplicates: cfg.Stream.DuplicateWindow.Duration,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.KVBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream, kv
+}
+
+// publish sends a change the way hubsync does: the encoded event on its
+// subject, with its id as Nats-Msg-Id. It returns the event's JSON.
+func publish(t *testing.T, js jetstream.JetStream, c syncer.Change) []byte {
+	t.Helper()
+	data, err := bus.Encode(c, "hubsync/open-cluster-management")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.ValidateEvent(data); err != nil {
+		t.Fatalf("the test's event is not valid: %v\n%s", err, data)
+	}
+	kind, err := bus.Kind(c.Type)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := bus.Subject(config.Default().Bus.SubjectPrefix, c.Namespace, c.Cluster, kind)
+	if _, err := js.Publish(context.Background(), subject, data, jetstream.WithMsgID(bus.EventID(c))); err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+var t0 = time.Date(2026, 11, 21, 4, 0, 0, 0, time.UTC)
+
+func profileChange(typ, ns, cluster string, minute int) syncer.Change {
+	return syncer.Change{
+		Type: typ, Namespace: ns, Cluster: cluster, Name: cluster, ResourceVersion: fmt.Sprint(100 + minute),
+		Time: t0.Add(time.Duration(minute) * time.Minute),
+		Profile: &syncer.ProfileSummary{
+			KubernetesVersion: "v1.35.4", Healthy: "True", Joined: "True",
+			AccessProviders: []syncer.AccessProviderSummary{{Name: "open-cluster-management", Server: "https://proxy:9092/" + cluster}},
+		},
+	}
+}
+
+func credentialChange(typ, ns, cluster, fp string, minute int) syncer.Change {
+	exp := t0.Add(24 * time.Hour)
+	return syncer.Change{
+		Type: typ, Namespace: ns, Cluster: cluster, Name: cluster + "-kueue", ResourceVersion: fmt.Sprint(200 + minute),
+		Time: t0.Add(time.Duration(minute) * time.Minute),
+		Credential: &syncer.CredentialSummary{
+			ManagedServiceAccount: "kueue", Secret: cluster + "-kueue", ResourceVersion: fmt.Sprint(200 + minute),
+			Fingerprint: fp, Expiration: &exp,
+		},
+	}
+}
+
+func run(ctx context.Context, args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = Main(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestEventsCommand(t *testing.T) {
+	url, js := startNATS(t)
+	createBus(t, js)
+
+	// The first batch, then (after mid) the second.
+	fpA, fpB := syncer.TokenFingerprint([]byte("token a")), syncer.TokenFingerprint([]byte("token b"))
+	created := profileChange(syncer.ChangeProfileCreated, "team-ml", "eu-prod-01", 0)
+	for _, c := range []syncer.Change{
+		created,
+		profileChange(syncer.ChangeProfileCreated, "team-ml", "edge.eu-1", 1),
+		credentialChange(syncer.ChangeCredentialSynced, "team-ml", "eu-prod-01", fpA, 2),
+		created, // published twice: JetStream keeps it once
+	} {
+		publish(t, js, c)
+	}
+	// A message that is not an event is skipped, not fatal.
+	if _, err := js.Publish(context.Background(), "hubsync.team-ml.eu-prod-01.profile", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	mid := time.Now().UTC().Format(time.RFC3339Nano)
+	time.Sleep(10 * time.Millisecond)
+	rotated := publish(t, js, credentialChange(syncer.ChangeCredentialRotated, "team-ml", "eu-prod-01", fpB, 3))
+	for _, c := range []syncer.Change{
+		profileChange(syncer.ChangeProfileUpdated, "team-web", "eu-prod-01", 4),
+		profileChange(syncer.ChangeAccessProviderUpdated, "team-ml", "edge.eu-1", 5),
+		{Type: syncer.ChangeProfileDeleted, Namespace: "team-web", Cluster: "eu-prod-01", Name: "eu-prod-01",
+			ResourceVersion: "106", Time: t0.Add(6 * time.Minute), Profile: &syncer.ProfileSummary{}},
+	} {
+		publish(t, js, c)
+	}
+
+	lines := map[string]string{
+		"created":   "2026-11-21T04:00:00Z profile.created        team-ml/eu-prod-01  v1.35.4 healthy=True providers=open-cluster-management",
+		"edge":      "2026-11-21T04:01:00Z profile.created        team-ml/edge.eu-1  v1.35.4 healthy=True providers=open-cluster-management",
+		"synced":    "2026-11-21T04:02:00Z credential.synced      team-ml/eu-prod-01  secret=eu-prod-01-kueue fp=" + fpA + " expires=2026-11-22T04:00:00Z",
+		"rotated":   "2026-11-21T04:03:00Z credential.rotated     team-ml/eu-prod-01  secret=eu-prod-01-kueue fp=" + fpB + " expires=2026-11-22T04:00:00Z",
+		"web":       "2026-11-21T04:04:00Z profile.updated        team-web/eu-prod-01  v1.35.4 healthy=True providers=open-cluster-management",
+		"providers": "2026-11-21T04:05:00Z accessprovider.updated team-ml/edge.eu-1  v1.35.4 healthy=True providers=open-cluster-management",
+		"deleted":   "2026-11-21T04:06:00Z profile.deleted        team-web/eu-prod-01",
+	}
+	want := func(names ...string) string {
+		var b strings.Builder
+		for _, n := range names {
+			b.WriteString(lines[n] + "\n")
+		}
+		return b.String()
+	}
+	replay := []string{"events", "--server", url, "--follow=false"}
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{name: "everything", args: append(replay, "--since", "0"),
+			wantStdout: want("created", "edge", "synced", "rotated", "web", "providers", "deleted"),
+			wantStderr: "skipping a message on hubsync.team-ml.eu-prod-01.profile: not a JSON event"},
+		{name: "--all", args: append(replay, "--all", "--namespace", "team-web"), wantStdout: want("web", "deleted")},
+		{name: "by namespace", args: append(replay, "--since", "0", "--namespace", "team-web"), wantStdout: want("web", "deleted")},
+		{name: "by escaped cluster", args: append(replay, "--since", "0", "--cluster", "edge.eu-1"), wantStdout: want("edge", "providers")},
+		{name: "by namespace and cluster", args: append(replay, "--since", "0", "--namespace", "team-ml", "--cluster", "eu-prod-01"),
+			wantStdout: want("created", "synced", "rotated")},
+		{name: "by kind", args: append(replay, "--since", "0", "--type", "credential"), wantStdout: want("synced", "rotated")},
+		{name: "by short type", args: append(replay, "--since", "0", "--type", "profile.created"), wantStdout: want("created", "edge")},
+		{name: "by full type", args: append(replay, "--since", "0", "--type", syncer.ChangeAccessProviderUpdated), wantStdout: want("providers")},
+		{name: "by type in a namespace", args: append(replay, "--since", "0", "--type", "profile.deleted", "--namespace", "team-ml")},
+		{name: "since a time", args: append(replay, "--since", mid), wantStdout: want("rotated", "web", "providers", "deleted")},
+		{name: "since a duration", args: append(replay, "--since", "1h", "--type", "profile.updated"), wantStdout: want("web")},
+		{name: "since the future", args: append(replay, "--since", time.Now().Add(time.Hour).Format(time.RFC3339))},
+		{name: "json", args: append(replay, "--since", "0", "-o", "json", "--type", "credential.rotated"), wantStdout: string(rotated) + "\n"},
+		{name: "config file", args: []string{"events", "--config", writeConfig(t, "bus:\n  urls: ["+url+"]\n"), "--since", "0", "--follow=false", "--type", "credential.synced"},
+			wantStdout: want("synced")},
+
+		{name: "unknown type", args: append(replay, "--since", "0", "--type", "profile.renamed"), wantCode: 2, wantStderr: `unknown --type "profile.renamed"`},
+		{name: "bad since", args: append(replay, "--since", "yesterday"), wantCode: 2, wantStderr: `--since "yesterday"`},
+		{name: "negative since", args: append(replay, "--since", "-5m"), wantCode: 2, wantStderr: "must not be negative"},
+		{name: "no follow and nothing to replay", args: replay, wantCode: 2, wantStderr: "--follow=false needs --since or --all"},
+		{name: "bad output", args: append(replay, "--all", "-o", "yaml"), wantCode: 2, wantStderr: `-o "yaml"`},
+		{name: "stray argument", args: append(replay, "--all", "extra"), wantCode: 2, wantStderr: "unexpected arguments"},
+		{name: "creds and nkey", args: append(replay, "--all", "--creds", "a", "--nkey", "b"), wantCode: 1, wantStderr: "mutually exclusive"},
+		{name: "cert without key", args: append(replay, "--all", "--tls-cert", "a"), wantCode: 1, wantStderr: "go together"},
+		{name: "missing nkey seed", args: append(replay, "--all", "--nkey", "/nonexistent/seed"), wantCode: 1, wantStderr: "/nonexistent/seed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := run(context.Background(), tc.args...)
+			if code != tc.wantCode {
+				t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.wantCode, stdout, stderr)
+			}
+			if tc.wantCode == 0 && stdout != tc.wantStdout {
+				t.Errorf("stdout:\n%s\nwant:\n%s", stdout, tc.wantStdout)
+			}
+			if !strings.Contains(stderr, tc.wantStderr) {
+				t.Errorf("stderr lacks %q:\n%s", tc.wantStderr, stderr)
+			}
+		})
+	}
+
+	t.Run("json lines are valid events", func(t *testing.T) {
+		code, stdout, stderr := run(context.Background(), append(replay, "--all", "-o", "json")...)
+		if code != 0 {
+			t.Fatalf("exit code %d: %s", code, stderr)
+		}
+		got := strings.Split(strings.TrimSpace(stdout), "\n")
+		if len(got) != 7 {
+			t.Fatalf("%d lines, want 7:\n%s", len(got), stdout)
+		}
+		for _, line := range got {
+			if err := bus.ValidateEvent([]byte(line)); err != nil {
+				t.Errorf("%v\n%s", err, line)
+			}
+		}
+	})
+}
+
+func writeConfig(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "hubsync.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// syncBuffer is a bytes.Buffer that a command writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestEventsFollow(t *testing.T) {
+	url, js := startNATS(t)
+	createBus(t, js)
+	publish(t, js, profileChange(syncer.ChangeProfileCreated, "team-ml", "old", 0))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	// The default: new events only, following until interrupted.
+	go func() { done <- Main(ctx, []string{"events", "--server", url, "--type", "profile"}, &stdout, &stderr) }()
+
+	// The consumer exists once the command is waiting; until then a
+	// published event may predate it, so publish until one arrives.
+	deadline := time.Now().Add(10 * time.Second)
+	for minute := 1; !strings.Contains(stdout.String(), "team-ml/new"); minute++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("no event printed\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("exited early with %d: %s", code, stderr.String())
+		default:
+		}
+		publish(t, js, credentialChange(syncer.ChangeCredentialSynced, "team-ml", "new", "", minute)) // filtered out
+		publish(t, js, profileChange(syncer.ChangeProfileUpdated, "team-ml", "new", minute))
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit code %d after interrupt: %s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("did not stop when interrupted")
+	}
+	if out := stdout.String(); strings.Contains(out, "team-ml/old") || strings.Contains(out, "credential") {
+		t.Errorf("printed an old or filtered event:\n%s", out)
+	}
+}
+
+func TestStateCommand(t *testing.T) {
+	url, js := startNATS(t)
+	_, kv := createBus(t, js)
+	exp1, exp2 := t0.Add(24*time.Hour), t0.Add(2*time.Hour)
+	fp := syncer.TokenFingerprint([]byte("token"))
+	for _, r := range []bus.Record{
+		{Namespace: "team-web", Cluster: "eu-prod-01", Updated: t0,
+			Profile:     &syncer.ProfileSummary{KubernetesVersion: "v1.34.4", Healthy: "False"},
+			Credentials: []syncer.CredentialSummary{}},
+		{Namespace: "team-ml", Cluster: "eu-prod-01", Updated: t0,
+			Profile: &syncer.ProfileSummary{KubernetesVersion: "v1.35.4", Healthy: "True", AccessProviders: []syncer.AccessProviderSummary{
+				{Name: "open-cluster-management", Server: "https://proxy:9092/eu-prod-01"}, {Name: "direct", Server: "https://eu-prod-01:6443"},
+			}},
+			Credentials: []syncer.CredentialSummary{
+				{ManagedServiceAccount: "argocd", Secret: "eu-prod-01-argocd", Fingerprint: fp, Expiration: &exp1},
+				{ManagedServiceAccount: "kueue", Secret: "eu-prod-01-kueue", Fingerprint: fp, Expiration: &exp2},
+			}},
+		{Namespace: "team-ml", Cluster: "edge.eu-1", Updated: t0,
+			Profile:     &syncer.ProfileSummary{},
+			Credentials: []syncer.CredentialSummary{{ManagedServiceAccount: "kueue", Secret: "edge.eu-1-kueue"}}},
+	} {
+		data, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bus.ValidateRecord(data); err != nil {
+			t.Fatalf("the test's record is not valid: %v", err)
+		}
+		if _, err := kv.Put(context.Background(), bus.KVKey(r.Namespace, r.Cluster), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A deleted record is not listed.
+	if _, err := kv.Put(context.Background(), bus.KVKey("team-gone", "eu-prod-01"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(context.Background(), bus.KVKey("team-gone", "eu-prod-01")); err != nil {
+		t.Fatal(err)
+	}
+
+	table := "NAMESPACE  CLUSTER     K8S      HEALTHY  PROVIDERS                       CREDENTIALS\n" +
+		"team-ml    edge.eu-1   -        -        -                               1\n" +
+		"team-ml    eu-prod-01  v1.35.4  True     open-cluster-management,direct  2, next expiry 2026-11-21T06:00:00Z\n" +
+		"team-web   eu-prod-01  v1.34.4  False    -                               0\n"
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{name: "table", args: []string{"state", "--server", url}, wantStdout: table},
+		{name: "one namespace", args: []string{"state", "--server", url, "--namespace", "team-web"},
+			wantStdout: "NAMESPACE  CLUSTER     K8S      HEALTHY  PROVIDERS  CREDENTIALS\n" +
+				"team-web   eu-prod-01  v1.34.4  False    -          0\n"},
+		{name: "empty namespace", args: []string{"state", "--server", url, "--namespace", "team-none"},
+			wantStdout: "NAMESPACE  CLUSTER  K8S  HEALTHY  PROVIDERS  CREDENTIALS\n"},
+		{name: "bad output", args: []string{"state", "--server", url, "-o", "yaml"}, wantCode: 2, wantStderr: `-o "yaml"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := run(context.Background(), tc.args...)
+			if code != tc.wantCode {
+				t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.wantCode, stdout, stderr)
+			}
+			if tc.wantCode == 0 && stdout != tc.wantStdout {
+				t.Errorf("stdout:\n%s\nwant:\n%s", stdout, tc.wantStdout)
+			}
+			if !strings.Contains(stderr, tc.wantStderr) {
+				t.Errorf("stderr lacks %q:\n%s", tc.wantStderr, stderr)
+			}
+		})
+	}
+
+	t.Run("json", func(t *testing.T) {
+		code, stdout, stderr := run(context.Background(), "state", "--server", url, "-o", "json")
+		if code != 0 {
+			t.Fatalf("exit code %d: %s", code, stderr)
+		}
+		var records []json.RawMessage
+		if err := json.Unmarshal([]byte(stdout), &records); err != nil {
+			t.Fatalf("%v\n%s", err, stdout)
+		}
+		var got []string
+		for _, r := range records {
+			if err := bus.ValidateRecord(r); err != nil {
+				t.Errorf("%v\n%s", err, r)
+			}
+			var rec bus.Record
+			if err := json.Unmarshal(r, &rec); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, rec.Namespace+"/"+rec.Cluster)
+		}
+		if want := "team-ml/edge.eu-1 team-ml/eu-prod-01 team-web/eu-prod-01"; strings.Join(got, " ") != want {
+			t.Errorf("records %v, want %s", got, want)
+		}
+	})
+}
+
+func TestBusUnavailable(t *testing.T) {
+	// A port nothing listens on.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "nats://" + l.Addr().String()
+	l.Close()
+	// A server without hubsync's stream and bucket.
+	bare, _ := startNATS(t)
+
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		wantStderr []string
+	}{
+		{name: "events, unreachable", args: []string{"events", "--server", closed, "--all"},
+			wantStderr: []string{"cannot reach NATS at " + closed, "is hubsync running with the bus enabled?"}},
+		{name: "state, unreachable", args: []string{"state", "--server", closed},
+			wantStderr: []string{"cannot reach NATS at " + closed, "is hubsync running with the bus enabled?"}},
+		{name: "password not shown", args: []string{"state", "--server", strings.Replace(closed, "nats://", "nats://me:s3cret@", 1)},
+			wantStderr: []string{"cannot reach NATS at nats://me:xxxxx@"}},
+		{name: "default server from a config", args: []string{"state", "--config", writeConfig(t, "bus:\n  embedded:\n    listen: "+strings.TrimPrefix(closed, "nats://")+"\n")},
+			wantStderr: []string{"cannot reach NATS at " + closed}},
+		{name: "no stream", args: []string{"events", "--server", bare, "--all"},
+			wantStderr: []string{`stream "HUBSYNC_EVENTS" not found on ` + bare + ": is hubsync running with the bus enabled?"}},
+		{name: "no bucket", args: []string{"state", "--server", bare},
+			wantStderr: []string{`key-value bucket "hubsync-access" not found on ` + bare + ": is hubsync running with the bus enabled?"}},
+		{name: "bad config", args: []string{"events", "--config", writeConfig(t, "bus:\n  kvBucket: a.b\n")},
+			wantStderr: []string{"bus.kvBucket"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			code, stdout, stderr := run(context.Background(), tc.args...)
+			if code != 1 {
+				t.Fatalf("exit code %d, want 1\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+			}
+			for _, w := range tc.wantStderr {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+			if d := time.Since(start); d > 2*busTimeout {
+				t.Errorf("took %v to fail", d)
+			}
+		})
+	}
+}
+
+func TestEventsHelpers(t *testing.T) {
+	now := time.Date(2026, 11, 21, 4, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		want time.Time
+		err  bool
+	}{
+		{in: "0"},
+		{in: "10m", want: now.Add(-10 * time.Minute)},
+		{in: "2026-11-20T04:00:00Z", want: now.Add(-24 * time.Hour)},
+		{in: "2026-11-21T05:00:00+01:00", want: now},
+		{in: "-1h", err: true},
+		{in: "10", err: true},
+		{in: "2026-11-20", err: true},
+	} {
+		got, err := parseSince(tc.in, now)
+		if (err != nil) != tc.err || !got.Equal(tc.want) {
+			t.Errorf("parseSince(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+	for _, tc := range []struct {
+		in, kind, full string
+		err            bool
+	}{
+		{in: ""},
+		{in: "profile", kind: "profile"},
+		{in: "io.hubsync.credential", kind: "credential"},
+		{in: "accessprovider", kind: "accessprovider"},
+		{in: "credential.rotated", kind: "credential", full: syncer.ChangeCredentialRotated},
+		{in: syncer.ChangeProfileDeleted, kind: "profile", full: syncer.ChangeProfileDeleted},
+		{in: "accessprovider.updated", kind: "accessprovider", full: syncer.ChangeAccessProviderUpdated},
+		{in: "tunnel.down", err: true},
+		{in: "Profile", err: true},
+	} {
+		kind, full, err := parseType(tc.in)
+		if (err != nil) != tc.err || kind != tc.kind || full != tc.full {
+			t.Errorf("parseType(%q) = %q, %q, %v; want %q, %q, error %v", tc.in, kind, full, err, tc.kind, tc.full, tc.err)
+		}
+	}
+	for _, tc := range []struct{ ns, cluster, kind, want string }{
+		{want: "hubsync.*.*.*"},
+		{ns: "team-ml", want: "hubsync.team-ml.*.*"},
+		{cluster: "edge.eu-1", kind: "credential", want: "hubsync.*.edge%2Eeu-1.credential"},
+		{ns: "team-ml", cluster: "eu-prod-01", kind: "profile", want: "hubsync.team-ml.eu-prod-01.profile"},
+	} {
+		if got := filterSubject("hubsync", tc.ns, tc.cluster, tc.kind); got != tc.want {
+			t.Errorf("filterSubject(%q, %q, %q) = %q, want %q", tc.ns, tc.cluster, tc.kind, got, tc.want)
+		}
+	}
+	for in, want := range map[string]string{"127.0.0.1:4222": "127.0.0.1:4222", ":4222": "127.0.0.1:4222", "0.0.0.0:4222": "127.0.0.1:4222", "[::]:4222": "127.0.0.1:4222", "nats.local:4222": "nats.local:4222"} {
+		if got := loopback(in); got != want {
+			t.Errorf("loopback(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestAgainstBus reads what hubsync's own bus publishes: the commands and
+// the publisher agree on subjects, escaping, stream, bucket and keys.
+func TestAgainstBus(t *testing.T) {
+	cfg := config.Default().Bus
+	cfg.Embedded.Listen = "127.0.0.1:0"
+	cfg.Embedded.DataDir = t.TempDir()
+	b, err := bus.New(cfg, "hubsync/open-cluster-management", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Start(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	fp := syncer.TokenFingerprint([]byte("token"))
+	for _, c := range []syncer.Change{
+		profileChange(syncer.ChangeProfileCreated, "team-ml", "edge.eu-1", 0),
+		credentialChange(syncer.ChangeCredentialSynced, "team-ml", "edge.eu-1", fp, 1),
+		profileChange(syncer.ChangeProfileCreated, "team-web", "eu-prod-01", 2),
+	} {
+		b.Notify(c)
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	url := b.ClientURL()
+
+	code, stdout, stderr := run(ctx, "events", "--server", url, "--all", "--follow=false", "--cluster", "edge.eu-1")
+	want := "2026-11-21T04:00:00Z profile.created        team-ml/edge.eu-1  v1.35.4 healthy=True providers=open-cluster-management\n" +
+		"2026-11-21T04:01:00Z credential.synced      team-ml/edge.eu-1  secret=edge.eu-1-kueue fp=" + fp + " expires=2026-11-22T04:00:00Z\n"
+	if code != 0 || stdout != want {
+		t.Errorf("events: exit code %d\nstdout:\n%s\nwant:\n%s\nstderr:\n%s", code, stdout, want, stderr)
+	}
+	code, stdout, stderr = run(ctx, "state", "--server", url, "--namespace", "team-ml")
+	want = "NAMESPACE  CLUSTER    K8S      HEALTHY  PROVIDERS                CREDENTIALS\n" +
+		"team-ml    edge.eu-1  v1.35.4  True     open-cluster-management  1, next expiry 2026-11-22T04:00:00Z\n"
+	if code != 0 || stdout != want {
+		t.Errorf("state: exit code %d\nstdout:\n%s\nwant:\n%s\nstderr:\n%s", code, stdout, want, stderr)
+	}
+}

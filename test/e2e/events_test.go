@@ -1,0 +1,364 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
+
+	"github.com/hubsync/hubsync/bus"
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/test/fleet"
+)
+
+// event is the part of a CloudEvent the tests read.
+type event struct {
+	ID      string `json:"id"`
+	Type    string `json:"type"`
+	Subject string `json:"subject"`
+	Data    struct {
+		Namespace       string                    `json:"namespace"`
+		Cluster         string                    `json:"cluster"`
+		Name            string                    `json:"name"`
+		ResourceVersion string                    `json:"resourceVersion"`
+		Profile         *syncer.ProfileSummary    `json:"profile"`
+		Credential      *syncer.CredentialSummary `json:"credential"`
+	} `json:"data"`
+	subject string // the NATS subject
+	raw     []byte
+}
+
+// busFixture runs an embedded bus for a harness and reads what it stores.
+type busFixture struct {
+	t   *testing.T
+	cfg config.Bus
+	bus *bus.Bus
+	nc  *nats.Conn
+	js  jetstream.JetStream
+}
+
+// withBus gives the harness's syncer an embedded NATS bus on a free
+// loopback port; the fixture is filled in when the harness starts.
+func withBus(t *testing.T, f *busFixture) harnessOption {
+	cfg := config.Default().Bus
+	cfg.Embedded.Listen = "127.0.0.1:0"
+	cfg.Embedded.DataDir = t.TempDir()
+	f.t, f.cfg = t, cfg
+	b, err := bus.New(cfg, "hubsync/"+manager, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.bus = b
+	return withOptions(func(o *syncer.Options) { o.Notifier = b })
+}
+
+// start starts the bus with the syncer's snapshot and connects a reader.
+func (f *busFixture) start(h *harness) {
+	t := f.t
+	h.must(f.bus.Start(h.ctx, h.syncer.Snapshot))
+	t.Cleanup(func() { _ = f.bus.Close() })
+	nc, err := nats.Connect(f.bus.ClientURL())
+	h.must(err)
+	t.Cleanup(nc.Close)
+	f.nc = nc
+	f.js, err = jetstream.New(nc)
+	h.must(err)
+}
+
+// events reads every event stored in the stream, validating each against
+// the published JSON Schema.
+func (f *busFixture) events(ctx context.Context) []event {
+	f.t.Helper()
+	stream, err := f.js.Stream(ctx, f.cfg.Stream.Name)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []event
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted or expired
+		}
+		if err := bus.ValidateEvent(m.Data); err != nil {
+			f.t.Fatalf("event %d does not validate: %v\n%s", seq, err, m.Data)
+		}
+		var e event
+		if err := json.Unmarshal(m.Data, &e); err != nil {
+			f.t.Fatal(err)
+		}
+		if m.Header.Get("Nats-Msg-Id") != e.ID {
+			f.t.Fatalf("Nats-Msg-Id %q != event id %q", m.Header.Get("Nats-Msg-Id"), e.ID)
+		}
+		e.subject, e.raw = m.Subject, m.Data
+		out = append(out, e)
+	}
+	return out
+}
+
+// typesFor lists the event types stored for one (namespace, cluster, kind)
+// subject, in stream order.
+func typesFor(evs []event, prefix, ns, cluster, kind string) []string {
+	subject := bus.Subject(prefix, ns, cluster, kind)
+	var out []string
+	for _, e := range evs {
+		if e.subject == subject {
+			out = append(out, strings.TrimPrefix(e.Type, "io.hubsync."))
+		}
+	}
+	return out
+}
+
+// record reads the KV access record of (ns, cluster); nil when absent.
+func (f *busFixture) record(ctx context.Context, ns, cluster string) map[string]any {
+	f.t.Helper()
+	kv, err := f.js.KeyValue(ctx, f.cfg.KVBucket)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, bus.KVKey(ns, cluster))
+	if err != nil {
+		return nil
+	}
+	if err := bus.ValidateRecord(e.Value()); err != nil {
+		f.t.Fatalf("record %s/%s does not validate: %v", ns, cluster, err)
+	}
+	var r map[string]any
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		f.t.Fatal(err)
+	}
+	return r
+}
+
+func TestEventsAndState(t *testing.T) {
+	var bf busFixture
+	proxyNS := fmt.Sprintf("proxy-ev-%d", testSeq.Load()+1)
+	h := newHarness(t, withCredentials(t), withBus(t, &bf), withOptions(func(o *syncer.Options) {
+		o.AccessProviders = []config.AccessProvider{{
+			Name: "open-cluster-management", Type: config.ProviderServer,
+			Server:   "https://cluster-proxy-addon-user." + proxyNS + ":9092/{{.ClusterName}}",
+			CASecret: &config.SecretKeyRef{Namespace: proxyNS, Name: "ca", Key: "tls.crt"},
+		}}
+	}))
+	bf.start(h)
+	prefix := bf.cfg.SubjectPrefix
+	h.must(h.hub.Namespace(h.ctx, proxyNS))
+	putCA := func(ca string) {
+		h.t.Helper()
+		h.must(h.hub.PutSecret(h.ctx, proxyNS, "ca", map[string][]byte{"tls.crt": []byte(ca)}))
+	}
+	putCA("CA-1")
+	ns := h.namespaces("a", "b")
+	red, blue := h.name("red"), h.name("blue")
+	h.must(h.hub.CreateExclusiveSet(h.ctx, red))
+	h.must(h.hub.CreateExclusiveSet(h.ctx, blue))
+	c := h.name("c")
+	dotted := h.name("edge.eu-1") // a dot that the subject must escape
+	h.cluster(c, red, nil)
+	h.cluster(dotted, red, nil)
+	h.must(h.hub.Bind(h.ctx, ns[0], red, true))
+	h.must(h.hub.Bind(h.ctx, ns[1], red, true))
+	h.expectProfiles(ns[0], c, dotted)
+	h.expectProfiles(ns[1], c, dotted)
+	_, err := h.hub.CreateMSA(h.ctx, c, "app", true)
+	h.must(err)
+	tokens := []string{fleet.FakeJWT(time.Now().Add(time.Hour)), fleet.FakeJWT(time.Now().Add(2 * time.Hour))}
+	h.must(h.hub.PutToken(h.ctx, c, "app", tokens[0], nil))
+	h.waitIdle()
+
+	// Changes: a relabel (profile.updated), a rotation, a CA rotation
+	// (accessprovider.updated), then an unbind (credential removed,
+	// profile deleted).
+	h.must(h.hub.Bind(h.ctx, ns[0], blue, true))
+	h.must(h.hub.Bind(h.ctx, ns[1], blue, true))
+	h.waitIdle()
+	h.must(h.hub.Relabel(h.ctx, c, clusterv1beta2.ClusterSetLabel, blue))
+	h.eventually("relabelled", func() error {
+		if h.profile(ns[0], c).Labels["multicluster.x-k8s.io/clusterset"] != blue {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	h.waitIdle()
+	h.must(h.hub.PutToken(h.ctx, c, "app", tokens[1], nil))
+	h.waitIdle()
+	putCA("CA-2")
+	h.eventually("CA rotated", func() error {
+		if e := entry(h.profile(ns[1], c), "open-cluster-management"); e == nil || string(e.Cluster.CertificateAuthorityData) != "CA-2" {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	h.waitIdle()
+	h.must(h.hub.Unbind(h.ctx, ns[1], blue))
+	h.expectProfiles(ns[1], dotted)
+	h.must(h.hub.Unbind(h.ctx, ns[1], red))
+	h.expectProfiles(ns[1])
+	h.waitIdle()
+
+	var evs []event
+	want := map[string][]string{
+		ns[0] + "/profile":    {"profile.created", "profile.updated", "profile.updated", "profile.updated"},
+		ns[1] + "/profile":    {"profile.created", "profile.updated", "profile.updated", "profile.updated", "profile.deleted"},
+		ns[0] + "/credential": {"credential.synced", "credential.rotated"},
+		ns[1] + "/credential": {"credential.synced", "credential.rotated", "credential.removed"},
+	}
+	h.eventually("events stored", func() error {
+		evs = bf.events(h.ctx)
+		for key, types := range want {
+			n, kind, _ := strings.Cut(key, "/")
+			got := typesFor(evs, prefix, n, c, kind)
+			// The CA Secret may be read before or after the first status
+			// write, so the number of profile.updated events before the
+			// final ones may vary by one; compare the kinds that matter.
+			if kind == "profile" {
+				got = compactUpdates(got)
+				types = compactUpdates(types)
+			}
+			if strings.Join(got, ",") != strings.Join(types, ",") {
+				return fmt.Errorf("%s: %v, want %v", key, got, types)
+			}
+		}
+		for _, n := range ns {
+			if got := typesFor(evs, prefix, n, c, "accessprovider"); len(got) == 0 {
+				return fmt.Errorf("%s: no accessprovider.updated event", n)
+			}
+		}
+		return nil
+	})
+	// The dotted cluster's events sit under its escaped subject.
+	if !strings.Contains(bus.Subject(prefix, ns[0], dotted, "profile"), "edge%2Eeu-1") {
+		t.Fatalf("subject does not escape the dot: %s", bus.Subject(prefix, ns[0], dotted, "profile"))
+	}
+	if got := typesFor(evs, prefix, ns[0], dotted, "profile"); len(got) == 0 || got[0] != "profile.created" {
+		t.Fatalf("dotted cluster's events: %v", got)
+	}
+
+	// No token anywhere in the stream or the KV.
+	for _, e := range evs {
+		for _, tok := range tokens {
+			if strings.Contains(string(e.raw), tok) {
+				t.Fatalf("a token appears in event %s", e.ID)
+			}
+		}
+	}
+
+	// The KV holds the current state: ns[0]'s record, none for ns[1].
+	h.eventually("KV matches the hub", func() error {
+		r := bf.record(h.ctx, ns[0], c)
+		if r == nil {
+			return fmt.Errorf("no record for %s/%s", ns[0], c)
+		}
+		raw, _ := json.Marshal(r)
+		for _, tok := range tokens {
+			if strings.Contains(string(raw), tok) {
+				t.Fatalf("a token appears in the KV record")
+			}
+		}
+		if !strings.Contains(string(raw), syncer.TokenFingerprint([]byte(tokens[1]))) || !strings.Contains(string(raw), blue) {
+			return fmt.Errorf("record not current: %s", raw)
+		}
+		if bf.record(h.ctx, ns[1], c) != nil {
+			return fmt.Errorf("record of the unbound namespace still there")
+		}
+		return nil
+	})
+
+	// A re-published change is stored once: republishing the current state
+	// twice adds only the changes whose ids the stream has not seen.
+	stored := map[string]bool{}
+	for _, e := range bf.events(h.ctx) {
+		stored[e.ID] = true
+	}
+	fresh := 0
+	snap := h.syncer.Snapshot()
+	for _, ch := range snap {
+		if !stored[bus.EventID(ch)] {
+			fresh++
+		}
+		bf.bus.Notify(ch)
+		bf.bus.Notify(ch)
+	}
+	h.eventually("snapshot published", func() error {
+		if n := len(bf.events(h.ctx)); n != len(stored)+fresh {
+			return fmt.Errorf("%d events, want %d (%d new, each once)", n, len(stored)+fresh, fresh)
+		}
+		return nil
+	})
+	if fresh == len(snap) {
+		t.Fatalf("every snapshot change was new: nothing showed de-duplication of a republished change")
+	}
+
+	// A consumer that subscribes late replays everything, in order.
+	late := replay(t, bf.js, bf.cfg.Stream.Name, prefix+"."+bus.EscapeToken(ns[0])+".>")
+	var mine []event
+	for _, e := range bf.events(h.ctx) {
+		if strings.HasPrefix(e.subject, prefix+"."+bus.EscapeToken(ns[0])+".") {
+			mine = append(mine, e)
+		}
+	}
+	if len(late) != len(mine) {
+		t.Fatalf("late consumer replayed %d events, want %d", len(late), len(mine))
+	}
+	for i := range late {
+		if late[i] != mine[i].ID {
+			t.Fatalf("replay order differs at %d", i)
+		}
+	}
+}
+
+// compactUpdates collapses runs of profile.updated into one.
+func compactUpdates(types []string) []string {
+	var out []string
+	for _, t := range types {
+		if t == "profile.updated" && len(out) > 0 && out[len(out)-1] == t {
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// replay reads every event on filter from the start with an ordered
+// consumer, as a consumer that was offline would, and returns their ids.
+func replay(t *testing.T, js jetstream.JetStream, stream, filter string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := int(info.NumPending)
+	var mu sync.Mutex
+	var ids []string
+	for len(ids) < pending {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("replay after %d of %d: %v", len(ids), pending, err)
+		}
+		var e event
+		_ = json.Unmarshal(msg.Data(), &e)
+		mu.Lock()
+		ids = append(ids, e.ID)
+		mu.Unlock()
+	}
+	return ids
+}

@@ -1,0 +1,241 @@
+package outage
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/hubsync/hubsync/bus"
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/test/controlplane"
+	"github.com/hubsync/hubsync/test/fleet"
+)
+
+// natsProcess is a nats-server binary (built from the pinned module) run
+// as its own process, so the test can kill it like a crashed server.
+type natsProcess struct {
+	bin, dir, addr string
+	cmd            *exec.Cmd
+	logs           fleet.LogBuffer
+}
+
+func (n *natsProcess) start(t *testing.T) {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(n.addr)
+	n.cmd = exec.Command(n.bin, "-js", "-sd", n.dir, "-a", host, "-p", port)
+	n.cmd.Stdout, n.cmd.Stderr = &n.logs, &n.logs
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		c, err := net.Dial("tcp", n.addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("nats-server did not start: %v\n%s", err, n.logs.String())
+	}
+}
+
+func (n *natsProcess) kill() {
+	if n.cmd != nil && n.cmd.Process != nil {
+		_ = n.cmd.Process.Signal(syscall.SIGKILL)
+		_ = n.cmd.Wait()
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func build(t *testing.T, out, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), out)
+	if b, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", pkg, err, b)
+	}
+	return bin
+}
+
+// TestNATSOutage kills an external NATS in the middle of a burst of
+// changes and restarts it: reconciliation goes on meanwhile, and afterwards
+// the KV equals the hub and every change made while NATS was up is in the
+// stream.
+func TestNATSOutage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	natsBin := build(t, "nats-server", "github.com/nats-io/nats-server/v2")
+	hubsyncBin := build(t, "hubsync", "github.com/hubsync/hubsync/cmd/hubsync")
+	ns := &natsProcess{bin: natsBin, dir: t.TempDir(), addr: freeAddr(t)}
+	ns.start(t)
+	defer ns.kill()
+
+	cp, err := controlplane.Start(ctx)
+	must(err)
+	defer cp.Stop()
+	hub, err := fleet.NewHub(cp.Config)
+	must(err)
+	must(hub.CreateExclusiveSet(ctx, "fleet"))
+	for _, n := range []string{"team-a", "team-b"} {
+		must(hub.Namespace(ctx, n))
+		must(hub.Bind(ctx, n, "fleet", true))
+	}
+
+	var logs fleet.LogBuffer
+	conf := config.Config{}
+	conf.Bus.URLs = []string{"nats://" + ns.addr}
+	d, err := fleet.StartDaemon(ctx, hubsyncBin, cp.Config, conf, &logs)
+	must(err)
+	defer d.Stop()
+	must(d.WaitReady(ctx, 60*time.Second))
+
+	create := func(from, to int) {
+		for i := from; i < to; i++ {
+			_, err := hub.CreateCluster(ctx, fleet.ClusterSpec{Name: fmt.Sprintf("c%02d", i), Labels: fleet.ExclusiveSetLabels("fleet", nil)})
+			must(err)
+		}
+	}
+	expectProfiles := func(what string, n int) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+			for _, nsName := range []string{"team-a", "team-b"} {
+				names, err := hub.ProfileNames(ctx, nsName)
+				if err != nil || len(names) != n {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("%s: profiles did not converge to %d per namespace\n%s", what, n, logs.String())
+		}
+	}
+
+	// Burst, part one, with NATS up.
+	create(0, 20)
+	expectProfiles("before the outage", 20)
+	// Kill NATS in the middle of the burst; the fleet keeps changing.
+	ns.kill()
+	create(20, 40)
+	must(hub.DeleteCluster(ctx, "c03"))
+	must(hub.Relabel(ctx, "c04", "tier", "gold"))
+	expectProfiles("while NATS is down", 39)
+	time.Sleep(2 * time.Second)
+	select {
+	case err := <-d.Done():
+		t.Fatalf("hubsync exited while NATS was down: %v\n%s", err, logs.String())
+	default:
+	}
+	ns.start(t)
+
+	nc, err := nats.Connect("nats://" + ns.addr)
+	must(err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	must(err)
+	def := config.Default().Bus
+
+	// Afterwards the KV equals the hub: one record per profile, no others.
+	want := map[string]bool{}
+	for _, nsName := range []string{"team-a", "team-b"} {
+		names, err := hub.ProfileNames(ctx, nsName)
+		must(err)
+		for _, n := range names {
+			want[bus.KVKey(nsName, n)] = true
+		}
+	}
+	var lastErr error
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		kv, err := js.KeyValue(ctx, def.KVBucket)
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		keys, err := kv.Keys(ctx)
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		sort.Strings(keys)
+		got := map[string]bool{}
+		for _, k := range keys {
+			got[k] = true
+		}
+		for k := range want {
+			if !got[k] {
+				lastErr = fmt.Errorf("KV lacks %s", k)
+				return false, nil
+			}
+		}
+		for k := range got {
+			if !want[k] {
+				lastErr = fmt.Errorf("KV has stale %s", k)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("KV never matched the hub: %v\n%s", lastErr, logs.String())
+	}
+
+	// Every change made while NATS was up is in the stream: the creation
+	// of each of the first 20 profiles in both namespaces.
+	stream, err := js.Stream(ctx, def.Stream.Name)
+	must(err)
+	info, err := stream.Info(ctx)
+	must(err)
+	created := map[string]bool{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		must(bus.ValidateEvent(m.Data))
+		var e struct {
+			Type    string `json:"type"`
+			Subject string `json:"subject"`
+		}
+		must(json.Unmarshal(m.Data, &e))
+		if e.Type == "io.hubsync.profile.created" {
+			created[e.Subject] = true
+		}
+	}
+	for i := range 20 {
+		for _, nsName := range []string{"team-a", "team-b"} {
+			if s := fmt.Sprintf("%s/c%02d", nsName, i); !created[s] {
+				t.Errorf("profile.created for %s missing from the stream", s)
+			}
+		}
+	}
+	for _, want := range []string{"NATS", "reconnect"} {
+		if !strings.Contains(strings.ToLower(logs.String()), strings.ToLower(want)) {
+			t.Errorf("hubsync's log does not mention %q:\n%s", want, logs.String())
+		}
+	}
+}
