@@ -66,7 +66,7 @@ func StartDaemon(ctx context.Context, binary string, cfg *rest.Config, conf conf
 	}
 	conf.Hub.Kubeconfig = kubeconfig
 	conf.Server.Address = addr
-	if len(conf.Bus.URLs) == 0 && conf.Bus.Embedded.Listen == "" {
+	if len(conf.Bus.URLs) == 0 {
 		// The embedded NATS gets its own free port and a data directory
 		// that goes with the daemon.
 		if conf.Bus.Embedded.Listen, err = freeAddress(); err != nil {
