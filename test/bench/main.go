@@ -37,9 +37,10 @@ func main() {
 	floorWorkers := flag.Int("floor-workers", 32, "goroutines of the tuned raw-write client")
 	workers := flag.Int("workers", 32, "hubsync topology and credential workers")
 	rotations := flag.Int("rotations", 120, "single-cluster token rotations timed for the latency figure")
+	events := flag.Int("events", 220, "hub changes timed from the write to the event at a subscriber")
 	logPath := flag.String("log", "", "file for hubsync's log (default: discarded)")
 	flag.Parse()
-	if err := run(context.Background(), *binary, *clusters, *namespaces, *changes, *floorWorkers, *workers, *rotations, *logPath); err != nil {
+	if err := run(context.Background(), *binary, *clusters, *namespaces, *changes, *floorWorkers, *workers, *rotations, *events, *logPath); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -47,7 +48,7 @@ func main() {
 
 const sets = 4
 
-func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, floorWorkers, workers, nRotations int, logPath string) error {
+func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, floorWorkers, workers, nRotations, nEvents int, logPath string) error {
 	fmt.Println("== hubsync bench: starting kube-apiserver + etcd")
 	cp, err := controlplane.Start(ctx)
 	if err != nil {
@@ -89,28 +90,46 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		defer f.Close()
 		logs = f
 	}
-	start := time.Now()
 	conf := config.Config{}
 	conf.Hub.QPS, conf.Hub.Burst = 5000, 10000
 	conf.Workers.Topology = workers
 	conf.Credentials.Workers = workers
-	d, err := fleet.StartDaemon(ctx, binary, cp.Config, conf, logs)
+
+	// The same initial sync twice: with the event bus off, then on, to
+	// measure what the bus adds.
+	off := conf
+	no := false
+	off.Bus.Enabled = &no
+	fmt.Println("-- initial sync with the event bus off")
+	d, offTime, err := converge(ctx, cp, w, binary, off, logs, profiles, floor)
 	if err != nil {
 		return err
 	}
-	readyAt := d.ReadyAt(ctx)
-	if err := w.waitCount(ctx, d.Done(), profiles, 10*time.Minute); err != nil {
+	if err := d.Stop(); err != nil {
+		return fmt.Errorf("stop hubsync: %w", err)
+	}
+	if err := deleteProfiles(ctx, hub, nNamespaces); err != nil {
 		return err
 	}
-	converge := time.Since(start)
-	ready := <-readyAt
-	fmt.Printf("initial convergence: %d profiles with full status %s after hubsync's caches synced (%s after process start)\n",
-		profiles, time.Since(ready).Round(time.Millisecond), converge.Round(time.Millisecond))
-	fmt.Printf("  ratio to floor: %.2fx from caches synced, %.2fx from process start (goal <= 1.5x)\n",
-		time.Since(ready).Seconds()/floor.Seconds(), converge.Seconds()/floor.Seconds())
-	if m, err := d.Metrics(); err == nil {
-		fmt.Printf("  hubsync writes: %s\n", metricLines(m, "hubsync_profile_writes_total{", "hubsync_profile_write_errors_total{"))
+	w.reset()
+	fmt.Println("-- initial sync with the event bus on (embedded NATS, JetStream stream + KV)")
+	sub, err := newEventCounter()
+	if err != nil {
+		return err
 	}
+	d, onTime, err := converge(ctx, cp, w, binary, conf, logs, profiles, floor, sub.attach)
+	if err != nil {
+		return err
+	}
+	defer d.Stop()
+	if err := sub.waitQuiet(2 * time.Second); err != nil {
+		return err
+	}
+	n, first, last := sub.stats()
+	fmt.Printf("  events published during the initial sync: %d, %.0f events/s (first to last event seen by a subscriber, %s)\n",
+		n, float64(n)/last.Sub(first).Seconds(), last.Sub(first).Round(time.Millisecond))
+	fmt.Printf("  the bus adds %+.1f%% to convergence: %s on vs %s off (goal <= 5%%)\n",
+		100*(onTime.Seconds()/offTime.Seconds()-1), onTime.Round(time.Millisecond), offTime.Round(time.Millisecond))
 
 	// Latency: move clusters between exclusive sets; each move relabels the
 	// cluster's profile in every namespace.
@@ -138,6 +157,10 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	fmt.Printf("label change -> all %d namespaces correct, over %d changes: p50 %s  p99 %s  max %s (goal p99 < 1s)\n",
 		nNamespaces, len(lat), pct(lat, 50), pct(lat, 99), lat[len(lat)-1].Round(time.Millisecond))
+
+	if err := eventLatency(ctx, hub, sub, nClusters, nEvents); err != nil {
+		return err
+	}
 
 	rss, err := d.PeakRSS()
 	if err != nil {

@@ -56,6 +56,13 @@ func (t *tracker) run(f informerStarter, inf cache.SharedIndexInformer, observe 
 
 func (t *tracker) stop() { t.cancel() }
 
+// reset forgets which objects were complete, for a second run.
+func (t *tracker) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.complete = map[string]bool{}
+}
+
 // observe records one object of cluster in namespace ns.
 func (t *tracker) observe(ns, name, cluster, value string, complete bool) {
 	at := time.Now()
