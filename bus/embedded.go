@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,7 +61,8 @@ func startEmbedded(cfg config.BusEmbedded, log *slog.Logger) (*server.Server, st
 		return nil, "", fmt.Errorf("embedded NATS: %w", err)
 	}
 	logger := &serverLog{log: log.With("component", "nats-server")}
-	srv.SetLoggerV2(logger, true, false, false)
+	// The server formats its debug lines only when they will be kept.
+	srv.SetLoggerV2(logger, logger.log.Enabled(context.Background(), slog.LevelDebug), false, false)
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
@@ -91,11 +93,17 @@ type serverLog struct {
 	fatal string
 }
 
-func (l *serverLog) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
-func (l *serverLog) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
-func (l *serverLog) Tracef(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
-func (l *serverLog) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
-func (l *serverLog) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l *serverLog) Noticef(format string, v ...any) { l.debug(format, v...) }
+func (l *serverLog) Debugf(format string, v ...any)  { l.debug(format, v...) }
+func (l *serverLog) Tracef(format string, v ...any)  { l.debug(format, v...) }
+
+func (l *serverLog) debug(format string, v ...any) {
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug(fmt.Sprintf(format, v...))
+	}
+}
+func (l *serverLog) Warnf(format string, v ...any)  { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l *serverLog) Errorf(format string, v ...any) { l.log.Error(fmt.Sprintf(format, v...)) }
 
 func (l *serverLog) Fatalf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)

@@ -48,6 +48,9 @@ func converge(ctx context.Context, cp *controlplane.ControlPlane, w *tracker, bi
 	if m, err := d.Metrics(); err == nil {
 		fmt.Printf("  hubsync writes: %s\n", metricLines(m, "hubsync_profile_writes_total{", "hubsync_profile_write_errors_total{"))
 	}
+	if cpu, err := d.CPUTime(); err == nil {
+		fmt.Printf("  hubsync CPU time so far: %s\n", cpu.Round(10*time.Millisecond))
+	}
 	return d, fromReady, nil
 }
 

@@ -176,6 +176,27 @@ func (d *Daemon) PeakRSS() (int64, error) {
 	return 0, errors.New("VmHWM not found")
 }
 
+// CPUTime returns the CPU time (user + system) the process has used so far.
+func (d *Daemon) CPUTime() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name (which is in parentheses): utime and
+	// stime are the 12th and 13th, in clock ticks (100 per second here).
+	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("unreadable /proc stat")
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
 // Stop sends SIGTERM and waits for the process to exit.
 func (d *Daemon) Stop() error {
 	defer os.RemoveAll(d.dir)
