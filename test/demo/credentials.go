@@ -37,7 +37,7 @@ func putProxyCA(ctx context.Context, hub *fleet.Hub, ca string) error {
 
 // demoCredentials shows the access provider's CA rotation and the copies
 // of ManagedServiceAccount tokens through a rotation and a label removal.
-func demoCredentials(ctx context.Context, hub *fleet.Hub, m *model) error {
+func demoCredentials(ctx context.Context, hub *fleet.Hub, m *model, tail *eventTail) error {
 	step("Access provider: every profile carries cluster-proxy's server and CA; rotate the CA Secret")
 	t0 := time.Now()
 	if err := putProxyCA(ctx, hub, "demo-proxy-ca-2"); err != nil {
@@ -65,6 +65,7 @@ func demoCredentials(ctx context.Context, hub *fleet.Hub, m *model) error {
 		return err
 	}
 	fmt.Printf("   all %d profiles carry the new CA %s after the Secret changed (cluster-proxy itself never notices)\n", n, since(t0))
+	tail.flush(4)
 
 	step("Credentials: ManagedServiceAccount \"" + demoMSA + "\" on three clusters, labelled sync-to-clusterprofile")
 	clusters := []string{"eu-prod-04", "us-prod-04", "staging-04"}
@@ -94,7 +95,9 @@ func demoCredentials(ctx context.Context, hub *fleet.Hub, m *model) error {
 	if err := waitCopies(ctx, hub, m, want()); err != nil {
 		return err
 	}
-	fmt.Printf("   copies in place %s after the MSAs were created\n\n", since(t0))
+	fmt.Printf("   copies in place %s after the MSAs were created\n", since(t0))
+	tail.flush(4)
+	fmt.Println()
 	if err := printCopies(ctx, hub, m); err != nil {
 		return err
 	}
@@ -110,6 +113,7 @@ func demoCredentials(ctx context.Context, hub *fleet.Hub, m *model) error {
 	}
 	fmt.Printf("   every copy of eu-prod-04-%s now holds %s, %s after the rotation (a CredentialRotated Event records it)\n",
 		demoMSA, syncer.TokenFingerprint([]byte(tokens["eu-prod-04"])), since(t0))
+	tail.flush(8)
 
 	step("Credentials: remove the sync label from staging-04's MSA")
 	delete(tokens, "staging-04")
@@ -121,6 +125,7 @@ func demoCredentials(ctx context.Context, hub *fleet.Hub, m *model) error {
 		return err
 	}
 	fmt.Printf("   its copies are gone %s later (the upstream syncer would leave them behind)\n", since(t0))
+	tail.flush(8)
 	return nil
 }
 

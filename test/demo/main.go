@@ -147,6 +147,16 @@ func run(ctx context.Context, binary string, keep bool) error {
 		return err
 	}
 	fmt.Printf("   all %d profiles projected with full status %s after hubsync started\n", total(m.expected()), since(start))
+	tail, err := tailEvents(d.NATSURL)
+	if err != nil {
+		return err
+	}
+	defer tail.close()
+	// Once its caches are synced the bus republishes the whole state (as
+	// after any outage); let that pass so each change shows its own events.
+	time.Sleep(1500 * time.Millisecond)
+	fmt.Printf("   events on hubsync's embedded NATS (%s), subjects hubsync.<namespace>.<cluster>.<kind>:\n", d.NATSURL)
+	fmt.Printf("   %d state events republished once the caches synced; each change's events are shown below\n", tail.skip())
 	if err := printProfiles(ctx, hub, m); err != nil {
 		return err
 	}
@@ -198,9 +208,10 @@ func run(ctx context.Context, binary string, keep bool) error {
 			fmt.Println("   " + line)
 		}
 		fmt.Printf("   hubsync converged in %s\n", took.Round(time.Millisecond))
+		tail.flush(12)
 	}
 
-	if err := demoCredentials(ctx, hub, m); err != nil {
+	if err := demoCredentials(ctx, hub, m, tail); err != nil {
 		return err
 	}
 
