@@ -22,6 +22,7 @@ func TestMainCommands(t *testing.T) {
 		return p
 	}
 	good := write("good.yaml", "clusterManager: open-cluster-management\nworkers:\n  topology: 4\n")
+	badBus := write("badbus.yaml", "bus:\n  urls: [\"http://nats:4222\"]\n  credsFile: /nonexistent/user.creds\n  tls: {caFile: /nonexistent/ca.pem}\n")
 	bad := write("bad.yaml", "hub:\n  qps: -1\n  qsp: 3\nlogging:\n  level: loud\nserver:\n  address: nope\nresyncPeriod: 5s\n")
 	for _, tc := range []struct {
 		name       string
@@ -39,6 +40,9 @@ func TestMainCommands(t *testing.T) {
 			wantStdout: []string{"qps: 200", "topology: 4", "address: :8080"}},
 		{name: "check-config reports every problem", args: []string{"check-config", bad}, wantCode: 1, wantStderr: []string{
 			"5 problems", "hub.qps", "hub.qsp: Forbidden: unknown field", "logging.level", "server.address", "resyncPeriod",
+		}},
+		{name: "check-config reports bad NATS settings", args: []string{"check-config", badBus}, wantCode: 1, wantStderr: []string{
+			"3 problems", "bus.urls[0]", "must be nats://", "bus.credsFile", "cannot read", "bus.tls.caFile",
 		}},
 		{name: "check-config missing file", args: []string{"check-config", filepath.Join(dir, "nope.yaml")}, wantCode: 1,
 			wantStderr: []string{"nope.yaml", "no such file"}},
