@@ -84,8 +84,8 @@ type eventCounter struct {
 	waiters map[string]chan time.Time // "<namespace>/<cluster>" -> next event arrival
 }
 
-func newEventCounter() (*eventCounter, error) {
-	return &eventCounter{waiters: map[string]chan time.Time{}}, nil
+func newEventCounter() *eventCounter {
+	return &eventCounter{waiters: map[string]chan time.Time{}}
 }
 
 // attach connects to the daemon's NATS once it accepts connections and

@@ -95,41 +95,52 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	conf.Workers.Topology = workers
 	conf.Credentials.Workers = workers
 
-	// The same initial sync twice: with the event bus off, then on, to
-	// measure what the bus adds.
+	// The same initial sync four times, the event bus off and on in turn,
+	// to measure what the bus adds on a noisy machine: the fastest run of
+	// each kind is compared. The last run (bus on) stays up for the
+	// latency figures.
 	off := conf
 	no := false
 	off.Bus.Enabled = &no
-	fmt.Println("-- initial sync with the event bus off")
-	d, offTime, err := converge(ctx, cp, w, binary, off, logs, profiles, floor)
-	if err != nil {
-		return err
-	}
-	if err := d.Stop(); err != nil {
-		return fmt.Errorf("stop hubsync: %w", err)
-	}
-	if err := deleteProfiles(ctx, hub, nNamespaces); err != nil {
-		return err
-	}
-	w.reset()
-	fmt.Println("-- initial sync with the event bus on (embedded NATS, JetStream stream + KV)")
-	sub, err := newEventCounter()
-	if err != nil {
-		return err
-	}
-	d, onTime, err := converge(ctx, cp, w, binary, conf, logs, profiles, floor, sub.attach)
-	if err != nil {
-		return err
+	var d *fleet.Daemon
+	var sub *eventCounter
+	best := map[bool]time.Duration{}
+	for i, on := range []bool{false, true, false, true} {
+		if i > 0 {
+			if err := d.Stop(); err != nil {
+				return fmt.Errorf("stop hubsync: %w", err)
+			}
+			if err := deleteProfiles(ctx, hub, nNamespaces); err != nil {
+				return err
+			}
+			w.reset()
+		}
+		c := off
+		var attach []func(*fleet.Daemon) error
+		if on {
+			c = conf
+			sub = newEventCounter()
+			attach = append(attach, sub.attach)
+		}
+		fmt.Printf("-- initial sync %d of 4, event bus %s\n", i+1, map[bool]string{false: "off", true: "on (embedded NATS, JetStream stream + KV)"}[on])
+		var took time.Duration
+		d, took, err = converge(ctx, cp, w, binary, c, logs, profiles, floor, attach...)
+		if err != nil {
+			return err
+		}
+		if b, ok := best[on]; !ok || took < b {
+			best[on] = took
+		}
 	}
 	defer d.Stop()
 	if err := sub.waitQuiet(2 * time.Second); err != nil {
 		return err
 	}
 	n, first, last := sub.stats()
-	fmt.Printf("  events published during the initial sync: %d, %.0f events/s (first to last event seen by a subscriber, %s)\n",
+	fmt.Printf("events published during the last initial sync: %d, %.0f events/s (first to last event seen by a subscriber, %s)\n",
 		n, float64(n)/last.Sub(first).Seconds(), last.Sub(first).Round(time.Millisecond))
-	fmt.Printf("  the bus adds %+.1f%% to convergence: %s on vs %s off (goal <= 5%%)\n",
-		100*(onTime.Seconds()/offTime.Seconds()-1), onTime.Round(time.Millisecond), offTime.Round(time.Millisecond))
+	fmt.Printf("the bus adds %+.1f%% to convergence: fastest of two runs each, %s on vs %s off (goal <= 5%%)\n",
+		100*(best[true].Seconds()/best[false].Seconds()-1), best[true].Round(time.Millisecond), best[false].Round(time.Millisecond))
 
 	// Latency: move clusters between exclusive sets; each move relabels the
 	// cluster's profile in every namespace.
