@@ -357,24 +357,10 @@ func (o *eventsOptions) run(ctx context.Context, kind, fullType string, stdout, 
 	}
 }
 
-// event is what the text output needs from an event.
-type event struct {
-	Type    string    `json:"type"`
-	Subject string    `json:"subject"`
-	Time    time.Time `json:"time"`
-	Data    struct {
-		Namespace  string                    `json:"namespace"`
-		Cluster    string                    `json:"cluster"`
-		Name       string                    `json:"name"`
-		Profile    *syncer.ProfileSummary    `json:"profile"`
-		Credential *syncer.CredentialSummary `json:"credential"`
-	} `json:"data"`
-}
-
 // print writes one event; a message that is not an event is reported on
 // stderr and skipped, so one bad publisher cannot stop a tail.
 func (o *eventsOptions) print(data []byte, subject, fullType string, stdout, stderr io.Writer) error {
-	var ev event
+	var ev bus.Event
 	if err := json.Unmarshal(data, &ev); err != nil {
 		fmt.Fprintf(stderr, "hubsync events: skipping a message on %s: not a JSON event: %v\n", subject, err)
 		return nil
@@ -400,10 +386,10 @@ func (o *eventsOptions) print(data []byte, subject, fullType string, stdout, std
 //
 //	2026-11-21T04:00:00Z profile.created        team-ml/eu-prod-01  v1.35.4 healthy=True providers=open-cluster-management
 //	2026-11-21T04:00:00Z credential.rotated     team-ml/eu-prod-01  secret=eu-prod-01-kueue fp=sha256:… expires=…
-func formatEvent(ev *event) string {
+func formatEvent(ev *bus.Event) string {
 	when := "-"
-	if !ev.Time.IsZero() {
-		when = ev.Time.UTC().Truncate(time.Second).Format(time.RFC3339)
+	if t, err := time.Parse(time.RFC3339Nano, ev.Time); err == nil {
+		when = t.UTC().Truncate(time.Second).Format(time.RFC3339)
 	}
 	where := ev.Subject
 	if ev.Data.Namespace != "" || ev.Data.Cluster != "" {
@@ -484,12 +470,8 @@ func stateCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // accessRecord is an access record as the table needs it; raw is the value as
 // stored, for -o json.
 type accessRecord struct {
-	Namespace   string                     `json:"namespace"`
-	Cluster     string                     `json:"cluster"`
-	Profile     *syncer.ProfileSummary     `json:"profile"`
-	Credentials []syncer.CredentialSummary `json:"credentials"`
-	Updated     time.Time                  `json:"updated"`
-	raw         json.RawMessage
+	bus.Record
+	raw json.RawMessage
 }
 
 func (o *stateOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
