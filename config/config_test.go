@@ -449,23 +449,7 @@ func TestAccessProviderValidation(t *testing.T) {
 			wantPaths: []string{"accessProviders[0].caSecret.namespace", "accessProviders[0].caSecret.name", "accessProviders[0].caSecret.key"}},
 		{name: "credential limits", doc: "credentials:\n  workers: -1\n  coalesce: 1m\n", wantPaths: []string{"credentials.workers", "credentials.coalesce"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse([]byte(tc.doc))
-			if len(tc.wantPaths) == 0 {
-				if err != nil {
-					t.Fatalf("unexpected error: %v", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("no error, want one for %v", tc.wantPaths)
-			}
-			for _, p := range tc.wantPaths {
-				if !strings.Contains(err.Error(), p+":") {
-					t.Errorf("error lacks %q: %v", p, err)
-				}
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { expectFieldErrors(t, tc.doc, tc.wantPaths) })
 	}
 }
 
@@ -506,22 +490,27 @@ func TestBusValidation(t *testing.T) {
 			wantPaths: []string{"bus.subjectPrefix", "bus.stream.name", "bus.stream.replicas", "bus.kvBucket"}},
 		{name: "bad embedded listen", doc: "bus:\n  embedded: {listen: nowhere}\n", wantPaths: []string{"bus.embedded.listen"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse([]byte(tc.doc))
-			if len(tc.wantPaths) == 0 {
-				if err != nil {
-					t.Fatalf("unexpected error: %v", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("no error, want one for %v", tc.wantPaths)
-			}
-			for _, p := range tc.wantPaths {
-				if !strings.Contains(err.Error(), p+":") {
-					t.Errorf("error lacks %q: %v", p, err)
-				}
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { expectFieldErrors(t, tc.doc, tc.wantPaths) })
+	}
+}
+
+// expectFieldErrors parses doc and checks that it fails with an error for
+// each of the field paths, or succeeds when there are none.
+func expectFieldErrors(t *testing.T, doc string, paths []string) {
+	t.Helper()
+	_, err := Parse([]byte(doc))
+	if len(paths) == 0 {
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("no error, want one for %v", paths)
+	}
+	for _, p := range paths {
+		if !strings.Contains(err.Error(), p+":") {
+			t.Errorf("error lacks %q: %v", p, err)
+		}
 	}
 }
