@@ -387,7 +387,7 @@ func (s *Syncer) enqueueObjectName(obj any) {
 // every cluster with a profile in a namespace bound to it (the old members
 // of a set whose old selector could not be evaluated).
 func (s *Syncer) onSet(oldObj, newObj any) {
-	for _, obj := range []any{oldObj, newObj} {
+	for i, obj := range []any{oldObj, newObj} {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
@@ -395,8 +395,11 @@ func (s *Syncer) onSet(oldObj, newObj any) {
 		if !ok {
 			continue
 		}
-		if obj == newObj {
+		switch {
+		case i == 1:
 			s.checkSetSelector(set)
+		case newObj == nil:
+			s.forgetInvalidSet(set.Name)
 		}
 		for _, name := range s.setMembers(set) {
 			s.queue.Add(name)
@@ -406,14 +409,6 @@ func (s *Syncer) onSet(oldObj, newObj any) {
 			for _, b := range bindings {
 				s.enqueueProfilesIn(b.(*clusterv1beta2.ManagedClusterSetBinding).Namespace)
 			}
-		}
-	}
-	if newObj == nil {
-		if d, ok := oldObj.(cache.DeletedFinalStateUnknown); ok {
-			oldObj = d.Obj
-		}
-		if set, ok := oldObj.(*clusterv1beta2.ManagedClusterSet); ok {
-			s.forgetInvalidSet(set.Name)
 		}
 	}
 }
@@ -526,7 +521,7 @@ func (s *Syncer) countOwned() float64 {
 }
 
 // candidateSets returns the sets a cluster may belong to: the exclusive set
-// its clusterset label names, and every label-selector set.
+// its clusterset label names, and every set that is not exclusive.
 func (s *Syncer) candidateSets(c *clusterv1.ManagedCluster) []*clusterv1beta2.ManagedClusterSet {
 	var out []*clusterv1beta2.ManagedClusterSet
 	if name, ok := c.Labels[LabelClusterSet]; ok {
@@ -534,19 +529,11 @@ func (s *Syncer) candidateSets(c *clusterv1.ManagedCluster) []*clusterv1beta2.Ma
 			out = append(out, set)
 		}
 	}
-	for _, t := range []clusterv1beta2.SelectorType{clusterv1beta2.LabelSelector} {
-		objs, _ := s.setIdx.ByIndex(bySelectorType, string(t))
-		for _, o := range objs {
-			if set, ok := o.(*clusterv1beta2.ManagedClusterSet); ok {
-				out = append(out, set)
-			}
-		}
-	}
-	// Sets of an unknown selector type are reported as invalid and hold
-	// their namespaces; find them through the index as well.
+	// Every set that is not exclusive may select the cluster: label-selector
+	// sets, and sets of an unknown selector type, which are reported as
+	// invalid and hold their namespaces.
 	for _, t := range s.setIdx.ListIndexFuncValues(bySelectorType) {
-		switch clusterv1beta2.SelectorType(t) {
-		case "", clusterv1beta2.ExclusiveClusterSetLabel, clusterv1beta2.LabelSelector:
+		if t == "" || clusterv1beta2.SelectorType(t) == clusterv1beta2.ExclusiveClusterSetLabel {
 			continue
 		}
 		objs, _ := s.setIdx.ByIndex(bySelectorType, t)

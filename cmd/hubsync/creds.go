@@ -93,11 +93,8 @@ func (o *credsOptions) command(ctx context.Context, args []string, stdout, stder
 		fmt.Fprintln(stderr, "the token of Secret <cluster>-<NAME>, cluster from KUBERNETES_EXEC_INFO.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage // fs has printed the problem and the usage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	switch {
 	case fs.NArg() != 0:

@@ -252,11 +252,8 @@ func eventsCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintln(stderr, "\nPrints hubsync's cluster-access events from the NATS JetStream stream (see docs/events.md).")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	problem := ""
 	kind, full, err := parseType(o.typ)
@@ -446,11 +443,8 @@ func stateCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "\nPrints the current access records from the NATS key-value bucket (see docs/events.md).")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	problem := ""
 	switch {

@@ -104,3 +104,15 @@ func buildVersion() string {
 	}
 	return "(devel)"
 }
+
+// parseFlags parses a subcommand's flags: -h is help, any other flag error
+// is a usage error (the flag package has already printed it).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	return nil
+}
