@@ -57,6 +57,9 @@ type Bus struct {
 	retryMax        time.Duration
 	drainTimeout    time.Duration
 	snapshotRetry   time.Duration
+	batchWindow     time.Duration // see config.Bus.BatchWindow
+	maxBatch        int           // changes (or a snapshot's events) in flight at once
+	kvPrefix        string        // the KV bucket's subject prefix, "$KV.<bucket>."
 
 	mu        sync.Mutex
 	started   bool
@@ -113,6 +116,9 @@ func New(cfg config.Bus, source string, log *slog.Logger, reg prometheus.Registe
 		retryMax:        5 * time.Second,
 		drainTimeout:    3 * time.Second,
 		snapshotRetry:   time.Second,
+		batchWindow:     cfg.BatchWindow.Duration,
+		maxBatch:        256,
+		kvPrefix:        "$KV." + cfg.KVBucket + ".",
 		state:           make(chan struct{}, 1),
 		recs:            records{},
 		done:            make(chan struct{}),
@@ -144,6 +150,9 @@ func withDefaults(c config.Bus) config.Bus {
 	}
 	if c.BufferSize <= 0 {
 		c.BufferSize = d.BufferSize
+	}
+	if c.BatchWindow == nil {
+		c.BatchWindow = d.BatchWindow
 	}
 	if c.Embedded.Listen == "" {
 		c.Embedded.Listen = d.Embedded.Listen

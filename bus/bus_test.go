@@ -224,7 +224,16 @@ func flush(t *testing.T, b *Bus) {
 }
 
 func TestPublishInOrderPerSubject(t *testing.T) {
+	for _, window := range []time.Duration{0, config.DefaultBatchWindow} {
+		t.Run("batchWindow="+window.String(), func(t *testing.T) {
+			testPublishInOrderPerSubject(t, window)
+		})
+	}
+}
+
+func testPublishInOrderPerSubject(t *testing.T, window time.Duration) {
 	cfg := busConfig(t)
+	cfg.BatchWindow = &metav1.Duration{Duration: window}
 	b, reg := newBus(t, cfg)
 	start(t, b, nil)
 	keys := [][2]string{{"team-a", "c1"}, {"team-a", "edge.eu-1"}, {"team-b", "c1"}, {"team-b", "a.b.c"}}
@@ -302,6 +311,67 @@ func TestPublishInOrderPerSubject(t *testing.T) {
 		r := recs[KVKey(k[0], k[1])]
 		if r.Profile == nil || len(r.Credentials) != 1 || r.Credentials[0].ResourceVersion != strconv.Itoa(perKey-1) {
 			t.Errorf("record %v: %+v", k, r)
+		}
+	}
+}
+
+// A server that goes away with batches in flight and comes back: every
+// change is stored once, in order per key, and the KV holds the last of
+// each.
+func TestServerRestartMidBurstKeepsOrder(t *testing.T) {
+	cfg := busConfig(t)
+	port := freePort(t)
+	dir := t.TempDir()
+	cfg.URLs = []string{fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	s := runServer(t, dir, port)
+	b, _ := newBus(t, cfg)
+	start(t, b, nil)
+	eventually(t, "connected", func() bool { return value(b.m.connected) == 1 })
+
+	keys := [][2]string{{"team-a", "c1"}, {"team-a", "c2"}, {"team-b", "c1"}, {"team-b", "c2"}, {"team-c", "c3"}}
+	const perKey = 400
+	restarted := make(chan *server.Server)
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		stopServer(s)
+		time.Sleep(200 * time.Millisecond)
+		restarted <- runServer(t, dir, port)
+	}()
+	for i := range perKey {
+		for _, k := range keys {
+			c := profileChange(syncer.ChangeProfileUpdated, k[0], k[1], strconv.Itoa(i))
+			c.Profile.KubernetesVersion = fmt.Sprintf("v1.%d.0", i)
+			b.Notify(c)
+		}
+		if i%10 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	<-restarted
+	flush(t, b)
+
+	cl := connect(t, b.ClientURL())
+	msgs := cl.messages(t, cfg.Stream.Name)
+	next := map[string]int{}
+	for _, m := range msgs {
+		e, err := Decode(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := e.Data.Namespace + "/" + e.Data.Cluster
+		rv, _ := strconv.Atoi(e.Data.ResourceVersion)
+		if rv != next[k] {
+			t.Fatalf("%s: resourceVersion %d where %d was due (lost, repeated or reordered)", k, rv, next[k])
+		}
+		next[k]++
+	}
+	if len(msgs) != perKey*len(keys) {
+		t.Fatalf("stream holds %d events, want %d", len(msgs), perKey*len(keys))
+	}
+	recs := cl.records(t, cfg.KVBucket)
+	for _, k := range keys {
+		if r := recs[KVKey(k[0], k[1])]; r.Profile == nil || r.Profile.KubernetesVersion != fmt.Sprintf("v1.%d.0", perKey-1) {
+			t.Errorf("record %v: %+v", k, r.Profile)
 		}
 	}
 }

@@ -1,9 +1,12 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -12,11 +15,13 @@ import (
 	"github.com/hubsync/hubsync/syncer"
 )
 
-// run is the publisher: it connects, then publishes the queue's head until
-// it is acknowledged and mirrored into the KV bucket, and only then moves
-// on, so events of one key are stored in the order they were notified.
-// While disconnected it waits; on errors it retries the same head with
-// backoff.
+// run is the publisher: it connects, then publishes the queue's head in
+// batches: a batch is the changes at the head, up to maxBatch and up to the
+// first one about a (namespace, cluster) already in it, sent pipelined and
+// only popped when every event is acknowledged and mirrored into the KV
+// bucket, so events of one key are stored in the order they were notified.
+// A snapshot is a batch of its own. While disconnected it waits; on errors
+// it retries what is left of the same batch with backoff.
 func (b *Bus) run(ctx context.Context, opts nats.Options) {
 	defer close(b.done)
 	nc, err := opts.Connect()
@@ -29,7 +34,7 @@ func (b *Bus) run(ctx context.Context, opts nats.Options) {
 	}
 	defer nc.Close()
 	b.nc.Store(nc)
-	if b.js, err = jetstream.New(nc); err != nil {
+	if b.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(b.opTimeout), jetstream.WithPublishAsyncMaxPending(4*b.maxBatch)); err != nil {
 		b.log.Error("cannot use JetStream; events are not published", "err", err)
 		<-ctx.Done()
 		return
@@ -45,7 +50,7 @@ func (b *Bus) run(ctx context.Context, opts nats.Options) {
 	fail := func(err error) {
 		failures++
 		if failures == 1 || time.Since(lastWarn) > 30*time.Second {
-			b.log.Warn("publishing events failed; retrying the same event", "err", err, "attempts", failures, "buffered", b.q.depth())
+			b.log.Warn("publishing events failed; retrying what is unacknowledged, in order", "err", err, "attempts", failures, "buffered", b.q.depth())
 			lastWarn = time.Now()
 		} else {
 			b.log.Debug("publishing events failed; retrying", "err", err, "attempts", failures)
@@ -77,7 +82,21 @@ func (b *Bus) run(ctx context.Context, opts nats.Options) {
 			b.wait(ctx, idle, b.q.wake)
 			continue
 		}
-		if err := b.process(ctx, e); err != nil {
+		if !e.isSnap && b.batchWindow > 0 && failures == 0 {
+			// Let the changes that follow closely join this one's batch.
+			if d := time.Until(e.at.Add(b.batchWindow)); d > 0 && b.q.depth() < b.maxBatch {
+				b.wait(ctx, d, nil)
+				continue
+			}
+		}
+		batch := b.q.batch(b.maxBatch)
+		var err error
+		if batch[0].isSnap {
+			err = b.processSnapshot(ctx, batch[0])
+		} else {
+			err = b.processChanges(ctx, batch)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -94,7 +113,7 @@ func (b *Bus) run(ctx context.Context, opts nats.Options) {
 			b.log.Info("publishing events again", "failedAttempts", failures, "buffered", b.q.depth())
 		}
 		failures, backoff = 0, b.retryBase
-		b.q.pop()
+		b.q.pop(len(batch))
 	}
 }
 
@@ -134,16 +153,38 @@ func (b *Bus) maybeResync() {
 	b.log.Info("republishing the current state", "changes", len(snap), "buffered", b.q.depth())
 }
 
-// process does what is left of one queue entry. Progress is kept in the
-// entry, so after an error the next call resumes where this one stopped.
-func (b *Bus) process(ctx context.Context, e *entry) error {
+// inflight is one asynchronous publish of a batch: an event or a KV write
+// of an entry.
+type inflight struct {
+	e      *entry
+	fut    jetstream.PubAckFuture
+	sent   time.Time
+	change *syncer.Change // an event; nil for a KV write
+	op     kvOp           // a KV write
+}
+
+// processChanges does what is left of a batch of change entries, whose
+// (namespace, cluster) pairs are all different: every event and KV write
+// is sent at once and the acks are awaited together. Progress is kept in
+// the entries, so after an error the retry resends only what was not
+// acknowledged; as no two entries of the batch share a key, per-key order
+// holds whatever the acks' order.
+func (b *Bus) processChanges(ctx context.Context, batch []*entry) error {
 	now := time.Now()
-	if !e.isSnap {
+	var sent []inflight
+	var sendErr error
+	for _, e := range batch {
 		if e.published == 0 {
-			if err := b.publish(ctx, e.change); err != nil {
-				return err
+			f, err := b.sendEvent(&e.change)
+			if err != nil {
+				sendErr = err
+				break
 			}
-			e.published = 1
+			if f == nil {
+				e.published = 1 // cannot become an event: logged and skipped
+			} else {
+				sent = append(sent, inflight{e: e, fut: f, sent: time.Now(), change: &e.change})
+			}
 		}
 		if !e.applied {
 			if validChange(e.change) == nil {
@@ -153,15 +194,53 @@ func (b *Bus) process(ctx context.Context, e *entry) error {
 			}
 			e.applied = true
 		}
-		return b.write(ctx, e)
+		if len(e.ops) > 0 {
+			f, err := b.sendKV(e.ops[0])
+			if err != nil {
+				sendErr = err
+				break
+			}
+			sent = append(sent, inflight{e: e, fut: f, sent: time.Now(), op: e.ops[0]})
+		}
 	}
+	err := b.settle(ctx, sent, func(i inflight) {
+		if i.change != nil {
+			i.e.published = 1
+		} else {
+			i.e.ops = nil
+		}
+	})
+	return errors.Join(sendErr, err)
+}
+
+// processSnapshot does what is left of a snapshot entry: its events, then
+// the KV writes that make the bucket equal to it, each pipelined in chunks
+// of maxBatch. A failed chunk is resent whole: the events JetStream already
+// stored are dropped as duplicates of their ids, and KV writes are
+// idempotent. A snapshot holds one change per subject, so order per key is
+// kept.
+func (b *Bus) processSnapshot(ctx context.Context, e *entry) error {
 	for e.published < len(e.snapshot) {
-		if err := b.publish(ctx, e.snapshot[e.published]); err != nil {
+		end := min(e.published+b.maxBatch, len(e.snapshot))
+		var sent []inflight
+		var sendErr error
+		for i := e.published; i < end; i++ {
+			f, err := b.sendEvent(&e.snapshot[i])
+			if err != nil {
+				sendErr = err
+				break
+			}
+			if f != nil {
+				sent = append(sent, inflight{e: e, fut: f, sent: time.Now(), change: &e.snapshot[i]})
+			}
+		}
+		if err := errors.Join(sendErr, b.settle(ctx, sent, nil)); err != nil {
 			return err
 		}
-		e.published++
+		e.published = end
 	}
 	if !e.applied {
+		now := time.Now()
 		fresh := records{}
 		for _, c := range e.snapshot {
 			if validChange(c) == nil {
@@ -181,69 +260,127 @@ func (b *Bus) process(ctx context.Context, e *entry) error {
 		if err != nil {
 			return err
 		}
-		for key := range keys {
+		for _, key := range slices.Sorted(maps.Keys(keys)) {
 			if b.recs[key] == nil {
 				e.ops = append(e.ops, kvOp{key: key})
 			}
 		}
 		e.pruned = true
 	}
-	return b.write(ctx, e)
+	for len(e.ops) > 0 {
+		n := min(b.maxBatch, len(e.ops))
+		var sent []inflight
+		var sendErr error
+		for _, op := range e.ops[:n] {
+			f, err := b.sendKV(op)
+			if err != nil {
+				sendErr = err
+				break
+			}
+			sent = append(sent, inflight{e: e, fut: f, sent: time.Now(), op: op})
+		}
+		if err := errors.Join(sendErr, b.settle(ctx, sent, nil)); err != nil {
+			return err
+		}
+		clear(e.ops[:n])
+		e.ops = e.ops[n:]
+	}
+	return nil
 }
 
-// publish sends one change and waits for JetStream's ack. A change that
-// cannot become an event is logged and skipped.
-func (b *Bus) publish(ctx context.Context, c syncer.Change) error {
+// sendEvent publishes one change asynchronously. A change that cannot
+// become an event is logged and skipped: it returns a nil future.
+func (b *Bus) sendEvent(c *syncer.Change) (jetstream.PubAckFuture, error) {
 	kind, err := Kind(c.Type)
 	var data []byte
 	if err == nil {
-		data, err = Encode(c, b.source)
+		data, err = Encode(*c, b.source)
 	}
 	if err != nil {
 		b.m.publishErrors.Inc()
 		b.log.Error("skipping a change that cannot be published", "err", err, "type", c.Type, "namespace", c.Namespace, "cluster", c.Cluster)
-		return nil
+		return nil, nil
 	}
 	subject := Subject(b.cfg.SubjectPrefix, c.Namespace, c.Cluster, kind)
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	msg.Header.Set("Content-Type", ContentType)
-	ctx, cancel := context.WithTimeout(ctx, b.opTimeout)
-	defer cancel()
-	start := time.Now()
-	ack, err := b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(EventID(c)))
-	b.m.publishDuration.Observe(time.Since(start).Seconds())
+	f, err := b.js.PublishMsgAsync(msg, jetstream.WithMsgID(EventID(*c)))
 	if err != nil {
 		b.m.publishErrors.Inc()
-		return fmt.Errorf("publish %s to %s: %w", c.Type, subject, err)
+		return nil, fmt.Errorf("publish %s to %s: %w", c.Type, subject, err)
 	}
-	b.m.published.WithLabelValues(c.Type).Inc()
-	if ack.Duplicate {
-		b.m.duplicates.Inc()
-	}
-	return nil
+	return f, nil
 }
 
-// write performs the entry's pending KV writes in order.
-func (b *Bus) write(ctx context.Context, e *entry) error {
-	for len(e.ops) > 0 {
-		op := e.ops[0]
-		opCtx, cancel := context.WithTimeout(ctx, b.opTimeout)
-		var err error
-		name := "put"
-		if op.value == nil {
-			name = "delete"
-			err = b.kv.Delete(opCtx, op.key)
-		} else {
-			_, err = b.kv.Put(opCtx, op.key, op.value)
-		}
-		cancel()
-		if err != nil {
-			b.m.kvErrors.Inc()
-			return fmt.Errorf("KV %s %s: %w", name, op.key, err)
-		}
-		b.m.kvWrites.WithLabelValues(name).Inc()
-		e.ops[0] = kvOp{}
-		e.ops = e.ops[1:]
+// sendKV writes one KV op asynchronously, as the KV API does: a put is a
+// message on the key's subject, a delete one with a KV-Operation: DEL
+// header and no data.
+func (b *Bus) sendKV(op kvOp) (jetstream.PubAckFuture, error) {
+	msg := nats.NewMsg(b.kvPrefix + op.key)
+	if op.value == nil {
+		msg.Header.Set(kvOperationHeader, kvOperationDelete)
+	} else {
+		msg.Data = op.value
 	}
-	return nil
+	f, err := b.js.PublishMsgAsync(msg)
+	if err != nil {
+		b.m.kvErrors.Inc()
+		return nil, fmt.Errorf("KV %s %s: %w", op.name(), op.key, err)
+	}
+	return f, nil
+}
+
+// settle waits for the acks of sent, counting each, and calls done for
+// every one acknowledged. It returns the first error; an ack that does not
+// come within the operation timeout is an error (the future's own
+// timeout), and so is ctx ending.
+func (b *Bus) settle(ctx context.Context, sent []inflight, done func(inflight)) error {
+	var first error
+	for _, i := range sent {
+		var ack *jetstream.PubAck
+		var err error
+		select {
+		case ack = <-i.fut.Ok():
+		case err = <-i.fut.Err():
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if i.change != nil {
+			subject := i.fut.Msg().Subject
+			if err != nil {
+				b.m.publishErrors.Inc()
+				first = cmp.Or(first, fmt.Errorf("publish %s to %s: %w", i.change.Type, subject, err))
+				continue
+			}
+			b.m.publishDuration.Observe(time.Since(i.sent).Seconds())
+			b.m.published.WithLabelValues(i.change.Type).Inc()
+			if ack.Duplicate {
+				b.m.duplicates.Inc()
+			}
+		} else {
+			if err != nil {
+				b.m.kvErrors.Inc()
+				first = cmp.Or(first, fmt.Errorf("KV %s %s: %w", i.op.name(), i.op.key, err))
+				continue
+			}
+			b.m.kvWrites.WithLabelValues(i.op.name()).Inc()
+		}
+		if done != nil {
+			done(i)
+		}
+	}
+	return first
+}
+
+// The KV API's operation header, as nats.go writes it.
+const (
+	kvOperationHeader = "KV-Operation"
+	kvOperationDelete = "DEL"
+)
+
+func (op kvOp) name() string {
+	if op.value == nil {
+		return "delete"
+	}
+	return "put"
 }

@@ -1,7 +1,9 @@
 package bus
 
 import (
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/hubsync/hubsync/syncer"
 )
@@ -11,6 +13,7 @@ import (
 // that a failed step is retried without redoing (or reordering) the others.
 type entry struct {
 	seq      uint64
+	at       time.Time // when the change was enqueued
 	change   syncer.Change
 	snapshot []syncer.Change // nil for a change
 	isSnap   bool
@@ -63,7 +66,7 @@ func (q *queue) push(c syncer.Change) (ok, first bool) {
 		return false, first
 	}
 	q.seq++
-	q.items = append(q.items, &entry{seq: q.seq, change: c})
+	q.items = append(q.items, &entry{seq: q.seq, at: time.Now(), change: c})
 	q.changes++
 	q.mu.Unlock()
 	q.signal()
@@ -86,14 +89,43 @@ func (q *queue) head() *entry {
 	return q.items[0]
 }
 
-func (q *queue) pop() {
+// batch returns the entries to publish together: a snapshot at the head
+// alone, or the changes at the head up to max and up to the first one
+// about a (namespace, cluster) already in the batch, so that a batch never
+// holds two changes of one key.
+func (q *queue) batch(max int) []*entry {
 	q.mu.Lock()
-	e := q.items[0]
-	q.items[0] = nil
-	q.items = q.items[1:]
-	if !e.isSnap {
-		q.changes--
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return nil
 	}
+	if q.items[0].isSnap {
+		return q.items[:1:1]
+	}
+	type key struct{ namespace, cluster string }
+	seen := make(map[key]bool, min(max, len(q.items)))
+	n := 0
+	for _, e := range q.items {
+		k := key{e.change.Namespace, e.change.Cluster}
+		if n == max || e.isSnap || seen[k] {
+			break
+		}
+		seen[k] = true
+		n++
+	}
+	return slices.Clone(q.items[:n])
+}
+
+// pop removes the first n entries, which the publisher has finished.
+func (q *queue) pop(n int) {
+	q.mu.Lock()
+	for _, e := range q.items[:n] {
+		if !e.isSnap {
+			q.changes--
+		}
+	}
+	clear(q.items[:n])
+	q.items = q.items[n:]
 	close(q.changed)
 	q.changed = make(chan struct{})
 	q.mu.Unlock()

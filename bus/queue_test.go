@@ -54,10 +54,8 @@ func TestQueueOrderAndSnapshots(t *testing.T) {
 		t.Fatalf("a newer snapshot must replace the waiting one: %q", got)
 	}
 	// A snapshot under way at the head stays; the new one goes after.
-	q.pop()
-	q.pop()
-	q.pop()
-	q.pop()
+	q.pop(3)
+	q.pop(1)
 	q.items[0].published = 1
 	push("6")
 	q.insertSnapshot(5, make([]syncer.Change, 3))
@@ -66,5 +64,45 @@ func TestQueueOrderAndSnapshots(t *testing.T) {
 	}
 	if done, _ := q.doneUpTo(5); done {
 		t.Error("doneUpTo ignores waiting entries")
+	}
+}
+
+func TestQueueBatch(t *testing.T) {
+	c := func(ns, cluster string) syncer.Change {
+		return syncer.Change{Namespace: ns, Cluster: cluster, ResourceVersion: ns + "/" + cluster}
+	}
+	tests := []struct {
+		name    string
+		changes []syncer.Change
+		snapAt  int // a snapshot after this many changes; -1 for none
+		max     int
+		want    string
+	}{
+		{name: "empty", snapAt: -1, max: 4, want: ""},
+		{name: "distinct pairs up to max", changes: []syncer.Change{c("a", "1"), c("a", "2"), c("b", "1"), c("b", "2")}, snapAt: -1, max: 3, want: "a/1 a/2 b/1 "},
+		{name: "stops before a pair already in the batch", changes: []syncer.Change{c("a", "1"), c("b", "1"), c("a", "1"), c("c", "1")}, snapAt: -1, max: 10, want: "a/1 b/1 "},
+		{name: "same cluster, other namespace", changes: []syncer.Change{c("a", "1"), c("b", "1")}, snapAt: -1, max: 10, want: "a/1 b/1 "},
+		{name: "stops before a snapshot", changes: []syncer.Change{c("a", "1"), c("b", "1")}, snapAt: 1, max: 10, want: "a/1 "},
+		{name: "a snapshot at the head goes alone", changes: []syncer.Change{c("a", "1")}, snapAt: 0, max: 10, want: "S0 "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := newQueue(100)
+			for i, ch := range tt.changes {
+				if i == tt.snapAt {
+					q.insertSnapshot(uint64(i), nil)
+				}
+				q.push(ch)
+			}
+			got := order(&queue{items: q.batch(tt.max)})
+			if got != tt.want {
+				t.Errorf("batch = %q, want %q", got, tt.want)
+			}
+			n := len(q.items)
+			q.batch(tt.max)
+			if len(q.items) != n {
+				t.Error("batch changed the queue")
+			}
+		})
 	}
 }

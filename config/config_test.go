@@ -141,6 +141,7 @@ bus:
   stream: {name: EVENTS, maxAge: 24h, maxBytes: 1073741824, duplicateWindow: 5m, replicas: 3}
   kvBucket: access
   bufferSize: 500
+  batchWindow: 0s
 `
 	no := false
 	want := Config{
@@ -173,7 +174,7 @@ bus:
 		Bus: Bus{
 			URLs: []string{"nats://nats-1:4222", "tls://nats-2:4222"}, SubjectPrefix: "ocm.events",
 			Stream:   BusStream{Name: "EVENTS", MaxAge: dur(24 * time.Hour), MaxBytes: 1 << 30, DuplicateWindow: dur(5 * time.Minute), Replicas: 3},
-			KVBucket: "access", BufferSize: 500,
+			KVBucket: "access", BufferSize: 500, BatchWindow: &metav1.Duration{},
 			Embedded: BusEmbedded{Listen: "127.0.0.1:4222", DataDir: "/var/lib/hubsync/nats"},
 		},
 	}
@@ -466,6 +467,7 @@ func defaultBus() Bus {
 		Stream:        BusStream{Name: "HUBSYNC_EVENTS", MaxAge: dur(7 * 24 * time.Hour), DuplicateWindow: dur(2 * time.Minute), Replicas: 1},
 		KVBucket:      "hubsync-access",
 		BufferSize:    10000,
+		BatchWindow:   &metav1.Duration{Duration: 10 * time.Millisecond},
 		Embedded:      BusEmbedded{Listen: "127.0.0.1:4222", DataDir: "/var/lib/hubsync/nats"},
 	}
 }
@@ -489,6 +491,8 @@ func TestBusValidation(t *testing.T) {
 		{name: "bad names", doc: "bus:\n  subjectPrefix: 'a.*'\n  stream: {name: 'a.b', replicas: 9}\n  kvBucket: 'x y'\n",
 			wantPaths: []string{"bus.subjectPrefix", "bus.stream.name", "bus.stream.replicas", "bus.kvBucket"}},
 		{name: "bad embedded listen", doc: "bus:\n  embedded: {listen: nowhere}\n", wantPaths: []string{"bus.embedded.listen"}},
+		{name: "negative batch window", doc: "bus:\n  batchWindow: -1ms\n", wantPaths: []string{"bus.batchWindow"}},
+		{name: "batch window over a second", doc: "bus:\n  batchWindow: 2s\n", wantPaths: []string{"bus.batchWindow"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { expectFieldErrors(t, tc.doc, tc.wantPaths) })
 	}

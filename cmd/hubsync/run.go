@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sort"
 	"strings"
@@ -122,7 +123,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	defer cancel()
 	serverErr := make(chan error, 1)
 	if cfg.Server.Address != config.ServerOff {
-		srv, ln, err := newServer(cfg.Server.Address, reg, func() (bool, string) {
+		srv, ln, err := newServer(cfg.Server.Address, cfg.Server.Pprof, reg, func() (bool, string) {
 			s := current.Load()
 			switch {
 			case s == nil:
@@ -331,7 +332,7 @@ func missingAPIs(kube kubernetes.Interface, required map[string][]string) ([]str
 	return missing, nil
 }
 
-func newServer(addr string, reg *prometheus.Registry, ready func() (bool, string)) (*http.Server, net.Listener, error) {
+func newServer(addr string, withPprof bool, reg *prometheus.Registry, ready func() (bool, string)) (*http.Server, net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen on %s: %w", addr, err)
@@ -349,6 +350,13 @@ func newServer(addr string, reg *prometheus.Registry, ready func() (bool, string
 		}
 		_, _ = io.WriteString(w, why+"\n")
 	})
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln, nil
 }
 
