@@ -335,11 +335,15 @@ func (b *Bus) natsOptions() (nats.Options, error) {
 		}
 		b.log.Warn("disconnected from NATS; buffering events and reconnecting", "err", err, "buffered", b.q.depth())
 	}
+	// Keep retrying after authorization errors: credentials are re-read on
+	// every attempt, so a fixed file or a newly trusted account converges.
+	o.IgnoreAuthErrorAbort = true
 	o.ReconnectErrCB = func(_ *nats.Conn, err error) {
-		// The first failure is reported by run or DisconnectedErrCB; then
-		// every 30 attempts (about a minute). Never with credentials.
-		if n := b.reconnectFailures.Add(1); n%30 == 0 {
-			b.log.Warn("NATS still unreachable; retrying", "attempts", n, "err", err, "buffered", b.q.depth())
+		// Why the first attempt failed (refused, TLS, authorization), then
+		// every 30 attempts (about a minute). nats.go's errors carry no
+		// credentials.
+		if n := b.reconnectFailures.Add(1); n == 1 || n%30 == 0 {
+			b.log.Warn("cannot connect to NATS; retrying", "attempts", n, "err", err, "buffered", b.q.depth())
 		}
 	}
 	o.ClosedCB = func(*nats.Conn) { b.m.connected.Set(0) }

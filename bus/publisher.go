@@ -46,6 +46,7 @@ func (b *Bus) run(ctx context.Context, opts nats.Options) {
 
 	backoff := b.retryBase
 	failures := 0
+	var lastAt time.Time // when the last change published was notified
 	var lastWarn time.Time
 	fail := func(err error) {
 		failures++
@@ -82,8 +83,10 @@ func (b *Bus) run(ctx context.Context, opts nats.Options) {
 			b.wait(ctx, idle, b.q.wake)
 			continue
 		}
-		if !e.isSnap && b.batchWindow > 0 && failures == 0 {
-			// Let the changes that follow closely join this one's batch.
+		if !e.isSnap && b.batchWindow > 0 && failures == 0 && e.at.Sub(lastAt) < b.batchWindow {
+			// Changes are coming close together: let the ones that follow
+			// join this one's batch. A change after a quiet spell goes at
+			// once.
 			if d := time.Until(e.at.Add(b.batchWindow)); d > 0 && b.q.depth() < b.maxBatch {
 				b.wait(ctx, d, nil)
 				continue
@@ -113,6 +116,9 @@ func (b *Bus) run(ctx context.Context, opts nats.Options) {
 			b.log.Info("publishing events again", "failedAttempts", failures, "buffered", b.q.depth())
 		}
 		failures, backoff = 0, b.retryBase
+		if last := batch[len(batch)-1]; !last.isSnap {
+			lastAt = last.at
+		}
 		b.q.pop(len(batch))
 	}
 }

@@ -88,11 +88,12 @@ type Bus struct {
 	// beyond it events are dropped (counted) and the current state is
 	// republished on reconnect.
 	BufferSize int `json:"bufferSize,omitempty"`
-	// BatchWindow is how long the publisher waits after a change arrives
-	// for more to join it; a batch is published pipelined and acknowledged
-	// together, which costs far less CPU than one round trip per change.
-	// It bounds the latency it adds. 0 publishes each change at once.
-	// Default 10ms.
+	// BatchWindow is how long the publisher waits, while changes come
+	// less than a window apart, for more to join the first; a batch is
+	// published pipelined and acknowledged together, which costs far less
+	// CPU than one round trip per change. A change after a quiet spell is
+	// published at once. It bounds the latency it adds. 0 publishes each
+	// change at once. Default 10ms.
 	BatchWindow *metav1.Duration `json:"batchWindow,omitempty"`
 	// Embedded configures the in-process server used when URLs is empty.
 	Embedded BusEmbedded `json:"embedded"`

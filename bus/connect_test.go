@@ -1,0 +1,374 @@
+package bus
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/syncer"
+)
+
+// syncBuffer is a log sink tests can read while the bus writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// pki is a throwaway CA with a server and a client certificate, written
+// as PEM files.
+type pki struct {
+	caFile, certFile, keyFile string // the client's
+	server                    *tls.Config
+}
+
+func newPKI(t *testing.T) pki {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "hubsync test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	issue := func(serial int64, name string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kder, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	}
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	srvCert, srvKey := issue(2, "nats", x509.ExtKeyUsageServerAuth)
+	cliCert, cliKey := issue(3, "hubsync", x509.ExtKeyUsageClientAuth)
+	pair, err := tls.X509KeyPair(srvCert, srvKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return pki{
+		caFile:   write("ca.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})),
+		certFile: write("client.pem", cliCert),
+		keyFile:  write("client-key.pem", cliKey),
+		server: &tls.Config{
+			Certificates: []tls.Certificate{pair}, ClientCAs: pool,
+			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
+		},
+	}
+}
+
+// jwtAuth is an operator-mode setup: an operator, an account with
+// JetStream, and a user whose credentials file hubsync is given.
+type jwtAuth struct {
+	operator     *jwt.OperatorClaims
+	resolver     *server.MemAccResolver
+	system       string // the system account, which JetStream needs
+	credsFile    string
+	userSeed     string
+	otherAccount string // credentials of a user of an account the server does not know
+}
+
+func newJWTAuth(t *testing.T) jwtAuth {
+	t.Helper()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	opKP, err := nkeys.CreateOperator()
+	must(err)
+	opPub, _ := opKP.PublicKey()
+	op := jwt.NewOperatorClaims(opPub)
+	opJWT, err := op.Encode(opKP)
+	must(err)
+	op, err = jwt.DecodeOperatorClaims(opJWT)
+	must(err)
+
+	account := func(withJetStream bool) (nkeys.KeyPair, string, string) {
+		kp, err := nkeys.CreateAccount()
+		must(err)
+		pub, _ := kp.PublicKey()
+		ac := jwt.NewAccountClaims(pub)
+		if withJetStream {
+			ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+		}
+		acJWT, err := ac.Encode(opKP)
+		must(err)
+		return kp, pub, acJWT
+	}
+	user := func(accKP nkeys.KeyPair) (creds []byte, seed string) {
+		kp, err := nkeys.CreateUser()
+		must(err)
+		pub, _ := kp.PublicKey()
+		userJWT, err := jwt.NewUserClaims(pub).Encode(accKP)
+		must(err)
+		s, _ := kp.Seed()
+		creds, err = jwt.FormatUserConfig(userJWT, s)
+		must(err)
+		return creds, string(s)
+	}
+	accKP, accPub, accJWT := account(true)
+	resolver := &server.MemAccResolver{}
+	must(resolver.Store(accPub, accJWT))
+	_, sysPub, sysJWT := account(false)
+	must(resolver.Store(sysPub, sysJWT))
+	creds, seed := user(accKP)
+	otherKP, _, _ := account(true) // never stored: the server rejects its users
+	otherCreds, _ := user(otherKP)
+	dir := t.TempDir()
+	credsFile := filepath.Join(dir, "hubsync.creds")
+	must(os.WriteFile(credsFile, creds, 0o600))
+	other := filepath.Join(dir, "unknown.creds")
+	must(os.WriteFile(other, otherCreds, 0o600))
+	return jwtAuth{operator: op, resolver: resolver, system: sysPub, credsFile: credsFile, userSeed: seed, otherAccount: other}
+}
+
+// runSecuredServer starts a nats-server with JetStream configured by
+// secure, on a free port.
+func runSecuredServer(t *testing.T, secure func(*server.Options)) *server.Server {
+	t.Helper()
+	o := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
+	secure(o)
+	s, err := server.NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(5 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+// TestExternalNATSConnectionOptions runs the bus against servers that
+// require TLS with a client certificate, an NKey, or a JWT credentials
+// file: with the right configuration it publishes; with the wrong one it
+// stays disconnected, says why in its log without any secret, and keeps
+// the changes buffered.
+func TestExternalNATSConnectionOptions(t *testing.T) {
+	certs := newPKI(t)
+	nkeyUser, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nkeyPub, _ := nkeyUser.PublicKey()
+	nkeySeed, _ := nkeyUser.Seed()
+	dir := t.TempDir()
+	seedFile := filepath.Join(dir, "user.nk")
+	if err := os.WriteFile(seedFile, nkeySeed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	otherUser, _ := nkeys.CreateUser()
+	otherSeed, _ := otherUser.Seed()
+	otherSeedFile := filepath.Join(dir, "other.nk")
+	if err := os.WriteFile(otherSeedFile, otherSeed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auth := newJWTAuth(t)
+	rotatedCreds := filepath.Join(dir, "rotated.creds")
+
+	tests := []struct {
+		name    string
+		server  func(*server.Options)
+		scheme  string
+		bus     func(*config.Bus)
+		works   bool
+		reason  string   // in the warning when it does not work
+		fix     func()   // if set, makes it work: the bus must then catch up
+		secrets []string // must never be logged
+	}{
+		{
+			name:   "TLS with a client certificate",
+			server: func(o *server.Options) { o.TLSConfig, o.TLSVerify, o.TLSTimeout = certs.server, true, 2 },
+			scheme: "tls",
+			bus: func(b *config.Bus) {
+				b.TLS = config.BusTLS{CAFile: certs.caFile, CertFile: certs.certFile, KeyFile: certs.keyFile}
+			},
+			works: true,
+		},
+		{
+			name:   "TLS without the client certificate the server requires",
+			server: func(o *server.Options) { o.TLSConfig, o.TLSVerify, o.TLSTimeout = certs.server, true, 2 },
+			scheme: "tls",
+			bus:    func(b *config.Bus) { b.TLS = config.BusTLS{CAFile: certs.caFile} },
+			reason: "certificate required",
+		},
+		{
+			name:   "TLS with a CA that did not sign the server",
+			server: func(o *server.Options) { o.TLSConfig, o.TLSVerify, o.TLSTimeout = certs.server, true, 2 },
+			scheme: "tls",
+			bus: func(b *config.Bus) {
+				other := newPKI(t)
+				b.TLS = config.BusTLS{CAFile: other.caFile, CertFile: certs.certFile, KeyFile: certs.keyFile}
+			},
+			reason: "certificate signed by unknown authority",
+		},
+		{
+			name:    "NKey",
+			server:  func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: nkeyPub}} },
+			scheme:  "nats",
+			bus:     func(b *config.Bus) { b.NKeySeedFile = seedFile },
+			works:   true,
+			secrets: []string{string(nkeySeed)},
+		},
+		{
+			name:    "NKey the server does not know",
+			server:  func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: nkeyPub}} },
+			scheme:  "nats",
+			bus:     func(b *config.Bus) { b.NKeySeedFile = otherSeedFile },
+			reason:  "Authorization Violation",
+			secrets: []string{string(otherSeed)},
+		},
+		{
+			name: "JWT credentials file",
+			server: func(o *server.Options) {
+				o.TrustedOperators, o.AccountResolver, o.SystemAccount = []*jwt.OperatorClaims{auth.operator}, auth.resolver, auth.system
+			},
+			scheme:  "nats",
+			bus:     func(b *config.Bus) { b.CredsFile = auth.credsFile },
+			works:   true,
+			secrets: []string{auth.userSeed},
+		},
+		{
+			name: "credentials of an account the server does not trust",
+			server: func(o *server.Options) {
+				o.TrustedOperators, o.AccountResolver, o.SystemAccount = []*jwt.OperatorClaims{auth.operator}, auth.resolver, auth.system
+			},
+			scheme: "nats",
+			bus: func(b *config.Bus) {
+				copyFile(t, auth.otherAccount, rotatedCreds)
+				b.CredsFile = rotatedCreds
+			},
+			reason:  "Authorization Violation",
+			fix:     func() { copyFile(t, auth.credsFile, rotatedCreds) }, // the file is read at every attempt
+			secrets: []string{auth.userSeed},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := runSecuredServer(t, tt.server)
+			cfg := busConfig(t)
+			cfg.URLs = []string{fmt.Sprintf("%s://%s", tt.scheme, s.Addr().String())}
+			tt.bus(&cfg)
+			logs := &syncBuffer{}
+			b, err := New(cfg, "hubsync/test", slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.reconnectWait, b.reconnectJitter = 50*time.Millisecond, 10*time.Millisecond
+			t.Cleanup(func() { _ = b.Close() })
+			start(t, b, nil)
+			for i := range 3 {
+				b.Notify(profileChange(syncer.ChangeProfileUpdated, "team-a", fmt.Sprintf("c%d", i), "1"))
+			}
+			if tt.works {
+				flush(t, b)
+				if got := s.JetStreamNumAccounts(); got < 1 {
+					t.Errorf("no JetStream account in use")
+				}
+				if got := value(b.m.published.WithLabelValues(syncer.ChangeProfileUpdated)); got != 3 {
+					t.Errorf("published %v events, want 3", got)
+				}
+			} else {
+				time.Sleep(500 * time.Millisecond)
+				if value(b.m.connected) != 0 {
+					t.Fatal("connected with the wrong credentials")
+				}
+				if got := b.q.depth(); got != 3 {
+					t.Errorf("%d changes buffered, want 3", got)
+				}
+				if !strings.Contains(logs.String(), tt.reason) {
+					t.Errorf("no warning saying %q:\n%s", tt.reason, logs.String())
+				}
+				if tt.fix != nil {
+					tt.fix()
+					flush(t, b)
+					if got := value(b.m.published.WithLabelValues(syncer.ChangeProfileUpdated)); got != 3 {
+						t.Errorf("after the fix: published %v events, want 3", got)
+					}
+				}
+			}
+			for _, secret := range tt.secrets {
+				if strings.Contains(logs.String(), secret) {
+					t.Errorf("the log holds a secret:\n%s", logs.String())
+				}
+			}
+			if t.Failed() {
+				t.Logf("log:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
