@@ -12,6 +12,7 @@ type metrics struct {
 	resyncs         prometheus.Counter
 	kvWrites        *prometheus.CounterVec
 	kvErrors        prometheus.Counter
+	batchSize       prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, error) {
@@ -53,12 +54,17 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, erro
 			Name: "hubsync_kv_write_errors_total",
 			Help: "Failed writes to the access-record KV bucket (each is retried).",
 		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hubsync_events_batch_size",
+			Help:    "Changes published together in one pipelined batch (bus.batchWindow).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 9),
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{
-		m.published, m.duplicates, m.publishErrors, m.dropped, m.publishDuration, m.connected, m.resyncs, m.kvWrites, m.kvErrors,
+		m.published, m.duplicates, m.publishErrors, m.dropped, m.publishDuration, m.connected, m.resyncs, m.kvWrites, m.kvErrors, m.batchSize,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "hubsync_events_buffer_depth",
 			Help: "Changes waiting to be published.",

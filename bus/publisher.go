@@ -118,6 +118,7 @@ func (b *Bus) run(ctx context.Context, opts nats.Options) {
 		failures, backoff = 0, b.retryBase
 		if last := batch[len(batch)-1]; !last.isSnap {
 			lastAt = last.at
+			b.m.batchSize.Observe(float64(len(batch)))
 		}
 		b.q.pop(len(batch))
 	}

@@ -47,6 +47,9 @@ func converge(ctx context.Context, cp *controlplane.ControlPlane, w *tracker, bi
 		fromReady.Seconds()/floor.Seconds(), total.Seconds()/floor.Seconds())
 	if m, err := d.Metrics(); err == nil {
 		fmt.Printf("  hubsync writes: %s\n", metricLines(m, "hubsync_profile_writes_total{", "hubsync_profile_write_errors_total{"))
+		if line := metricLines(m, "hubsync_events_batch_size_sum", "hubsync_events_batch_size_count"); line != "" {
+			fmt.Printf("  event batches: %s\n", line)
+		}
 	}
 	if cpu, err := d.CPUTime(); err == nil {
 		fmt.Printf("  hubsync CPU time so far: %s\n", cpu.Round(10*time.Millisecond))
