@@ -178,7 +178,12 @@ func (d *Daemon) PeakRSS() (int64, error) {
 
 // CPUTime returns the CPU time (user + system) the process has used so far.
 func (d *Daemon) CPUTime() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+	return ProcessCPUTime(d.cmd.Process.Pid)
+}
+
+// ProcessCPUTime returns the user + system CPU time a process has used.
+func ProcessCPUTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}
