@@ -219,7 +219,7 @@ func run(ctx context.Context, binary string, keep bool) error {
 	if text, err := d.Metrics(); err == nil {
 		for _, line := range strings.Split(text, "\n") {
 			for _, p := range []string{"hubsync_profile_writes_total{", "hubsync_profile_conflicts ", "hubsync_profiles_managed ",
-				"hubsync_credential_writes_total{", "hubsync_credential_rotations_total ", "hubsync_access_provider_ca_changes_total "} {
+				"hubsync_credential_writes_total{", "hubsync_credential_rotations_total ", "hubsync_access_provider_ca_changes_total ", "hubsync_events_published_total{", "hubsync_kv_writes_total{"} {
 				if strings.HasPrefix(line, p) {
 					fmt.Println("   " + line)
 				}
