@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,6 +40,9 @@ type harness struct {
 	syncer *syncer.Syncer
 	reg    *prometheus.Registry
 	logs   *fleet.LogBuffer
+	// moreLogs are other hubsync logs of the test (a daemon's), checked
+	// for tokens at the end like logs.
+	moreLogs map[string]*fleet.LogBuffer
 	// prefix makes every name a test creates unique, so that late events
 	// from an earlier test cannot affect this one.
 	prefix string
@@ -121,6 +125,9 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 			t.Errorf("syncer: %v", err)
 		}
 		broadcaster.Shutdown()
+		// Whatever the test did: no token it wrote to the hub may appear
+		// in a log or an Event.
+		h.assertNoTokenLeak(h.hub.Tokens())
 		if t.Failed() {
 			t.Logf("hubsync logs:\n%s", h.logs.String())
 		}
@@ -133,6 +140,44 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		return nil
 	})
 	return h
+}
+
+// watchLog adds a daemon's log to those checked for tokens at the end.
+func (h *harness) watchLog(what string, l *fleet.LogBuffer) {
+	if h.moreLogs == nil {
+		h.moreLogs = map[string]*fleet.LogBuffer{}
+	}
+	h.moreLogs[what] = l
+}
+
+// assertNoTokenLeak checks that none of tokens appears in hubsync's logs
+// or in any Event on the hub.
+func (h *harness) assertNoTokenLeak(tokens []string) {
+	if len(tokens) == 0 {
+		return
+	}
+	logs := map[string]string{"hubsync's log": h.logs.String()}
+	for what, l := range h.moreLogs {
+		logs[what] = l.String()
+	}
+	evs, err := h.hub.Kube.CoreV1().Events("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		h.t.Errorf("list events: %v", err)
+		return
+	}
+	for i, tok := range tokens {
+		for what, text := range logs {
+			if strings.Contains(text, tok) {
+				h.t.Errorf("token %d appears in %s", i, what)
+			}
+		}
+		for _, e := range evs.Items {
+			raw, _ := json.Marshal(e)
+			if strings.Contains(string(raw), tok) {
+				h.t.Errorf("token %d appears in Event %s/%s", i, e.Namespace, e.Name)
+			}
+		}
+	}
 }
 
 // cleanup removes every object the test may have left, so the next test

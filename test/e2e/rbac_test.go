@@ -1424,6 +1424,7 @@ func TestRBACDaemon(t *testing.T) {
 	var logs fleet.LogBuffer
 	daemon, err := fleet.StartDaemon(h.ctx, buildHubsync(t), asHubsync, *conf, &logs)
 	h.must(err)
+	h.watchLog("the daemon's log", &logs)
 	stopped := false
 	t.Cleanup(func() {
 		if !stopped {

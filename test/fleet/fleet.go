@@ -7,7 +7,9 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +33,28 @@ type Hub struct {
 	Cluster  clusterclient.Interface
 	Profiles cpclient.Interface
 	MSA      msaclient.Interface
+
+	mu     sync.Mutex
+	tokens []string // every token PutToken wrote, for leak checks
+}
+
+// Tokens returns every token PutToken has written through this Hub, so a
+// test can check that none of them leaks into logs, Events or events.
+func (h *Hub) Tokens() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.tokens)
+}
+
+func (h *Hub) noteToken(token string) {
+	if token == "" {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !slices.Contains(h.tokens, token) {
+		h.tokens = append(h.tokens, token)
+	}
 }
 
 // NewHub builds clients with a request rate high enough for fleet set-up.
