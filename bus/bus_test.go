@@ -376,6 +376,47 @@ func TestServerRestartMidBurstKeepsOrder(t *testing.T) {
 	}
 }
 
+// Someone deletes the stream and the bucket while hubsync is connected:
+// the next change recreates them, and the bucket is refilled with the
+// whole current state, not just that change.
+func TestDeletedStreamAndBucketAreRecreated(t *testing.T) {
+	cfg := busConfig(t)
+	b, _ := newBus(t, cfg)
+	syn := &snapshotOf{}
+	start(t, b, syn.snapshot)
+	var state []syncer.Change
+	for i := range 3 {
+		c := profileChange(syncer.ChangeProfileCreated, "team-a", fmt.Sprintf("c%d", i), "1")
+		state = append(state, c)
+		syn.set(state)
+		b.Notify(c)
+	}
+	flush(t, b)
+	cl := connect(t, b.ClientURL())
+	eventually(t, "three records", func() bool { return len(cl.records(t, cfg.KVBucket)) == 3 })
+
+	ctx := ctxT(t)
+	if err := cl.js.DeleteStream(ctx, cfg.Stream.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.js.DeleteKeyValue(ctx, cfg.KVBucket); err != nil {
+		t.Fatal(err)
+	}
+	c := profileChange(syncer.ChangeProfileCreated, "team-a", "c3", "1")
+	state = append(state, c)
+	syn.set(state)
+	b.Notify(c)
+	eventually(t, "the bucket refilled with all four", func() bool { return len(cl.records(t, cfg.KVBucket)) == 4 })
+	eventually(t, "the new event in the recreated stream", func() bool {
+		for _, m := range cl.messages(t, cfg.Stream.Name) {
+			if e, err := Decode(m.Data); err == nil && e.Data.Cluster == "c3" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 func TestRepublishedChangeIsStoredOnce(t *testing.T) {
 	cfg := busConfig(t)
 	b, _ := newBus(t, cfg)

@@ -106,8 +106,10 @@ func (b *Bus) run(ctx context.Context, opts nats.Options) {
 			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
 				errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) {
 				// The stream or bucket is gone (a server that lost its
-				// data, or someone deleted them): recreate them.
+				// data, or someone deleted them): recreate them, and
+				// republish the current state into them.
 				b.needEnsure.Store(true)
+				b.q.markResync()
 			}
 			fail(err)
 			continue
