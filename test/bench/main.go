@@ -1,11 +1,22 @@
 // Command bench prints hubsync's performance figures on a real
-// kube-apiserver + etcd, each against a floor measured in the same run:
+// kube-apiserver + etcd, each against a floor or baseline measured in the
+// same run:
 //
 //   - initial convergence of a 500-cluster x 8-namespace fleet (4000
 //     profiles) against the time a tuned client takes for the same raw writes;
+//   - what the event bus adds to that initial sync: back-to-back runs with
+//     the bus off and on, in a balanced order, compared by wall time and by
+//     the CPU time of hubsync, kube-apiserver and etcd; the events published
+//     per second;
 //   - latency from a ManagedCluster label change to every affected profile
-//     being correct, p50/p99;
-//   - hubsync's peak RSS.
+//     being correct, and from a hub change to the event at a subscriber,
+//     p50/p99;
+//   - hubsync's peak RSS;
+//   - credential copies: the initial 4000, a rotation's latency and every
+//     cluster rotating at once, against raw Secret writes.
+//
+// --initial-only, --initial-pairs and --cpuprofile narrow it down for
+// diagnosis.
 package main
 
 import (
