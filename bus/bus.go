@@ -21,6 +21,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -455,22 +456,34 @@ func (b *Bus) ensure(ctx context.Context) error {
 	return nil
 }
 
-// kvKeys lists the keys in the KV bucket.
-func (b *Bus) kvKeys(ctx context.Context) (map[string]bool, error) {
+// kvRecords reads the whole KV bucket: every key, with its record, or nil
+// for a value that is not an access record.
+func (b *Bus) kvRecords(ctx context.Context) (map[string]*Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	lister, err := b.kv.ListKeys(ctx)
+	w, err := b.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("list KV keys: %w", err)
+		return nil, fmt.Errorf("read the KV bucket: %w", err)
 	}
-	keys := map[string]bool{}
-	for k := range lister.Keys() {
-		keys[k] = true
+	defer func() { _ = w.Stop() }()
+	out := map[string]*Record{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read the KV bucket: %w", ctx.Err())
+		case entry := <-w.Updates():
+			if entry == nil { // the current values have all been delivered
+				return out, nil
+			}
+			var r Record
+			if err := json.Unmarshal(entry.Value(), &r); err != nil || r.Namespace == "" || r.Cluster == "" {
+				b.log.Debug("KV value is not an access record; removing it without an event", "key", entry.Key())
+				out[entry.Key()] = nil
+				continue
+			}
+			out[entry.Key()] = &r
+		}
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list KV keys: %w", err)
-	}
-	return keys, nil
 }
 
 func sortedKeys(rs records) []string {

@@ -417,6 +417,82 @@ func TestDeletedStreamAndBucketAreRecreated(t *testing.T) {
 	})
 }
 
+// eventTypes lists the types of the stored events about one pair, in order.
+func eventTypes(t *testing.T, cl *client, cfg config.Bus, ns, cluster string) []string {
+	t.Helper()
+	var out []string
+	for _, m := range cl.messages(t, cfg.Stream.Name) {
+		e, err := Decode(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ValidateEvent(m.Data); err != nil {
+			t.Error(err)
+		}
+		if e.Data.Namespace == ns && e.Data.Cluster == cluster {
+			out = append(out, e.Type)
+		}
+	}
+	return out
+}
+
+// hubsync restarts after a profile and a credential went away while it was
+// not running: the resync removes their records and announces both
+// removals, with what consumers last knew of them, and nothing else.
+func TestRestartAnnouncesRemovalsMissedWhileDown(t *testing.T) {
+	cfg := busConfig(t)
+	cfg.URLs = []string{runServer(t, t.TempDir(), 0).ClientURL()}
+	first, _ := newBus(t, cfg)
+	start(t, first, nil)
+	for _, c := range []syncer.Change{
+		profileChange(syncer.ChangeProfileCreated, "team-a", "stays", "1"),
+		credentialChange(syncer.ChangeCredentialSynced, "team-a", "stays", "kueue", "2"),
+		credentialChange(syncer.ChangeCredentialSynced, "team-a", "stays", "argocd", "3"),
+		profileChange(syncer.ChangeProfileCreated, "team-a", "goes", "4"),
+	} {
+		first.Notify(c)
+	}
+	flush(t, first)
+	_ = first.Close()
+
+	// Meanwhile "goes" lost its profile and "stays" its argocd copy.
+	now := []syncer.Change{
+		profileChange(syncer.ChangeProfileUpdated, "team-a", "stays", "1"),
+		credentialChange(syncer.ChangeCredentialSynced, "team-a", "stays", "kueue", "2"),
+	}
+	second, _ := newBus(t, cfg)
+	start(t, second, func() []syncer.Change { return now })
+	cl := connect(t, cfg.URLs[0])
+	eventually(t, "the bucket to match the new state", func() bool {
+		recs := cl.records(t, cfg.KVBucket)
+		r, ok := recs[KVKey("team-a", "stays")]
+		return len(recs) == 1 && ok && len(r.Credentials) == 1
+	})
+	flush(t, second)
+	if got := eventTypes(t, cl, cfg, "team-a", "goes"); !slices.Equal(got, []string{syncer.ChangeProfileCreated, syncer.ChangeProfileDeleted}) {
+		t.Errorf("goes: %v", got)
+	}
+	// The snapshot's kueue copy is the change stored before: a duplicate.
+	want := []string{syncer.ChangeProfileCreated, syncer.ChangeCredentialSynced, syncer.ChangeCredentialSynced,
+		syncer.ChangeProfileUpdated, syncer.ChangeCredentialRemoved}
+	if got := eventTypes(t, cl, cfg, "team-a", "stays"); !slices.Equal(got, want) {
+		t.Errorf("stays: %v, want %v", got, want)
+	}
+	for _, m := range cl.messages(t, cfg.Stream.Name) {
+		e, _ := Decode(m.Data)
+		switch e.Type {
+		case syncer.ChangeProfileDeleted:
+			if e.Data.Profile == nil || e.Data.Profile.KubernetesVersion != "v1.35.4" {
+				t.Errorf("the deletion does not carry what consumers knew: %+v", e.Data.Profile)
+			}
+		case syncer.ChangeCredentialRemoved:
+			if e.Data.Credential == nil || e.Data.Credential.ManagedServiceAccount != "argocd" || e.Data.Name != "stays-argocd" {
+				t.Errorf("wrong removal: %+v", e.Data)
+			}
+		}
+	}
+}
+
 func TestRepublishedChangeIsStoredOnce(t *testing.T) {
 	cfg := busConfig(t)
 	b, _ := newBus(t, cfg)
@@ -587,6 +663,12 @@ func TestFullBufferDropsAndResyncs(t *testing.T) {
 		_, added := recs[KVKey("team-a", "c10.example")]
 		return len(recs) == 10 && !gone && added
 	})
+	// c0's deletion was never notified (a dropped change): the resync
+	// tells event consumers it is gone.
+	flush(t, b)
+	if got := eventTypes(t, cl, cfg, "team-a", "c0.example"); !slices.Equal(got, []string{syncer.ChangeProfileCreated, syncer.ChangeProfileDeleted}) {
+		t.Errorf("c0's events: %v", got)
+	}
 
 	// A server that lost its data: stream and bucket are recreated and
 	// refilled.

@@ -222,59 +222,37 @@ func (b *Bus) processChanges(ctx context.Context, batch []*entry) error {
 	return errors.Join(sendErr, err)
 }
 
-// processSnapshot does what is left of a snapshot entry: its events, then
-// the KV writes that make the bucket equal to it, each pipelined in chunks
-// of maxBatch. A failed chunk is resent whole: the events JetStream already
-// stored are dropped as duplicates of their ids, and KV writes are
-// idempotent. A snapshot holds one change per subject, so order per key is
-// kept.
+// processSnapshot does what is left of a snapshot entry: it plans the
+// entry's events and KV writes once, then sends them, each pipelined in
+// chunks of maxBatch. A failed chunk is resent whole: the events JetStream
+// already stored are dropped as duplicates of their ids, and KV writes are
+// idempotent. A snapshot holds at most one change per subject, so order
+// per key is kept.
 func (b *Bus) processSnapshot(ctx context.Context, e *entry) error {
-	for e.published < len(e.snapshot) {
-		end := min(e.published+b.maxBatch, len(e.snapshot))
+	if !e.applied {
+		if err := b.planSnapshot(ctx, e); err != nil {
+			return err
+		}
+		e.applied = true
+	}
+	for e.published < len(e.events) {
+		end := min(e.published+b.maxBatch, len(e.events))
 		var sent []inflight
 		var sendErr error
 		for i := e.published; i < end; i++ {
-			f, err := b.sendEvent(&e.snapshot[i])
+			f, err := b.sendEvent(&e.events[i])
 			if err != nil {
 				sendErr = err
 				break
 			}
 			if f != nil {
-				sent = append(sent, inflight{e: e, fut: f, sent: time.Now(), change: &e.snapshot[i]})
+				sent = append(sent, inflight{e: e, fut: f, sent: time.Now(), change: &e.events[i]})
 			}
 		}
 		if err := errors.Join(sendErr, b.settle(ctx, sent, nil)); err != nil {
 			return err
 		}
 		e.published = end
-	}
-	if !e.applied {
-		now := time.Now()
-		fresh := records{}
-		for _, c := range e.snapshot {
-			if validChange(c) == nil {
-				fresh.apply(c, now)
-			}
-		}
-		b.recs = fresh
-		for _, key := range sortedKeys(fresh) {
-			e.ops = append(e.ops, fresh[key].put(key))
-		}
-		e.applied = true
-	}
-	if !e.pruned {
-		// Records of pairs the snapshot does not mention are stale (an
-		// earlier run, or changes missed while disconnected).
-		keys, err := b.kvKeys(ctx)
-		if err != nil {
-			return err
-		}
-		for _, key := range slices.Sorted(maps.Keys(keys)) {
-			if b.recs[key] == nil {
-				e.ops = append(e.ops, kvOp{key: key})
-			}
-		}
-		e.pruned = true
 	}
 	for len(e.ops) > 0 {
 		n := min(b.maxBatch, len(e.ops))
@@ -294,6 +272,52 @@ func (b *Bus) processSnapshot(ctx context.Context, e *entry) error {
 		clear(e.ops[:n])
 		e.ops = e.ops[n:]
 	}
+	return nil
+}
+
+// planSnapshot compares a snapshot of the current state with what
+// consumers were told: the records built from this run's events, and, for
+// pairs only the KV bucket knows, its records from an earlier run. The
+// entry's events are the snapshot's, then a removal for every profile or
+// credential consumers were told of that no longer exists (its change was
+// dropped, or happened while hubsync was not running); its KV writes make
+// the bucket equal to the snapshot.
+func (b *Bus) planSnapshot(ctx context.Context, e *entry) error {
+	now := time.Now()
+	fresh := records{}
+	for _, c := range e.snapshot {
+		if validChange(c) == nil {
+			fresh.apply(c, now)
+		}
+	}
+	stored, err := b.kvRecords(ctx)
+	if err != nil {
+		return err
+	}
+	told := maps.Clone(b.recs)
+	for key, r := range stored {
+		if told[key] == nil && r != nil {
+			told[key] = r // from an earlier run
+		}
+	}
+	events := slices.Clone(e.snapshot)
+	for _, key := range sortedKeys(told) {
+		events = append(events, removals(told[key], fresh[key], now)...)
+	}
+	ops := make([]kvOp, 0, len(fresh))
+	for _, key := range sortedKeys(fresh) {
+		ops = append(ops, fresh[key].put(key))
+	}
+	for _, key := range slices.Sorted(maps.Keys(stored)) {
+		if fresh[key] == nil {
+			ops = append(ops, kvOp{key: key})
+		}
+	}
+	if n := len(events) - len(e.snapshot); n > 0 {
+		b.log.Info("announcing removals consumers missed", "removals", n)
+	}
+	e.events, e.ops = events, ops
+	b.recs = fresh
 	return nil
 }
 

@@ -19,10 +19,10 @@ type entry struct {
 	isSnap   bool
 
 	// Progress, owned by the publisher goroutine.
-	published int  // changes of the entry published (0 or 1 for a change)
-	applied   bool // records updated and ops computed
+	published int  // events of the entry published (0 or 1 for a change)
+	applied   bool // records updated, and ops (and a snapshot's events) computed
 	ops       []kvOp
-	pruned    bool // snapshot: KV keys not in the snapshot listed for deletion
+	events    []syncer.Change // a snapshot's events: its changes, then missed removals
 }
 
 // queue is the bounded FIFO between Notify and the publisher. Only changes

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"encoding/json"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,6 +23,10 @@ type Record struct {
 	Credentials []syncer.CredentialSummary `json:"credentials"`
 	// Updated is the time of the last change applied to the record.
 	Updated time.Time `json:"updated"`
+
+	// profileRV is the profile's resourceVersion in the last change
+	// applied, when known (not stored in the bucket).
+	profileRV string
 }
 
 // kvOp is one write to the KV bucket: a put of value, or a delete when
@@ -58,6 +63,7 @@ func (rs records) apply(c syncer.Change, now time.Time) (op kvOp, ok bool) {
 		} else if r.Profile == nil {
 			r.Profile = &syncer.ProfileSummary{}
 		}
+		r.profileRV = c.ResourceVersion
 	case c.Type == syncer.ChangeCredentialSynced || c.Type == syncer.ChangeCredentialRotated:
 		if c.Credential == nil {
 			return kvOp{}, false
@@ -86,6 +92,34 @@ func (rs records) apply(c syncer.Change, now time.Time) (op kvOp, ok bool) {
 	}
 	rs[key] = r
 	return r.put(key), true
+}
+
+// removals are the changes that take a consumer from record old to record
+// cur (nil when the pair has no record): credential.removed for each
+// credential no longer there, then profile.deleted if the profile is gone.
+// A profile removal carries the last resourceVersion hubsync published
+// for it in this run, if any, so that it shares its id with the deletion
+// it stands for.
+func removals(old, cur *Record, now time.Time) []syncer.Change {
+	var out []syncer.Change
+	for _, c := range old.Credentials {
+		if cur != nil && slices.ContainsFunc(cur.Credentials, func(n syncer.CredentialSummary) bool {
+			return n.ManagedServiceAccount == c.ManagedServiceAccount
+		}) {
+			continue
+		}
+		out = append(out, syncer.Change{
+			Type: syncer.ChangeCredentialRemoved, Namespace: old.Namespace, Cluster: old.Cluster,
+			Name: c.Secret, ResourceVersion: c.ResourceVersion, Time: now, Credential: &c,
+		})
+	}
+	if old.Profile != nil && (cur == nil || cur.Profile == nil) {
+		out = append(out, syncer.Change{
+			Type: syncer.ChangeProfileDeleted, Namespace: old.Namespace, Cluster: old.Cluster,
+			Name: old.Cluster, ResourceVersion: old.profileRV, Time: now, Profile: old.Profile,
+		})
+	}
+	return out
 }
 
 func (r *Record) put(key string) kvOp {
