@@ -2,6 +2,7 @@ package bus
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/hubsync/hubsync/syncer"
@@ -68,4 +69,57 @@ func TestRecordsApply(t *testing.T) {
 	if _, ok := rs.apply(syncer.Change{Type: "io.hubsync.tunnel.down", Namespace: "n", Cluster: "c"}, t0); ok {
 		t.Error("a tunnel event changed the KV")
 	}
+}
+
+func TestRemovals(t *testing.T) {
+	cred := func(msa, rv string) syncer.CredentialSummary {
+		return syncer.CredentialSummary{ManagedServiceAccount: msa, Secret: "c1-" + msa, ResourceVersion: rv}
+	}
+	profile := &syncer.ProfileSummary{KubernetesVersion: "v1.35.4"}
+	rec := func(p *syncer.ProfileSummary, rv string, creds ...syncer.CredentialSummary) *Record {
+		return &Record{Namespace: "team-a", Cluster: "c1", Profile: p, Credentials: creds, profileRV: rv}
+	}
+	tests := []struct {
+		name     string
+		old, cur *Record
+		want     []string // type/name/resourceVersion
+	}{
+		{name: "nothing gone", old: rec(profile, "7", cred("kueue", "3")), cur: rec(profile, "8", cred("kueue", "4"))},
+		{name: "pair gone", old: rec(profile, "7", cred("kueue", "3"), cred("argocd", "5")), cur: nil,
+			want: []string{"io.hubsync.credential.removed/c1-kueue/3", "io.hubsync.credential.removed/c1-argocd/5", "io.hubsync.profile.deleted/c1/7"}},
+		{name: "one credential gone", old: rec(profile, "7", cred("kueue", "3"), cred("argocd", "5")), cur: rec(profile, "7", cred("argocd", "5")),
+			want: []string{"io.hubsync.credential.removed/c1-kueue/3"}},
+		{name: "profile gone, credential stays", old: rec(profile, "", cred("kueue", "3")), cur: rec(nil, "", cred("kueue", "3")),
+			want: []string{"io.hubsync.profile.deleted/c1/"}},
+		{name: "only credentials were known", old: rec(nil, "", cred("kueue", "3")), cur: nil,
+			want: []string{"io.hubsync.credential.removed/c1-kueue/3"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, c := range removals(tt.old, tt.cur, t0) {
+				if c.Namespace != "team-a" || c.Cluster != "c1" || validChange(c) != nil {
+					t.Errorf("bad change %+v", c)
+				}
+				if err := validateChangeEvent(t, c); err != nil {
+					t.Error(err)
+				}
+				got = append(got, c.Type+"/"+c.Name+"/"+c.ResourceVersion)
+			}
+			if strings.Join(got, " ") != strings.Join(tt.want, " ") {
+				t.Errorf("removals = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// validateChangeEvent encodes a change as hubsync publishes it and checks
+// the event against the schema.
+func validateChangeEvent(t *testing.T, c syncer.Change) error {
+	t.Helper()
+	data, err := Encode(c, "hubsync/test")
+	if err != nil {
+		return err
+	}
+	return ValidateEvent(data)
 }
