@@ -129,8 +129,8 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 	hubInf := c.hubInformers.Core().V1().Secrets()
 	copyInf := c.copyInformers.Core().V1().Secrets()
 	if err := copyInf.Informer().AddIndexers(cache.Indexers{bySource: indexFunc(func(s *corev1.Secret) []string {
-		if v := s.Annotations[AnnotationSource]; v != "" {
-			return []string{v}
+		if key, ok := copyPair(s); ok {
+			return []string{key}
 		}
 		return nil
 	})}); err != nil {
@@ -158,8 +158,10 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
-		if sec, ok := obj.(*corev1.Secret); ok && sec.Annotations[AnnotationSource] != "" {
-			c.queue.Add(sec.Annotations[AnnotationSource])
+		if sec, ok := obj.(*corev1.Secret); ok {
+			if key, ok := copyPair(sec); ok {
+				c.queue.Add(key)
+			}
 		}
 	}
 	for _, h := range []struct {
@@ -383,6 +385,28 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 	return errors.Join(errs...)
 }
 
+// copyPair returns the "<cluster>/<msa>" key of the pair a copy belongs to:
+// its hubsync source annotation, or, for a copy the upstream syncer made,
+// what its synced-from label and its controller reference (the cluster's
+// ClusterProfile, named after the cluster) say. The upstream copies of
+// pairs that no longer sync are then removed like hubsync's own, instead
+// of being left behind with a stale token.
+func copyPair(sec *corev1.Secret) (string, bool) {
+	if v := sec.Annotations[AnnotationSource]; v != "" {
+		return v, true
+	}
+	from := sec.Labels[LabelSyncedFrom]
+	ref := metav1.GetControllerOf(sec)
+	if from == "" || from != sec.Name || ref == nil || ref.Kind != "ClusterProfile" {
+		return "", false
+	}
+	msa, ok := strings.CutPrefix(from, ref.Name+"-")
+	if !ok || msa == "" {
+		return "", false
+	}
+	return ref.Name + "/" + msa, true
+}
+
 // ownsCopy reports whether an existing Secret is the pair's copy: written by
 // hubsync for this pair, or by the upstream syncer (its synced-from label and
 // no hubsync source annotation), which hubsync adopts when it takes over.
@@ -443,7 +467,9 @@ func (c *credentials) deleteCopies(ctx context.Context, existing map[string]*cor
 		if err == nil {
 			c.s.notifyCredential(ChangeCredentialRemoved, sec)
 		}
-		c.log.Info("credential copy removed", "namespace", ns, "secret", sec.Name, "source", sec.Annotations[AnnotationSource])
+		pair, _ := copyPair(sec)
+		c.log.Info("credential copy removed", "namespace", ns, "secret", sec.Name, "source", pair,
+			"madeBy", map[bool]string{true: "hubsync", false: "the upstream syncer"}[sec.Annotations[AnnotationSource] != ""])
 	}
 	return errors.Join(errs...)
 }

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	msaclient "open-cluster-management.io/managed-serviceaccount/pkg/generated/clientset/versioned"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 
@@ -359,6 +361,54 @@ func foreignProfile(ns, name string) *cpv1alpha1.ClusterProfile {
 	return &cpv1alpha1.ClusterProfile{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"x-k8s.io/cluster-manager": "someone-else"}},
 		Spec:       cpv1alpha1.ClusterProfileSpec{ClusterManager: cpv1alpha1.ClusterManager{Name: "someone-else"}},
+	}
+}
+
+// TestCredentialRemovesStaleUpstreamCopies: copies the upstream syncer left
+// for pairs that no longer sync (the MSA lost its label, or is gone) are
+// removed when hubsync takes over; a Secret that only carries the label,
+// without the upstream syncer's controller reference, is left alone.
+func TestCredentialRemovesStaleUpstreamCopies(t *testing.T) {
+	f := newCredFixture(t, "a")
+	h := f.h
+	ns := f.ns[0]
+	p := h.profile(ns, f.cluster)
+	upstream := func(msa string, owned bool) string {
+		name := f.cluster + "-" + msa
+		sec := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+				Labels: map[string]string{"authentication.open-cluster-management.io/synced-from": name}},
+			Type: corev1.SecretTypeOpaque,
+			Data: map[string][]byte{"token": []byte(f.token(time.Now())), "ca.crt": []byte("OLD")},
+		}
+		if owned {
+			sec.OwnerReferences = []metav1.OwnerReference{{APIVersion: "multicluster.x-k8s.io/v1alpha1", Kind: "ClusterProfile",
+				Name: p.Name, UID: p.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+		}
+		_, err := h.hub.Kube.CoreV1().Secrets(ns).Create(h.ctx, sec, metav1.CreateOptions{})
+		h.must(err)
+		return name
+	}
+	_, err := h.hub.CreateMSA(h.ctx, f.cluster, "unlabelled", false)
+	h.must(err)
+	unlabelled := upstream("unlabelled", true)
+	gone := upstream("gone", true)
+	foreign := upstream("not-ours", false)
+	for _, name := range []string{unlabelled, gone} {
+		h.eventually("stale upstream copy "+name+" removed", func() error {
+			_, err := h.hub.Kube.CoreV1().Secrets(ns).Get(h.ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("still there (%v)", err)
+		})
+	}
+	h.waitIdle()
+	if _, err := h.hub.Kube.CoreV1().Secrets(ns).Get(h.ctx, foreign, metav1.GetOptions{}); err != nil {
+		t.Fatalf("a Secret without the upstream syncer's owner reference was touched: %v", err)
+	}
+	if !strings.Contains(h.logs.String(), "the upstream syncer") {
+		t.Errorf("the removal of an upstream copy is not logged as such")
 	}
 }
 
