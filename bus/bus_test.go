@@ -67,13 +67,17 @@ func start(t *testing.T, b *Bus, snapshot func() []syncer.Change) {
 }
 
 // runServer starts an external nats-server with JetStream on dir; port 0
-// picks a free one.
-func runServer(t *testing.T, dir string, port int) *server.Server {
+// picks a free one. tweaks adjust the options (authentication, TLS).
+func runServer(t *testing.T, dir string, port int, tweaks ...func(*server.Options)) *server.Server {
 	t.Helper()
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	o := &server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true}
+	for _, tweak := range tweaks {
+		tweak(o)
+	}
+	s, err := server.NewServer(o)
 	if err != nil {
 		t.Fatal(err)
 	}

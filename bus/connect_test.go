@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -17,7 +16,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,25 +25,8 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/test/fleet"
 )
-
-// syncBuffer is a log sink tests can read while the bus writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // pki is a throwaway CA with a server and a client certificate, written
 // as PEM files.
@@ -185,24 +166,6 @@ func newJWTAuth(t *testing.T) jwtAuth {
 	return jwtAuth{operator: op, resolver: resolver, system: sysPub, credsFile: credsFile, userSeed: seed, otherAccount: other}
 }
 
-// runSecuredServer starts a nats-server with JetStream configured by
-// secure, on a free port.
-func runSecuredServer(t *testing.T, secure func(*server.Options)) *server.Server {
-	t.Helper()
-	o := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
-	secure(o)
-	s, err := server.NewServer(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(5 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
-}
-
 // TestExternalNATSConnectionOptions runs the bus against servers that
 // require TLS with a client certificate, an NKey, or a JWT credentials
 // file: with the right configuration it publishes; with the wrong one it
@@ -310,11 +273,11 @@ func TestExternalNATSConnectionOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := runSecuredServer(t, tt.server)
+			s := runServer(t, t.TempDir(), 0, tt.server)
 			cfg := busConfig(t)
 			cfg.URLs = []string{fmt.Sprintf("%s://%s", tt.scheme, s.Addr().String())}
 			tt.bus(&cfg)
-			logs := &syncBuffer{}
+			logs := &fleet.LogBuffer{}
 			b, err := New(cfg, "hubsync/test", slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), nil)
 			if err != nil {
 				t.Fatal(err)

@@ -203,17 +203,10 @@ func TestJWTExpiry(t *testing.T) {
 
 func TestCredsNamespace(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	saFile := write("namespace", "podns\n")
-	blankSAFile := write("blank", " \n")
-	kubeconfig := write("kubeconfig", kubeconfigYAML("https://hub.example:6443", "ctxns"))
-	noNamespaceKubeconfig := write("kubeconfig-nons", kubeconfigYAML("https://hub.example:6443", ""))
+	saFile := writeFile(t, dir, "namespace", "podns\n")
+	blankSAFile := writeFile(t, dir, "blank", " \n")
+	kubeconfig := writeFile(t, dir, "kubeconfig", kubeconfigYAML("https://hub.example:6443", "ctxns"))
+	noNamespaceKubeconfig := writeFile(t, dir, "kubeconfig-nons", kubeconfigYAML("https://hub.example:6443", ""))
 	for _, tc := range []struct {
 		name       string
 		env        string

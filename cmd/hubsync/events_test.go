@@ -6,10 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +17,7 @@ import (
 	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/test/fleet"
 )
 
 // startNATS runs a real nats-server with JetStream on a random loopback
@@ -171,13 +169,7 @@ func TestEventsCommand(t *testing.T) {
 		return b.String()
 	}
 	replay := []string{"events", "--server", url, "--follow=false"}
-	for _, tc := range []struct {
-		name       string
-		args       []string
-		wantCode   int
-		wantStdout string
-		wantStderr string
-	}{
+	runCLICases(t, []cliCase{
 		{name: "everything", args: append(replay, "--since", "0"),
 			wantStdout: want("created", "edge", "synced", "rotated", "web", "providers", "deleted"),
 			wantStderr: "skipping a message on hubsync.team-ml.eu-prod-01.profile: not a JSON event"},
@@ -206,20 +198,7 @@ func TestEventsCommand(t *testing.T) {
 		{name: "creds and nkey", args: append(replay, "--all", "--creds", "a", "--nkey", "b"), wantCode: 1, wantStderr: "mutually exclusive"},
 		{name: "cert without key", args: append(replay, "--all", "--tls-cert", "a"), wantCode: 1, wantStderr: "go together"},
 		{name: "missing nkey seed", args: append(replay, "--all", "--nkey", "/nonexistent/seed"), wantCode: 1, wantStderr: "/nonexistent/seed"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := run(context.Background(), tc.args...)
-			if code != tc.wantCode {
-				t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.wantCode, stdout, stderr)
-			}
-			if tc.wantCode == 0 && stdout != tc.wantStdout {
-				t.Errorf("stdout:\n%s\nwant:\n%s", stdout, tc.wantStdout)
-			}
-			if !strings.Contains(stderr, tc.wantStderr) {
-				t.Errorf("stderr lacks %q:\n%s", tc.wantStderr, stderr)
-			}
-		})
-	}
+	})
 
 	t.Run("json lines are valid events", func(t *testing.T) {
 		code, stdout, stderr := run(context.Background(), append(replay, "--all", "-o", "json")...)
@@ -238,31 +217,36 @@ func TestEventsCommand(t *testing.T) {
 	})
 }
 
+// cliCase is one run of the command line and what it must print.
+type cliCase struct {
+	name       string
+	args       []string
+	wantCode   int
+	wantStdout string // all of stdout, checked when wantCode is 0
+	wantStderr string // a part of stderr
+}
+
+func runCLICases(t *testing.T, cases []cliCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := run(context.Background(), tc.args...)
+			if code != tc.wantCode {
+				t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.wantCode, stdout, stderr)
+			}
+			if tc.wantCode == 0 && stdout != tc.wantStdout {
+				t.Errorf("stdout:\n%s\nwant:\n%s", stdout, tc.wantStdout)
+			}
+			if !strings.Contains(stderr, tc.wantStderr) {
+				t.Errorf("stderr lacks %q:\n%s", tc.wantStderr, stderr)
+			}
+		})
+	}
+}
+
 func writeConfig(t *testing.T, content string) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "hubsync.yaml")
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// syncBuffer is a bytes.Buffer that a command writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	return writeFile(t, t.TempDir(), "hubsync.yaml", content)
 }
 
 func TestEventsFollow(t *testing.T) {
@@ -272,7 +256,7 @@ func TestEventsFollow(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr fleet.LogBuffer
 	done := make(chan int, 1)
 	// The default: new events only, following until interrupted.
 	go func() { done <- Main(ctx, []string{"events", "--server", url, "--type", "profile"}, &stdout, &stderr) }()
@@ -351,13 +335,7 @@ func TestStateCommand(t *testing.T) {
 		"team-ml    edge.eu-1   -        -        -                               1\n" +
 		"team-ml    eu-prod-01  v1.35.4  True     open-cluster-management,direct  2, next expiry 2026-11-21T06:00:00Z\n" +
 		"team-web   eu-prod-01  v1.34.4  False    -                               0\n"
-	for _, tc := range []struct {
-		name       string
-		args       []string
-		wantCode   int
-		wantStdout string
-		wantStderr string
-	}{
+	runCLICases(t, []cliCase{
 		{name: "table", args: []string{"state", "--server", url}, wantStdout: table},
 		{name: "one namespace", args: []string{"state", "--server", url, "--namespace", "team-web"},
 			wantStdout: "NAMESPACE  CLUSTER     K8S      HEALTHY  PROVIDERS  CREDENTIALS\n" +
@@ -365,20 +343,7 @@ func TestStateCommand(t *testing.T) {
 		{name: "empty namespace", args: []string{"state", "--server", url, "--namespace", "team-none"},
 			wantStdout: "NAMESPACE  CLUSTER  K8S  HEALTHY  PROVIDERS  CREDENTIALS\n"},
 		{name: "bad output", args: []string{"state", "--server", url, "-o", "yaml"}, wantCode: 2, wantStderr: `-o "yaml"`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := run(context.Background(), tc.args...)
-			if code != tc.wantCode {
-				t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.wantCode, stdout, stderr)
-			}
-			if tc.wantCode == 0 && stdout != tc.wantStdout {
-				t.Errorf("stdout:\n%s\nwant:\n%s", stdout, tc.wantStdout)
-			}
-			if !strings.Contains(stderr, tc.wantStderr) {
-				t.Errorf("stderr lacks %q:\n%s", tc.wantStderr, stderr)
-			}
-		})
-	}
+	})
 
 	t.Run("json", func(t *testing.T) {
 		code, stdout, stderr := run(context.Background(), "state", "--server", url, "-o", "json")

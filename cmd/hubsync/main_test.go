@@ -12,18 +12,21 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
+// writeFile writes a file named name in dir for a test and returns its path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func TestMainCommands(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	good := write("good.yaml", "clusterManager: open-cluster-management\nworkers:\n  topology: 4\n")
-	badBus := write("badbus.yaml", "bus:\n  urls: [\"http://nats:4222\"]\n  credsFile: /nonexistent/user.creds\n  tls: {caFile: /nonexistent/ca.pem}\n")
-	bad := write("bad.yaml", "hub:\n  qps: -1\n  qsp: 3\nlogging:\n  level: loud\nserver:\n  address: nope\nresyncPeriod: 5s\n")
+	good := writeFile(t, dir, "good.yaml", "clusterManager: open-cluster-management\nworkers:\n  topology: 4\n")
+	badBus := writeFile(t, dir, "badbus.yaml", "bus:\n  urls: [\"http://nats:4222\"]\n  credsFile: /nonexistent/user.creds\n  tls: {caFile: /nonexistent/ca.pem}\n")
+	bad := writeFile(t, dir, "bad.yaml", "hub:\n  qps: -1\n  qsp: 3\nlogging:\n  level: loud\nserver:\n  address: nope\nresyncPeriod: 5s\n")
 	for _, tc := range []struct {
 		name       string
 		args       []string
