@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,10 +78,14 @@ type Bus struct {
 	closing           atomic.Bool
 
 	// Owned by the publisher goroutine.
-	snapshot     func() []syncer.Change
-	js           jetstream.JetStream
-	kv           jetstream.KeyValue
-	recs         records
+	snapshot func() []syncer.Change
+	js       jetstream.JetStream
+	kv       jetstream.KeyValue
+	recs     records
+	// readStored is set once a snapshot has read the bucket's records:
+	// from then on the bucket holds only what recs knows of, so later
+	// snapshots need its keys only.
+	readStored   bool
 	ensuredOnce  bool
 	nextSnapshot time.Time
 }
@@ -456,12 +459,17 @@ func (b *Bus) ensure(ctx context.Context) error {
 	return nil
 }
 
-// kvRecords reads the whole KV bucket: every key, with its record, or nil
-// for a value that is not an access record.
-func (b *Bus) kvRecords(ctx context.Context) (map[string]*Record, error) {
+// kvRecords reads the whole KV bucket: every key, with its record when
+// values is true (nil for a value that is not an access record), or keys
+// only (every record nil).
+func (b *Bus) kvRecords(ctx context.Context, values bool) (map[string]*Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	w, err := b.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	opts := []jetstream.WatchOpt{jetstream.IgnoreDeletes()}
+	if !values {
+		opts = append(opts, jetstream.MetaOnly())
+	}
+	w, err := b.kv.WatchAll(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("read the KV bucket: %w", err)
 	}
@@ -475,6 +483,10 @@ func (b *Bus) kvRecords(ctx context.Context) (map[string]*Record, error) {
 			if entry == nil { // the current values have all been delivered
 				return out, nil
 			}
+			if !values {
+				out[entry.Key()] = nil
+				continue
+			}
 			var r Record
 			if err := json.Unmarshal(entry.Value(), &r); err != nil || r.Namespace == "" || r.Cluster == "" {
 				b.log.Debug("KV value is not an access record; removing it without an event", "key", entry.Key())
@@ -484,13 +496,4 @@ func (b *Bus) kvRecords(ctx context.Context) (map[string]*Record, error) {
 			out[entry.Key()] = &r
 		}
 	}
-}
-
-func sortedKeys(rs records) []string {
-	keys := make([]string, 0, len(rs))
-	for k := range rs {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

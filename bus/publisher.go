@@ -236,41 +236,25 @@ func (b *Bus) processSnapshot(ctx context.Context, e *entry) error {
 		e.applied = true
 	}
 	for e.published < len(e.events) {
-		end := min(e.published+b.maxBatch, len(e.events))
-		var sent []inflight
-		var sendErr error
-		for i := e.published; i < end; i++ {
-			f, err := b.sendEvent(&e.events[i])
-			if err != nil {
-				sendErr = err
-				break
-			}
-			if f != nil {
-				sent = append(sent, inflight{e: e, fut: f, sent: time.Now(), change: &e.events[i]})
-			}
-		}
-		if err := errors.Join(sendErr, b.settle(ctx, sent, nil)); err != nil {
+		chunk := e.events[e.published:min(e.published+b.maxBatch, len(e.events))]
+		if err := b.sendAll(ctx, len(chunk), func(i int) (inflight, error) {
+			f, err := b.sendEvent(&chunk[i])
+			return inflight{e: e, fut: f, sent: time.Now(), change: &chunk[i]}, err
+		}); err != nil {
 			return err
 		}
-		e.published = end
+		e.published += len(chunk)
 	}
 	for len(e.ops) > 0 {
-		n := min(b.maxBatch, len(e.ops))
-		var sent []inflight
-		var sendErr error
-		for _, op := range e.ops[:n] {
-			f, err := b.sendKV(op)
-			if err != nil {
-				sendErr = err
-				break
-			}
-			sent = append(sent, inflight{e: e, fut: f, sent: time.Now(), op: op})
-		}
-		if err := errors.Join(sendErr, b.settle(ctx, sent, nil)); err != nil {
+		chunk := e.ops[:min(b.maxBatch, len(e.ops))]
+		if err := b.sendAll(ctx, len(chunk), func(i int) (inflight, error) {
+			f, err := b.sendKV(chunk[i])
+			return inflight{e: e, fut: f, sent: time.Now(), op: chunk[i]}, err
+		}); err != nil {
 			return err
 		}
-		clear(e.ops[:n])
-		e.ops = e.ops[n:]
+		clear(chunk)
+		e.ops = e.ops[len(chunk):]
 	}
 	return nil
 }
@@ -290,10 +274,12 @@ func (b *Bus) planSnapshot(ctx context.Context, e *entry) error {
 			fresh.apply(c, now)
 		}
 	}
-	stored, err := b.kvRecords(ctx)
+	// Only the first snapshot of a run can meet records of an earlier run.
+	stored, err := b.kvRecords(ctx, !b.readStored)
 	if err != nil {
 		return err
 	}
+	b.readStored = true
 	told := maps.Clone(b.recs)
 	for key, r := range stored {
 		if told[key] == nil && r != nil {
@@ -301,11 +287,11 @@ func (b *Bus) planSnapshot(ctx context.Context, e *entry) error {
 		}
 	}
 	events := slices.Clone(e.snapshot)
-	for _, key := range sortedKeys(told) {
+	for _, key := range slices.Sorted(maps.Keys(told)) {
 		events = append(events, removals(told[key], fresh[key], now)...)
 	}
 	ops := make([]kvOp, 0, len(fresh))
-	for _, key := range sortedKeys(fresh) {
+	for _, key := range slices.Sorted(maps.Keys(fresh)) {
 		ops = append(ops, fresh[key].put(key))
 	}
 	for _, key := range slices.Sorted(maps.Keys(stored)) {
@@ -319,6 +305,26 @@ func (b *Bus) planSnapshot(ctx context.Context, e *entry) error {
 	e.events, e.ops = events, ops
 	b.recs = fresh
 	return nil
+}
+
+// sendAll sends n messages with send, then waits for their acks; it
+// stops sending at the first error, still waiting for what was sent. An
+// inflight without a future (a change that cannot become an event) is
+// not waited for.
+func (b *Bus) sendAll(ctx context.Context, n int, send func(i int) (inflight, error)) error {
+	sent := make([]inflight, 0, n)
+	var sendErr error
+	for i := range n {
+		f, err := send(i)
+		if err != nil {
+			sendErr = err
+			break
+		}
+		if f.fut != nil {
+			sent = append(sent, f)
+		}
+	}
+	return errors.Join(sendErr, b.settle(ctx, sent, nil))
 }
 
 // sendEvent publishes one change asynchronously. A change that cannot
