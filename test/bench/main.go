@@ -214,10 +214,7 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		slices.Sort(l)
 	}
 	slices.Sort(pairRatios)
-	pairMedian := pairRatios[len(pairRatios)/2]
-	if len(pairRatios)%2 == 0 {
-		pairMedian = (pairRatios[len(pairRatios)/2-1] + pairRatios[len(pairRatios)/2]) / 2
-	}
+	pairMedian := median(pairRatios)
 	fmt.Printf("the bus adds %+.1f%% to convergence: median of %d back-to-back on/off pairs (goal <= 5%%); pairs %s\n",
 		100*(pairMedian-1), len(pairRatios), percentages(pairRatios))
 	fmt.Printf("  median of the runs of each kind %+.1f%% (%s on vs %s off); fastest runs %+.1f%% (%s vs %s)\n",
@@ -357,7 +354,7 @@ func percentages(ratios []float64) string {
 }
 
 // median of a sorted list.
-func median(d []time.Duration) time.Duration {
+func median[T time.Duration | float64](d []T) T {
 	if len(d)%2 == 1 {
 		return d[len(d)/2]
 	}

@@ -448,15 +448,7 @@ func TestRBAC(t *testing.T) {
 
 	// Every request the ServiceAccount makes goes through reqs.
 	proxy := caProvider(t, hubCfg)
-	reqs := &requestLog{named: []string{proxy.CASecret.Namespace}}
-	t.Cleanup(func() {
-		if t.Failed() {
-			reqs.logRefused(t)
-		}
-	})
-	asHubsync := rest.CopyConfig(hubConfig)
-	asHubsync.Impersonate = rest.ImpersonationConfig{UserName: hubServiceAcctUser}
-	asHubsync.Wrap(reqs.wrap)
+	asHubsync, reqs := impersonateHubsync(t, proxy.CASecret.Namespace)
 	kube, err := kubernetes.NewForConfig(asHubsync)
 	if err != nil {
 		t.Fatal(err)
@@ -645,15 +637,7 @@ func TestRBACWithoutCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	installRBAC(ctx, t, admin, d)
-	reqs := &requestLog{named: []string{proxy.CASecret.Namespace}}
-	t.Cleanup(func() {
-		if t.Failed() {
-			reqs.logRefused(t)
-		}
-	})
-	asHubsync := rest.CopyConfig(hubConfig)
-	asHubsync.Impersonate = rest.ImpersonationConfig{UserName: hubServiceAcctUser}
-	asHubsync.Wrap(reqs.wrap)
+	asHubsync, reqs := impersonateHubsync(t, proxy.CASecret.Namespace)
 
 	h := newHarness(t, withSyncerConfig(asHubsync), withOptions(func(o *syncer.Options) {
 		o.AccessProviders = []config.AccessProvider{proxy}
@@ -995,6 +979,22 @@ func parseRequest(req *http.Request) (r apiRequest, ok bool) {
 		r.verb = strings.ToLower(req.Method)
 	}
 	return r, true
+}
+
+// impersonateHubsync returns a config that acts as hubsync's
+// ServiceAccount, and the log of every request made through it (shown when
+// the test fails). named are namespaces the log's summary shows by name.
+func impersonateHubsync(t *testing.T, named ...string) (*rest.Config, *requestLog) {
+	reqs := &requestLog{named: named}
+	t.Cleanup(func() {
+		if t.Failed() {
+			reqs.logRefused(t)
+		}
+	})
+	cfg := rest.CopyConfig(hubConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: hubServiceAcctUser}
+	cfg.Wrap(reqs.wrap)
+	return cfg, reqs
 }
 
 // requestLog records every request made through a wrapped transport.

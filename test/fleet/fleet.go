@@ -35,7 +35,7 @@ type Hub struct {
 	MSA      msaclient.Interface
 
 	mu     sync.Mutex
-	tokens []string // every token PutToken wrote, for leak checks
+	tokens []string // every token PutToken wrote or a test noted, for leak checks
 }
 
 // Tokens returns every token PutToken has written through this Hub, so a
@@ -46,7 +46,9 @@ func (h *Hub) Tokens() []string {
 	return slices.Clone(h.tokens)
 }
 
-func (h *Hub) noteToken(token string) {
+// NoteToken adds a token a test writes some other way than PutToken to
+// those Tokens returns.
+func (h *Hub) NoteToken(token string) {
 	if token == "" {
 		return
 	}

@@ -95,8 +95,8 @@ func (h *Hub) SetMSAExpiration(ctx context.Context, cluster, name string, exp ti
 // managed-serviceaccount agent does on every refresh. data overrides the
 // default keys (token, ca.crt) when not nil.
 func (h *Hub) PutToken(ctx context.Context, cluster, name, token string, data map[string][]byte) error {
-	h.noteToken(token)
-	h.noteToken(string(data["token"]))
+	h.NoteToken(token)
+	h.NoteToken(string(data["token"]))
 	if data == nil {
 		data = map[string][]byte{"token": []byte(token), "ca.crt": []byte("-----BEGIN CERTIFICATE-----\nTEST\n-----END CERTIFICATE-----\n")}
 	}
