@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/stream"
 )
 
 // BenchmarkPublish measures end-to-end throughput with file storage: each
@@ -35,19 +35,27 @@ func BenchmarkPublish(bm *testing.B) {
 				defer s.Shutdown()
 				cfg.URLs = []string{s.ClientURL()}
 			}
-			b, err := New(cfg, "hubsync/bench", testLog(), nil)
+			bus, err := New(cfg, "hubsync/bench", testLog(), nil)
 			if err != nil {
 				bm.Fatal(err)
 			}
+			f, err := stream.NewFanout(testLog(), nil)
+			if err != nil {
+				bm.Fatal(err)
+			}
+			if err := f.Add(bus.ConsumerOptions(), bus); err != nil {
+				bm.Fatal(err)
+			}
+			b := &testBus{Bus: bus, f: f}
 			defer b.Close()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if err := b.Start(ctx, nil); err != nil {
 				bm.Fatal(err)
 			}
-			changes := make([]syncer.Change, bm.N)
+			changes := make([]stream.Change, bm.N)
 			for i := range changes {
-				changes[i] = profileChange(syncer.ChangeProfileUpdated, "team-a", fmt.Sprintf("c%d", i%100), strconv.Itoa(i))
+				changes[i] = profileChange(stream.ProfileUpdated, "team-a", fmt.Sprintf("c%d", i%100), strconv.Itoa(i))
 			}
 			bm.ResetTimer()
 			begin := time.Now()

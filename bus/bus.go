@@ -1,6 +1,6 @@
 // Package bus publishes hubsync's changes as cluster-access events on NATS
 // JetStream and keeps a KV bucket with the current access record of every
-// (namespace, cluster).
+// (namespace, cluster). It is the change stream's consumer named "nats".
 //
 // The contract (versioned; docs/events.md, schemas in schema/):
 //   - Each change is one CloudEvents 1.0 JSON event (structured mode) on
@@ -12,11 +12,11 @@
 //   - The KV bucket holds one Record per (namespace, cluster) under KVKey.
 //   - No event or record ever carries a token or key.
 //
-// Reconciliation never waits for NATS: Notify only appends to a bounded
-// buffer, and one goroutine publishes it in order. Changes dropped because
-// the buffer was full, and everything missed while disconnected, are
-// repaired by republishing the current state (Start's snapshot function)
-// as soon as NATS is reachable.
+// Reconciliation never waits for NATS: the stream's fan-out queues changes
+// for the bus (bounded by bus.bufferSize) and calls Deliver from the bus's
+// own worker. Changes dropped because the queue was full, and everything
+// missed while disconnected, are repaired by Resync, which republishes the
+// current state as soon as NATS is reachable.
 package bus
 
 import (
@@ -37,28 +37,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hubsync/hubsync/config"
-	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/stream"
 )
 
-// Bus is the cluster-access event bus. It implements syncer.Notifier.
+// Bus is the cluster-access event bus. It is a stream.Consumer: add it to
+// the fan-out with ConsumerOptions.
 type Bus struct {
 	cfg    config.Bus
 	source string
 	log    *slog.Logger
 	m      *metrics
-	q      *queue
 
 	// Tuning; tests shorten some of them.
 	storage         jetstream.StorageType
 	reconnectWait   time.Duration
 	reconnectJitter time.Duration
 	opTimeout       time.Duration // one publish or KV write, ack included
-	retryBase       time.Duration
-	retryMax        time.Duration
-	drainTimeout    time.Duration
-	snapshotRetry   time.Duration
-	batchWindow     time.Duration // see config.Bus.BatchWindow
-	maxBatch        int           // changes (or a snapshot's events) in flight at once
+	maxBatch        int           // a resync's events in flight at once
 	kvPrefix        string        // the KV bucket's subject prefix, "$KV.<bucket>."
 
 	mu        sync.Mutex
@@ -68,29 +63,34 @@ type Bus struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
+	control   stream.Control
 
-	embedded bool // set before the publisher starts
+	embedded bool // set before the connection starts
 	// reconnectFailures counts failed attempts since the last connect.
 	reconnectFailures atomic.Int64
 	nc                atomic.Pointer[nats.Conn]
+	js                atomic.Pointer[jetstream.JetStream]
 	needEnsure        atomic.Bool
-	state             chan struct{} // the connection's state changed
 	closing           atomic.Bool
 
-	// Owned by the publisher goroutine.
-	snapshot func() []syncer.Change
-	js       jetstream.JetStream
-	kv       jetstream.KeyValue
-	recs     records
-	// readStored is set once a snapshot has read the bucket's records:
-	// from then on the bucket holds only what recs knows of, so later
-	// snapshots need its keys only.
-	readStored   bool
-	ensuredOnce  bool
-	nextSnapshot time.Time
+	// Owned by the consumer's worker (Deliver and Resync).
+	kv   jetstream.KeyValue
+	recs stream.Records
+	// readStored is set once a resync has read the bucket's records: from
+	// then on the bucket holds only what recs knows of, so later resyncs
+	// need its keys only.
+	readStored  bool
+	ensuredOnce bool
 }
 
-var _ syncer.Notifier = (*Bus)(nil)
+var (
+	_ stream.Consumer = (*Bus)(nil)
+	_ stream.Attacher = (*Bus)(nil)
+)
+
+// Name is the bus's consumer name in the change stream, its logs and
+// metrics.
+const Name = config.SinkNATS
 
 // New makes a bus from its configuration; fields left empty get the
 // defaults of config.Default. source is the CloudEvents source of every
@@ -111,23 +111,16 @@ func New(cfg config.Bus, source string, log *slog.Logger, reg prometheus.Registe
 		cfg:             cfg,
 		source:          source,
 		log:             log,
-		q:               newQueue(cfg.BufferSize),
 		storage:         jetstream.FileStorage,
 		reconnectWait:   time.Second,
 		reconnectJitter: time.Second,
 		opTimeout:       5 * time.Second,
-		retryBase:       100 * time.Millisecond,
-		retryMax:        5 * time.Second,
-		drainTimeout:    3 * time.Second,
-		snapshotRetry:   time.Second,
-		batchWindow:     cfg.BatchWindow.Duration,
 		maxBatch:        256,
 		kvPrefix:        "$KV." + cfg.KVBucket + ".",
-		state:           make(chan struct{}, 1),
-		recs:            records{},
+		recs:            stream.Records{},
 		done:            make(chan struct{}),
 	}
-	m, err := newMetrics(reg, func() float64 { return float64(b.q.depth()) })
+	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("bus: register metrics: %w", err)
 	}
@@ -167,31 +160,42 @@ func withDefaults(c config.Bus) config.Bus {
 	return c
 }
 
+// ConsumerOptions are the bus's options in the change stream's fan-out:
+// its queue is bus.bufferSize changes, batched within bus.batchWindow,
+// retried after 100 ms doubling to 5 s.
+func (b *Bus) ConsumerOptions() stream.Options {
+	return stream.Options{
+		Name: Name, Type: config.SinkNATS,
+		QueueSize: b.cfg.BufferSize, MaxBatch: b.maxBatch, BatchWindow: b.cfg.BatchWindow.Duration,
+		RetryBase: 100 * time.Millisecond, RetryMax: 5 * time.Second,
+		Log: b.log,
+	}
+}
+
+// Attach implements stream.Attacher: the bus asks for a resync after every
+// (re)connect and ends a backoff as soon as NATS is back.
+func (b *Bus) Attach(c stream.Control) {
+	b.mu.Lock()
+	b.control = c
+	b.mu.Unlock()
+}
+
+func (b *Bus) resyncNow() {
+	b.mu.Lock()
+	c := b.control
+	b.mu.Unlock()
+	if c != nil {
+		c.RequestResync()
+		c.Retry()
+	}
+}
+
 // Start starts the embedded server when no URLs are configured, then
-// connects and publishes in the background: it returns as soon as the
-// embedded server is up (or at once for an external NATS), and an
-// unreachable NATS is retried forever while changes are buffered.
-//
-// snapshot returns the current state as changes (for example one
-// profile.updated per profile and one credential.synced per credential
-// copy). It is called from the bus's goroutine after every (re)connect and
-// after dropped changes; its changes are republished and the KV bucket is
-// rewritten from them, deleting records it does not mention. Returning nil
-// means "not known yet" (caches not synced): the bus asks again a second
-// later and deletes nothing; a state known to be empty is a non-nil empty
-// slice. With the syncer:
-//
-//	func() []syncer.Change {
-//		if !s.Ready() {
-//			return nil
-//		}
-//		return append([]syncer.Change{}, s.Snapshot()...)
-//	}
-//
-// A nil snapshot function turns resyncs off.
-//
-// The publisher stops when ctx is done; call Close in any case.
-func (b *Bus) Start(ctx context.Context, snapshot func() []syncer.Change) error {
+// connects in the background: it returns as soon as the embedded server is
+// up (or at once for an external NATS), and an unreachable NATS is retried
+// forever while the fan-out keeps the bus's changes queued. The connection
+// is closed when ctx is done; call Close in any case.
+func (b *Bus) Start(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.started || b.closing.Load() {
@@ -215,15 +219,10 @@ func (b *Bus) Start(ctx context.Context, snapshot func() []syncer.Change) error 
 		b.log.Info("embedded NATS server started", "url", clientURL, "dataDir", b.cfg.Embedded.DataDir)
 	} else {
 		b.clientURL = b.cfg.URLs[0]
-		b.log.Info("connecting to NATS in the background", "urls", redactURLs(b.cfg.URLs))
+		b.log.Info("connecting to NATS in the background", "urls", RedactURLs(b.cfg.URLs))
 	}
 	b.started = true
-	b.snapshot = snapshot
 	b.needEnsure.Store(true)
-	if snapshot != nil {
-		// The KV bucket may hold records of an earlier run.
-		b.q.markResync()
-	}
 	ctx, b.cancel = context.WithCancel(ctx)
 	go b.run(ctx, opts)
 	return nil
@@ -237,41 +236,9 @@ func (b *Bus) ClientURL() string {
 	return b.clientURL
 }
 
-// Notify enqueues a change for publishing. It never blocks: when the
-// buffer is full the change is dropped, counted, and the current state is
-// republished once NATS is reachable.
-func (b *Bus) Notify(c syncer.Change) {
-	ok, first := b.q.push(c)
-	if ok {
-		return
-	}
-	b.m.dropped.Inc()
-	if first {
-		b.log.Warn("event buffer full: dropping changes until NATS catches up; the current state will be republished",
-			"bufferSize", b.cfg.BufferSize, "connected", b.connected())
-	}
-}
-
-// Flush waits until every change notified before the call has been
-// published and written to the KV bucket, or ctx is done.
-func (b *Bus) Flush(ctx context.Context) error {
-	seq := b.q.lastSeq()
-	for {
-		done, changed := b.q.doneUpTo(seq)
-		if done {
-			return nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return fmt.Errorf("bus: flush: %d changes still buffered: %w", b.q.depth(), ctx.Err())
-		}
-	}
-}
-
-// Close publishes what is buffered for a few seconds if connected, then
-// stops the publisher, closes the connection and shuts the embedded server
-// down. Changes notified afterwards are ignored.
+// Close closes the connection and shuts the embedded server down. Remove
+// the bus from the fan-out (or close the fan-out) first, which delivers
+// what is queued for a while.
 func (b *Bus) Close() error {
 	b.closeOnce.Do(func() {
 		b.mu.Lock()
@@ -279,16 +246,6 @@ func (b *Bus) Close() error {
 		b.mu.Unlock()
 		b.closing.Store(true)
 		if cancel != nil {
-			if b.connected() {
-				ctx, done := context.WithTimeout(context.Background(), b.drainTimeout)
-				if ferr := b.Flush(ctx); ferr != nil {
-					b.log.Warn("closing the event bus with changes unpublished", "buffered", b.q.depth())
-				}
-				done()
-			} else if n := b.q.depth(); n > 0 {
-				b.log.Warn("closing the event bus while NATS is unreachable; buffered changes are lost (the next start republishes the current state)", "buffered", n)
-			}
-			b.q.close()
 			cancel()
 			<-b.done
 		}
@@ -303,13 +260,6 @@ func (b *Bus) Close() error {
 func (b *Bus) connected() bool {
 	nc := b.nc.Load()
 	return nc != nil && nc.IsConnected()
-}
-
-func (b *Bus) signalState() {
-	select {
-	case b.state <- struct{}{}:
-	default:
-	}
 }
 
 // natsOptions builds the connection options; files named in the
@@ -333,11 +283,10 @@ func (b *Bus) natsOptions() (nats.Options, error) {
 	o.ReconnectedCB = func(nc *nats.Conn) { b.onConnect(nc, "reconnected to NATS") }
 	o.DisconnectedErrCB = func(_ *nats.Conn, err error) {
 		b.m.connected.Set(0)
-		b.signalState()
 		if b.closing.Load() {
 			return
 		}
-		b.log.Warn("disconnected from NATS; buffering events and reconnecting", "err", err, "buffered", b.q.depth())
+		b.log.Warn("disconnected from NATS; events wait in the bus's queue while it reconnects", "err", err)
 	}
 	// Keep retrying after authorization errors: credentials are re-read on
 	// every attempt, so a fixed file or a newly trusted account converges.
@@ -347,7 +296,7 @@ func (b *Bus) natsOptions() (nats.Options, error) {
 		// every 30 attempts (about a minute). nats.go's errors carry no
 		// credentials.
 		if n := b.reconnectFailures.Add(1); n == 1 || n%30 == 0 {
-			b.log.Warn("cannot connect to NATS; retrying", "attempts", n, "err", err, "buffered", b.q.depth())
+			b.log.Warn("cannot connect to NATS; retrying", "attempts", n, "err", err)
 		}
 	}
 	o.ClosedCB = func(*nats.Conn) { b.m.connected.Set(0) }
@@ -383,17 +332,19 @@ func (b *Bus) onConnect(nc *nats.Conn, msg string) {
 	b.m.connected.Set(1)
 	b.reconnectFailures.Store(0)
 	b.needEnsure.Store(true)
-	b.q.markResync()
-	b.signalState()
 	where := nc.ConnectedUrlRedacted()
 	if b.embedded {
 		where = "in-process"
 	}
-	b.log.Info(msg, "url", where, "server", nc.ConnectedServerName(), "buffered", b.q.depth())
+	b.log.Info(msg, "url", where, "server", nc.ConnectedServerName())
+	// Whatever was missed while disconnected is repaired from the current
+	// state, and a delivery waiting out its backoff goes now.
+	b.resyncNow()
 }
 
-// redactURLs hides any user information (user, password or token) in URLs.
-func redactURLs(urls []string) string {
+// RedactURLs hides any user information (user, password or token) in URLs
+// and joins them with commas, for logs.
+func RedactURLs(urls []string) string {
 	out := make([]string, len(urls))
 	for i, s := range urls {
 		u, err := url.Parse(s)
@@ -423,7 +374,11 @@ func (b *Bus) ensure(ctx context.Context) error {
 	if s.MaxAge.Duration > 0 && dup > s.MaxAge.Duration {
 		dup = s.MaxAge.Duration
 	}
-	if _, err := b.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	js := b.jetStream()
+	if js == nil {
+		return errNotConnected
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        s.Name,
 		Description: "hubsync cluster-access events: CloudEvents 1.0 JSON, " + EventSchemaURL,
 		Subjects:    []string{b.cfg.SubjectPrefix + ".>"},
@@ -438,7 +393,7 @@ func (b *Bus) ensure(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("create or update stream %s: %w", s.Name, err)
 	}
-	kv, err := b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      b.cfg.KVBucket,
 		Description: "hubsync access records per (namespace, cluster), " + RecordSchemaURL,
 		History:     1,
@@ -456,6 +411,13 @@ func (b *Bus) ensure(ctx context.Context) error {
 	}
 	b.log.Log(ctx, level, "JetStream stream and KV bucket ready", "stream", s.Name, "subjects", b.cfg.SubjectPrefix+".>",
 		"kvBucket", b.cfg.KVBucket, "duplicateWindow", dup)
+	return nil
+}
+
+func (b *Bus) jetStream() jetstream.JetStream {
+	if p := b.js.Load(); p != nil {
+		return *p
+	}
 	return nil
 }
 

@@ -24,7 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hubsync/hubsync/config"
-	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/stream"
 )
 
 // testLog discards logs unless HUBSYNC_TEST_LOG is set.
@@ -42,8 +42,42 @@ func busConfig(t testing.TB) config.Bus {
 	})
 }
 
-// newBus makes a bus with short retry intervals, closed at the end of the test.
-func newBus(t *testing.T, cfg config.Bus) (*Bus, *prometheus.Registry) {
+// testBus is a bus as hubsync runs it: the one consumer of a change
+// stream's fan-out.
+type testBus struct {
+	*Bus
+	f *stream.Fanout
+}
+
+// Notify sends a change down the stream to the bus.
+func (tb *testBus) Notify(c stream.Change) { tb.f.Notify(c) }
+
+// Flush waits until the bus has published every change notified so far.
+func (tb *testBus) Flush(ctx context.Context) error { return tb.f.Flush(ctx) }
+
+// Start starts the bus and the fan-out's worker.
+func (tb *testBus) Start(ctx context.Context, snapshot func() []stream.Change) error {
+	if err := tb.Bus.Start(ctx); err != nil {
+		return err
+	}
+	return tb.f.Start(ctx, snapshot)
+}
+
+// Close delivers what is queued for a few seconds, as hubsync does on
+// shutdown, then closes the bus.
+func (tb *testBus) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err := tb.f.Close(ctx)
+	return errors.Join(err, tb.Bus.Close())
+}
+
+// depth is the number of changes queued for the bus.
+func (tb *testBus) depth() int { return tb.f.Statuses()[0].QueueDepth }
+
+// newBus makes a bus with short retry intervals in a fan-out, closed at
+// the end of the test.
+func newBus(t *testing.T, cfg config.Bus) (*testBus, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	b, err := New(cfg, "hubsync/test", testLog(), reg)
@@ -51,13 +85,21 @@ func newBus(t *testing.T, cfg config.Bus) (*Bus, *prometheus.Registry) {
 		t.Fatal(err)
 	}
 	b.reconnectWait, b.reconnectJitter = 50*time.Millisecond, 50*time.Millisecond
-	b.retryBase, b.retryMax = 10*time.Millisecond, 100*time.Millisecond
-	b.snapshotRetry = 20 * time.Millisecond
-	t.Cleanup(func() { _ = b.Close() })
-	return b, reg
+	f, err := stream.NewFanout(testLog(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := b.ConsumerOptions()
+	opts.RetryBase, opts.RetryMax = 10*time.Millisecond, 100*time.Millisecond
+	if err := f.Add(opts, b); err != nil {
+		t.Fatal(err)
+	}
+	tb := &testBus{Bus: b, f: f}
+	t.Cleanup(func() { _ = tb.Close() })
+	return tb, reg
 }
 
-func start(t *testing.T, b *Bus, snapshot func() []syncer.Change) {
+func start(t *testing.T, b *testBus, snapshot func() []stream.Change) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -220,7 +262,7 @@ func value(m prometheus.Metric) float64 {
 	return d.Gauge.GetValue()
 }
 
-func flush(t *testing.T, b *Bus) {
+func flush(t *testing.T, b *testBus) {
 	t.Helper()
 	if err := b.Flush(ctxT(t)); err != nil {
 		t.Fatal(err)
@@ -244,9 +286,9 @@ func testPublishInOrderPerSubject(t *testing.T, window time.Duration) {
 	const perKey = 40
 	for i := range perKey {
 		for _, k := range keys {
-			c := profileChange(syncer.ChangeProfileUpdated, k[0], k[1], strconv.Itoa(i))
+			c := profileChange(stream.ProfileUpdated, k[0], k[1], strconv.Itoa(i))
 			if i%4 == 3 {
-				c = credentialChange(syncer.ChangeCredentialRotated, k[0], k[1], "kueue", strconv.Itoa(i))
+				c = credentialChange(stream.CredentialRotated, k[0], k[1], "kueue", strconv.Itoa(i))
 			}
 			b.Notify(c)
 		}
@@ -286,7 +328,7 @@ func testPublishInOrderPerSubject(t *testing.T, window time.Duration) {
 		}
 		last[k] = rv
 	}
-	if got := value(b.m.published.WithLabelValues(syncer.ChangeProfileUpdated)); got != 3*perKey/4*float64(len(keys)) {
+	if got := value(b.m.published.WithLabelValues(stream.ProfileUpdated)); got != 3*perKey/4*float64(len(keys)) {
 		t.Errorf("published{profile.updated} = %v", got)
 	}
 	if got := value(b.m.connected); got != 1 {
@@ -300,7 +342,7 @@ func testPublishInOrderPerSubject(t *testing.T, window time.Duration) {
 	for _, mf := range mfs {
 		names[mf.GetName()] = true
 	}
-	for _, n := range []string{"hubsync_events_published_total", "hubsync_events_buffer_depth", "hubsync_events_publish_duration_seconds",
+	for _, n := range []string{"hubsync_events_published_total", "hubsync_sink_queue_depth", "hubsync_sink_delivered_total", "hubsync_events_publish_duration_seconds",
 		"hubsync_bus_connected", "hubsync_kv_writes_total"} {
 		if !names[n] {
 			t.Errorf("metric %s not registered", n)
@@ -343,7 +385,7 @@ func TestServerRestartMidBurstKeepsOrder(t *testing.T) {
 	}()
 	for i := range perKey {
 		for _, k := range keys {
-			c := profileChange(syncer.ChangeProfileUpdated, k[0], k[1], strconv.Itoa(i))
+			c := profileChange(stream.ProfileUpdated, k[0], k[1], strconv.Itoa(i))
 			c.Profile.KubernetesVersion = fmt.Sprintf("v1.%d.0", i)
 			b.Notify(c)
 		}
@@ -388,9 +430,9 @@ func TestDeletedStreamAndBucketAreRecreated(t *testing.T) {
 	b, _ := newBus(t, cfg)
 	syn := &snapshotOf{}
 	start(t, b, syn.snapshot)
-	var state []syncer.Change
+	var state []stream.Change
 	for i := range 3 {
-		c := profileChange(syncer.ChangeProfileCreated, "team-a", fmt.Sprintf("c%d", i), "1")
+		c := profileChange(stream.ProfileCreated, "team-a", fmt.Sprintf("c%d", i), "1")
 		state = append(state, c)
 		syn.set(state)
 		b.Notify(c)
@@ -406,7 +448,7 @@ func TestDeletedStreamAndBucketAreRecreated(t *testing.T) {
 	if err := cl.js.DeleteKeyValue(ctx, cfg.KVBucket); err != nil {
 		t.Fatal(err)
 	}
-	c := profileChange(syncer.ChangeProfileCreated, "team-a", "c3", "1")
+	c := profileChange(stream.ProfileCreated, "team-a", "c3", "1")
 	state = append(state, c)
 	syn.set(state)
 	b.Notify(c)
@@ -448,11 +490,11 @@ func TestRestartAnnouncesRemovalsMissedWhileDown(t *testing.T) {
 	cfg.URLs = []string{runServer(t, t.TempDir(), 0).ClientURL()}
 	first, _ := newBus(t, cfg)
 	start(t, first, nil)
-	for _, c := range []syncer.Change{
-		profileChange(syncer.ChangeProfileCreated, "team-a", "stays", "1"),
-		credentialChange(syncer.ChangeCredentialSynced, "team-a", "stays", "kueue", "2"),
-		credentialChange(syncer.ChangeCredentialSynced, "team-a", "stays", "argocd", "3"),
-		profileChange(syncer.ChangeProfileCreated, "team-a", "goes", "4"),
+	for _, c := range []stream.Change{
+		profileChange(stream.ProfileCreated, "team-a", "stays", "1"),
+		credentialChange(stream.CredentialSynced, "team-a", "stays", "kueue", "2"),
+		credentialChange(stream.CredentialSynced, "team-a", "stays", "argocd", "3"),
+		profileChange(stream.ProfileCreated, "team-a", "goes", "4"),
 	} {
 		first.Notify(c)
 	}
@@ -460,12 +502,12 @@ func TestRestartAnnouncesRemovalsMissedWhileDown(t *testing.T) {
 	_ = first.Close()
 
 	// Meanwhile "goes" lost its profile and "stays" its argocd copy.
-	now := []syncer.Change{
-		profileChange(syncer.ChangeProfileUpdated, "team-a", "stays", "1"),
-		credentialChange(syncer.ChangeCredentialSynced, "team-a", "stays", "kueue", "2"),
+	now := []stream.Change{
+		profileChange(stream.ProfileUpdated, "team-a", "stays", "1"),
+		credentialChange(stream.CredentialSynced, "team-a", "stays", "kueue", "2"),
 	}
 	second, _ := newBus(t, cfg)
-	start(t, second, func() []syncer.Change { return now })
+	start(t, second, func() []stream.Change { return now })
 	cl := connect(t, cfg.URLs[0])
 	eventually(t, "the bucket to match the new state", func() bool {
 		recs := cl.records(t, cfg.KVBucket)
@@ -473,23 +515,23 @@ func TestRestartAnnouncesRemovalsMissedWhileDown(t *testing.T) {
 		return len(recs) == 1 && ok && len(r.Credentials) == 1
 	})
 	flush(t, second)
-	if got := eventTypes(t, cl, cfg, "team-a", "goes"); !slices.Equal(got, []string{syncer.ChangeProfileCreated, syncer.ChangeProfileDeleted}) {
+	if got := eventTypes(t, cl, cfg, "team-a", "goes"); !slices.Equal(got, []string{stream.ProfileCreated, stream.ProfileDeleted}) {
 		t.Errorf("goes: %v", got)
 	}
 	// The snapshot's kueue copy is the change stored before: a duplicate.
-	want := []string{syncer.ChangeProfileCreated, syncer.ChangeCredentialSynced, syncer.ChangeCredentialSynced,
-		syncer.ChangeProfileUpdated, syncer.ChangeCredentialRemoved}
+	want := []string{stream.ProfileCreated, stream.CredentialSynced, stream.CredentialSynced,
+		stream.ProfileUpdated, stream.CredentialRemoved}
 	if got := eventTypes(t, cl, cfg, "team-a", "stays"); !slices.Equal(got, want) {
 		t.Errorf("stays: %v, want %v", got, want)
 	}
 	for _, m := range cl.messages(t, cfg.Stream.Name) {
 		e, _ := Decode(m.Data)
 		switch e.Type {
-		case syncer.ChangeProfileDeleted:
+		case stream.ProfileDeleted:
 			if e.Data.Profile == nil || e.Data.Profile.KubernetesVersion != "v1.35.4" {
 				t.Errorf("the deletion does not carry what consumers knew: %+v", e.Data.Profile)
 			}
-		case syncer.ChangeCredentialRemoved:
+		case stream.CredentialRemoved:
 			if e.Data.Credential == nil || e.Data.Credential.ManagedServiceAccount != "argocd" || e.Data.Name != "stays-argocd" {
 				t.Errorf("wrong removal: %+v", e.Data)
 			}
@@ -501,14 +543,14 @@ func TestRepublishedChangeIsStoredOnce(t *testing.T) {
 	cfg := busConfig(t)
 	b, _ := newBus(t, cfg)
 	start(t, b, nil)
-	c := profileChange(syncer.ChangeProfileCreated, "team-a", "c1", "7")
+	c := profileChange(stream.ProfileCreated, "team-a", "c1", "7")
 	for range 3 {
 		b.Notify(c)
 	}
 	later := c
 	later.Time = t0.Add(time.Minute) // not part of the identity
 	b.Notify(later)
-	b.Notify(profileChange(syncer.ChangeProfileUpdated, "team-a", "c1", "7"))
+	b.Notify(profileChange(stream.ProfileUpdated, "team-a", "c1", "7"))
 	flush(t, b)
 	msgs := connect(t, b.ClientURL()).messages(t, cfg.Stream.Name)
 	if len(msgs) != 2 {
@@ -525,32 +567,32 @@ func TestKVFollowsChanges(t *testing.T) {
 	start(t, b, nil)
 	cl := connect(t, b.ClientURL())
 	key := KVKey("team-a", "edge.eu-1")
-	step := func(c syncer.Change) Record {
+	step := func(c stream.Change) Record {
 		t.Helper()
 		b.Notify(c)
 		flush(t, b)
 		return cl.records(t, cfg.KVBucket)[key]
 	}
-	r := step(profileChange(syncer.ChangeProfileCreated, "team-a", "edge.eu-1", "1"))
+	r := step(profileChange(stream.ProfileCreated, "team-a", "edge.eu-1", "1"))
 	if r.Profile == nil || r.Profile.KubernetesVersion != "v1.35.4" || len(r.Credentials) != 0 || r.Credentials == nil {
 		t.Fatalf("after create: %+v", r)
 	}
-	step(credentialChange(syncer.ChangeCredentialSynced, "team-a", "edge.eu-1", "kueue", "2"))
-	r = step(credentialChange(syncer.ChangeCredentialSynced, "team-a", "edge.eu-1", "argocd", "3"))
+	step(credentialChange(stream.CredentialSynced, "team-a", "edge.eu-1", "kueue", "2"))
+	r = step(credentialChange(stream.CredentialSynced, "team-a", "edge.eu-1", "argocd", "3"))
 	if len(r.Credentials) != 2 || r.Credentials[0].ManagedServiceAccount != "argocd" {
 		t.Fatalf("after two syncs: %+v", r.Credentials)
 	}
-	rot := credentialChange(syncer.ChangeCredentialRotated, "team-a", "edge.eu-1", "kueue", "4")
+	rot := credentialChange(stream.CredentialRotated, "team-a", "edge.eu-1", "kueue", "4")
 	rot.Credential.Fingerprint = "sha256:fedcba9876543210"
 	r = step(rot)
 	if len(r.Credentials) != 2 || r.Credentials[1].Fingerprint != "sha256:fedcba9876543210" {
 		t.Fatalf("after rotation: %+v", r.Credentials)
 	}
-	r = step(credentialChange(syncer.ChangeCredentialRemoved, "team-a", "edge.eu-1", "argocd", "5"))
+	r = step(credentialChange(stream.CredentialRemoved, "team-a", "edge.eu-1", "argocd", "5"))
 	if len(r.Credentials) != 1 || r.Credentials[0].ManagedServiceAccount != "kueue" || r.Profile == nil {
 		t.Fatalf("after removal: %+v", r)
 	}
-	step(profileChange(syncer.ChangeProfileDeleted, "team-a", "edge.eu-1", "6"))
+	step(profileChange(stream.ProfileDeleted, "team-a", "edge.eu-1", "6"))
 	kv, err := cl.js.KeyValue(ctxT(t), cfg.KVBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -566,17 +608,17 @@ func TestKVFollowsChanges(t *testing.T) {
 // snapshotOf is a syncer whose current state a test sets.
 type snapshotOf struct {
 	mu    sync.Mutex
-	state []syncer.Change
+	state []stream.Change
 	calls int
 }
 
-func (s *snapshotOf) set(c []syncer.Change) {
+func (s *snapshotOf) set(c []stream.Change) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.state = c
 }
 
-func (s *snapshotOf) snapshot() []syncer.Change {
+func (s *snapshotOf) snapshot() []stream.Change {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
@@ -594,7 +636,7 @@ func TestStartDoesNotWaitForALateServer(t *testing.T) {
 		t.Fatalf("Start took %v with NATS down", d)
 	}
 	for i := range 5 {
-		b.Notify(profileChange(syncer.ChangeProfileUpdated, "team-a", "c1", strconv.Itoa(i)))
+		b.Notify(profileChange(stream.ProfileUpdated, "team-a", "c1", strconv.Itoa(i)))
 	}
 	time.Sleep(200 * time.Millisecond)
 	if got := value(b.m.connected); got != 0 {
@@ -619,22 +661,22 @@ func TestFullBufferDropsAndResyncs(t *testing.T) {
 	cfg.BufferSize = 3
 	port := freePort(t)
 	cfg.URLs = []string{fmt.Sprintf("nats://127.0.0.1:%d", port)}
-	b, _ := newBus(t, cfg)
+	b, reg := newBus(t, cfg)
 	syn := &snapshotOf{}
 	start(t, b, syn.snapshot)
 
 	// NATS is down: ten clusters appear, only three fit in the buffer.
-	var state []syncer.Change
+	var state []stream.Change
 	for i := range 10 {
-		c := profileChange(syncer.ChangeProfileCreated, "team-a", fmt.Sprintf("c%d.example", i), "1")
+		c := profileChange(stream.ProfileCreated, "team-a", fmt.Sprintf("c%d.example", i), "1")
 		state = append(state, c)
 		b.Notify(c)
 	}
 	syn.set(state)
-	if got := value(b.m.dropped); got != 7 {
+	if got := sinkMetric(t, reg, "hubsync_sink_dropped_total"); got != 7 {
 		t.Fatalf("dropped = %v, want 7", got)
 	}
-	if got := b.q.depth(); got != 3 {
+	if got := b.depth(); got != 3 {
 		t.Fatalf("buffer depth = %d, want 3", got)
 	}
 
@@ -656,7 +698,7 @@ func TestFullBufferDropsAndResyncs(t *testing.T) {
 	// reconnect the KV bucket shows exactly the current state.
 	stopServer(srv)
 	eventually(t, "disconnected", func() bool { return value(b.m.connected) == 0 })
-	state = append(state[1:], profileChange(syncer.ChangeProfileCreated, "team-a", "c10.example", "1"))
+	state = append(state[1:], profileChange(stream.ProfileCreated, "team-a", "c10.example", "1"))
 	syn.set(state)
 	resyncs := value(b.m.resyncs)
 	srv = runServer(t, dir, port)
@@ -670,7 +712,7 @@ func TestFullBufferDropsAndResyncs(t *testing.T) {
 	// c0's deletion was never notified (a dropped change): the resync
 	// tells event consumers it is gone.
 	flush(t, b)
-	if got := eventTypes(t, cl, cfg, "team-a", "c0.example"); !slices.Equal(got, []string{syncer.ChangeProfileCreated, syncer.ChangeProfileDeleted}) {
+	if got := eventTypes(t, cl, cfg, "team-a", "c0.example"); !slices.Equal(got, []string{stream.ProfileCreated, stream.ProfileDeleted}) {
 		t.Errorf("c0's events: %v", got)
 	}
 
@@ -690,7 +732,7 @@ func TestSnapshotNotReadyIsRetried(t *testing.T) {
 	start(t, b, syn.snapshot)
 	cl := connect(t, b.ClientURL())
 	time.Sleep(100 * time.Millisecond)
-	syn.set([]syncer.Change{profileChange(syncer.ChangeProfileCreated, "team-a", "c1", "1")})
+	syn.set([]stream.Change{profileChange(stream.ProfileCreated, "team-a", "c1", "1")})
 	eventually(t, "the record once the state is known", func() bool { return len(cl.records(t, cfg.KVBucket)) == 1 })
 	syn.mu.Lock()
 	calls := syn.calls
@@ -708,7 +750,7 @@ func TestCloseDrains(t *testing.T) {
 	start(t, b, nil)
 	eventually(t, "connected", func() bool { return b.connected() })
 	for i := range 50 {
-		b.Notify(profileChange(syncer.ChangeProfileUpdated, "team-a", "c1", strconv.Itoa(i)))
+		b.Notify(profileChange(stream.ProfileUpdated, "team-a", "c1", strconv.Itoa(i)))
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -716,16 +758,16 @@ func TestCloseDrains(t *testing.T) {
 	if msgs := connect(t, srv.ClientURL()).messages(t, cfg.Stream.Name); len(msgs) != 50 {
 		t.Errorf("stream holds %d events after Close, want 50", len(msgs))
 	}
-	b.Notify(profileChange(syncer.ChangeProfileUpdated, "team-a", "c1", "late")) // ignored, no panic
+	b.Notify(profileChange(stream.ProfileUpdated, "team-a", "c1", "late")) // ignored, no panic
 }
 
 func TestUnpublishableChangeIsSkipped(t *testing.T) {
 	cfg := busConfig(t)
 	b, _ := newBus(t, cfg)
 	start(t, b, nil)
-	b.Notify(syncer.Change{Type: syncer.ChangeProfileUpdated, Cluster: "c1"}) // no namespace
-	b.Notify(syncer.Change{Type: "bogus", Namespace: "n", Cluster: "c1"})
-	b.Notify(profileChange(syncer.ChangeProfileUpdated, "team-a", "c1", "1"))
+	b.Notify(stream.Change{Type: stream.ProfileUpdated, Cluster: "c1"}) // no namespace
+	b.Notify(stream.Change{Type: "bogus", Namespace: "n", Cluster: "c1"})
+	b.Notify(profileChange(stream.ProfileUpdated, "team-a", "c1", "1"))
 	flush(t, b)
 	if msgs := connect(t, b.ClientURL()).messages(t, cfg.Stream.Name); len(msgs) != 1 {
 		t.Errorf("stream holds %d events, want 1", len(msgs))
@@ -780,8 +822,30 @@ func TestNewAndStartErrors(t *testing.T) {
 }
 
 func TestRedactURLs(t *testing.T) {
-	got := redactURLs([]string{"nats://user:secret@h:4222", "nats://s3cr3tt0ken@h:4222", "tls://h:4222"})
+	got := RedactURLs([]string{"nats://user:secret@h:4222", "nats://s3cr3tt0ken@h:4222", "tls://h:4222"})
 	if strings.Contains(got, "secret") || strings.Contains(got, "s3cr3tt0ken") || !strings.Contains(got, "tls://h:4222") {
-		t.Errorf("redactURLs = %s", got)
+		t.Errorf("RedactURLs = %s", got)
 	}
+}
+
+// sinkMetric reads the bus's series of a per-sink counter.
+func sinkMetric(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "sink" && l.GetValue() == Name {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

@@ -24,7 +24,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/hubsync/hubsync/config"
-	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/test/fleet"
 )
 
@@ -278,22 +278,33 @@ func TestExternalNATSConnectionOptions(t *testing.T) {
 			cfg.URLs = []string{fmt.Sprintf("%s://%s", tt.scheme, s.Addr().String())}
 			tt.bus(&cfg)
 			logs := &fleet.LogBuffer{}
-			b, err := New(cfg, "hubsync/test", slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), nil)
+			log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			bus, err := New(cfg, "hubsync/test", log, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b.reconnectWait, b.reconnectJitter = 50*time.Millisecond, 10*time.Millisecond
+			bus.reconnectWait, bus.reconnectJitter = 50*time.Millisecond, 10*time.Millisecond
+			f, err := stream.NewFanout(log, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := bus.ConsumerOptions()
+			opts.RetryBase, opts.RetryMax = 10*time.Millisecond, 100*time.Millisecond
+			if err := f.Add(opts, bus); err != nil {
+				t.Fatal(err)
+			}
+			b := &testBus{Bus: bus, f: f}
 			t.Cleanup(func() { _ = b.Close() })
 			start(t, b, nil)
 			for i := range 3 {
-				b.Notify(profileChange(syncer.ChangeProfileUpdated, "team-a", fmt.Sprintf("c%d", i), "1"))
+				b.Notify(profileChange(stream.ProfileUpdated, "team-a", fmt.Sprintf("c%d", i), "1"))
 			}
 			if tt.works {
 				flush(t, b)
 				if got := s.JetStreamNumAccounts(); got < 1 {
 					t.Errorf("no JetStream account in use")
 				}
-				if got := value(b.m.published.WithLabelValues(syncer.ChangeProfileUpdated)); got != 3 {
+				if got := value(b.m.published.WithLabelValues(stream.ProfileUpdated)); got != 3 {
 					t.Errorf("published %v events, want 3", got)
 				}
 			} else {
@@ -301,7 +312,7 @@ func TestExternalNATSConnectionOptions(t *testing.T) {
 				if value(b.m.connected) != 0 {
 					t.Fatal("connected with the wrong credentials")
 				}
-				if got := b.q.depth(); got != 3 {
+				if got := b.depth(); got != 3 {
 					t.Errorf("%d changes buffered, want 3", got)
 				}
 				if !regexp.MustCompile(tt.reason).MatchString(logs.String()) {
@@ -310,7 +321,7 @@ func TestExternalNATSConnectionOptions(t *testing.T) {
 				if tt.fix != nil {
 					tt.fix()
 					flush(t, b)
-					if got := value(b.m.published.WithLabelValues(syncer.ChangeProfileUpdated)); got != 3 {
+					if got := value(b.m.published.WithLabelValues(stream.ProfileUpdated)); got != 3 {
 						t.Errorf("after the fix: published %v events, want 3", got)
 					}
 				}

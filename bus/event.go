@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/stream"
 )
 
 // The event contract, version 1. A change that is not backwards compatible
@@ -50,9 +50,9 @@ type EventData struct {
 	Name            string `json:"name"`
 	ResourceVersion string `json:"resourceVersion"`
 	// Profile is set for profile.* and accessprovider.updated events.
-	Profile *syncer.ProfileSummary `json:"profile,omitempty"`
+	Profile *stream.ProfileSummary `json:"profile,omitempty"`
 	// Credential is set for credential.* events.
-	Credential *syncer.CredentialSummary `json:"credential,omitempty"`
+	Credential *stream.CredentialSummary `json:"credential,omitempty"`
 }
 
 // EventID is the CloudEvents id of a change and its JetStream Nats-Msg-Id:
@@ -60,7 +60,7 @@ type EventData struct {
 // namespace, cluster, name and resourceVersion joined by '\n'. The same
 // change published twice has the same id, so JetStream stores it once
 // within the stream's duplicate window.
-func EventID(c syncer.Change) string {
+func EventID(c stream.Change) string {
 	h := sha256.New()
 	for i, s := range []string{c.Type, c.Namespace, c.Cluster, c.Name, c.ResourceVersion} {
 		if i > 0 {
@@ -85,7 +85,7 @@ func Kind(eventType string) (string, error) {
 // NewEvent builds the event of a change (time is c.Time in UTC, or now if
 // c.Time is zero); source is the CloudEvents source,
 // for example "hubsync/open-cluster-management".
-func NewEvent(c syncer.Change, source string) (Event, error) {
+func NewEvent(c stream.Change, source string) (Event, error) {
 	if err := validChange(c); err != nil {
 		return Event{}, err
 	}
@@ -119,13 +119,13 @@ func NewEvent(c syncer.Change, source string) (Event, error) {
 	case "profile", "accessprovider":
 		e.Data.Profile = c.Profile
 		if e.Data.Profile == nil {
-			e.Data.Profile = &syncer.ProfileSummary{}
+			e.Data.Profile = &stream.ProfileSummary{}
 		}
 	case "credential":
 		e.Data.Credential = c.Credential
 		if e.Data.Credential == nil {
 			// The copy's Secret is named <cluster>-<msa>.
-			e.Data.Credential = &syncer.CredentialSummary{
+			e.Data.Credential = &stream.CredentialSummary{
 				ManagedServiceAccount: strings.TrimPrefix(c.Name, c.Cluster+"-"),
 				Secret:                c.Name,
 			}
@@ -135,7 +135,7 @@ func NewEvent(c syncer.Change, source string) (Event, error) {
 }
 
 // Encode returns the CloudEvents 1.0 JSON (structured mode) of a change.
-func Encode(c syncer.Change, source string) ([]byte, error) {
+func Encode(c stream.Change, source string) ([]byte, error) {
 	e, err := NewEvent(c, source)
 	if err != nil {
 		return nil, err
@@ -159,7 +159,7 @@ func Decode(data []byte) (Event, error) {
 }
 
 // validChange rejects a change that cannot become an event.
-func validChange(c syncer.Change) error {
+func validChange(c stream.Change) error {
 	if _, err := Kind(c.Type); err != nil {
 		return err
 	}

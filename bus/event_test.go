@@ -9,27 +9,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/stream"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func profileChange(typ, ns, cluster, rv string) syncer.Change {
-	return syncer.Change{
+func profileChange(typ, ns, cluster, rv string) stream.Change {
+	return stream.Change{
 		Type: typ, Namespace: ns, Cluster: cluster, Name: cluster, ResourceVersion: rv, Time: t0,
-		Profile: &syncer.ProfileSummary{
+		Profile: &stream.ProfileSummary{
 			Labels:            map[string]string{"x-k8s.io/cluster-manager": "open-cluster-management"},
 			KubernetesVersion: "v1.35.4", Healthy: "True", Joined: "True",
-			AccessProviders: []syncer.AccessProviderSummary{{Name: "open-cluster-management", Server: "https://proxy:9092/" + cluster}},
+			AccessProviders: []stream.AccessProviderSummary{{Name: "open-cluster-management", Server: "https://proxy:9092/" + cluster}},
 		},
 	}
 }
 
-func credentialChange(typ, ns, cluster, msa, rv string) syncer.Change {
+func credentialChange(typ, ns, cluster, msa, rv string) stream.Change {
 	exp := t0.Add(time.Hour)
-	return syncer.Change{
+	return stream.Change{
 		Type: typ, Namespace: ns, Cluster: cluster, Name: cluster + "-" + msa, ResourceVersion: rv, Time: t0,
-		Credential: &syncer.CredentialSummary{
+		Credential: &stream.CredentialSummary{
 			ManagedServiceAccount: msa, Secret: cluster + "-" + msa, ResourceVersion: rv,
 			Fingerprint: "sha256:0123456789abcdef", Expiration: &exp,
 		},
@@ -37,7 +37,7 @@ func credentialChange(typ, ns, cluster, msa, rv string) syncer.Change {
 }
 
 func TestEventID(t *testing.T) {
-	c := profileChange(syncer.ChangeProfileUpdated, "team-a", "c1", "42")
+	c := profileChange(stream.ProfileUpdated, "team-a", "c1", "42")
 	id := EventID(c)
 	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(id) {
 		t.Fatalf("EventID = %q, want 32 lowercase hex digits", id)
@@ -53,13 +53,13 @@ func TestEventID(t *testing.T) {
 	if EventID(same) != id {
 		t.Error("EventID depends on time or profile")
 	}
-	for name, mutate := range map[string]func(*syncer.Change){
-		"type":            func(c *syncer.Change) { c.Type = syncer.ChangeProfileCreated },
-		"namespace":       func(c *syncer.Change) { c.Namespace = "team-b" },
-		"cluster":         func(c *syncer.Change) { c.Cluster = "c2" },
-		"name":            func(c *syncer.Change) { c.Name = "c2" },
-		"resourceVersion": func(c *syncer.Change) { c.ResourceVersion = "43" },
-		"field boundary":  func(c *syncer.Change) { c.Namespace, c.Cluster = "team-a\nc1", "" },
+	for name, mutate := range map[string]func(*stream.Change){
+		"type":            func(c *stream.Change) { c.Type = stream.ProfileCreated },
+		"namespace":       func(c *stream.Change) { c.Namespace = "team-b" },
+		"cluster":         func(c *stream.Change) { c.Cluster = "c2" },
+		"name":            func(c *stream.Change) { c.Name = "c2" },
+		"resourceVersion": func(c *stream.Change) { c.ResourceVersion = "43" },
+		"field boundary":  func(c *stream.Change) { c.Namespace, c.Cluster = "team-a\nc1", "" },
 	} {
 		other := c
 		mutate(&other)
@@ -71,16 +71,16 @@ func TestEventID(t *testing.T) {
 
 func TestEncode(t *testing.T) {
 	for _, tc := range []struct {
-		change              syncer.Change
+		change              stream.Change
 		profile, credential bool
 	}{
-		{change: profileChange(syncer.ChangeProfileCreated, "team-a", "c1.eu", "1"), profile: true},
-		{change: profileChange(syncer.ChangeProfileUpdated, "team-a", "c1", "2"), profile: true},
-		{change: profileChange(syncer.ChangeProfileDeleted, "team-a", "c1", "3"), profile: true},
-		{change: profileChange(syncer.ChangeAccessProviderUpdated, "team-a", "c1", "4"), profile: true},
-		{change: credentialChange(syncer.ChangeCredentialSynced, "team-a", "c1", "msa", "5"), credential: true},
-		{change: credentialChange(syncer.ChangeCredentialRotated, "team-a", "c1", "msa", "6"), credential: true},
-		{change: credentialChange(syncer.ChangeCredentialRemoved, "team-a", "c1", "msa", "7"), credential: true},
+		{change: profileChange(stream.ProfileCreated, "team-a", "c1.eu", "1"), profile: true},
+		{change: profileChange(stream.ProfileUpdated, "team-a", "c1", "2"), profile: true},
+		{change: profileChange(stream.ProfileDeleted, "team-a", "c1", "3"), profile: true},
+		{change: profileChange(stream.AccessProviderUpdated, "team-a", "c1", "4"), profile: true},
+		{change: credentialChange(stream.CredentialSynced, "team-a", "c1", "msa", "5"), credential: true},
+		{change: credentialChange(stream.CredentialRotated, "team-a", "c1", "msa", "6"), credential: true},
+		{change: credentialChange(stream.CredentialRemoved, "team-a", "c1", "msa", "7"), credential: true},
 	} {
 		c := tc.change
 		t.Run(c.Type, func(t *testing.T) {
@@ -133,7 +133,7 @@ func TestEncode(t *testing.T) {
 }
 
 func TestEncodeTimeIsUTC(t *testing.T) {
-	c := profileChange(syncer.ChangeProfileUpdated, "ns", "c", "1")
+	c := profileChange(stream.ProfileUpdated, "ns", "c", "1")
 	c.Time = time.Date(2026, 3, 1, 14, 0, 0, 500, time.FixedZone("CET", 3600))
 	e, err := NewEvent(c, "src")
 	if err != nil {
@@ -145,12 +145,12 @@ func TestEncodeTimeIsUTC(t *testing.T) {
 }
 
 func TestEncodeRejects(t *testing.T) {
-	good := profileChange(syncer.ChangeProfileUpdated, "ns", "c", "1")
-	for name, c := range map[string]syncer.Change{
-		"foreign type":    func() syncer.Change { c := good; c.Type = "com.example.x.y"; return c }(),
-		"empty type":      func() syncer.Change { c := good; c.Type = ""; return c }(),
-		"empty namespace": func() syncer.Change { c := good; c.Namespace = ""; return c }(),
-		"empty cluster":   func() syncer.Change { c := good; c.Cluster = ""; return c }(),
+	good := profileChange(stream.ProfileUpdated, "ns", "c", "1")
+	for name, c := range map[string]stream.Change{
+		"foreign type":    func() stream.Change { c := good; c.Type = "com.example.x.y"; return c }(),
+		"empty type":      func() stream.Change { c := good; c.Type = ""; return c }(),
+		"empty namespace": func() stream.Change { c := good; c.Namespace = ""; return c }(),
+		"empty cluster":   func() stream.Change { c := good; c.Cluster = ""; return c }(),
 	} {
 		if _, err := Encode(c, "src"); err == nil {
 			t.Errorf("%s: Encode succeeded", name)
@@ -169,9 +169,9 @@ func TestEncodeRejects(t *testing.T) {
 // Changes without a summary or a time still make events the contract
 // accepts.
 func TestEncodeFillsWhatTheContractRequires(t *testing.T) {
-	for _, c := range []syncer.Change{
-		{Type: syncer.ChangeProfileDeleted, Namespace: "ns", Cluster: "c.1", Name: "c.1", ResourceVersion: "9"},
-		{Type: syncer.ChangeCredentialRemoved, Namespace: "ns", Cluster: "c.1", Name: "c.1-msa", ResourceVersion: "9"},
+	for _, c := range []stream.Change{
+		{Type: stream.ProfileDeleted, Namespace: "ns", Cluster: "c.1", Name: "c.1", ResourceVersion: "9"},
+		{Type: stream.CredentialRemoved, Namespace: "ns", Cluster: "c.1", Name: "c.1-msa", ResourceVersion: "9"},
 	} {
 		data, err := Encode(c, "hubsync/x")
 		if err != nil {
@@ -181,7 +181,7 @@ func TestEncodeFillsWhatTheContractRequires(t *testing.T) {
 			t.Errorf("%s: %v", data, err)
 		}
 		e, _ := Decode(data)
-		if c.Type == syncer.ChangeCredentialRemoved && (e.Data.Credential.ManagedServiceAccount != "msa" || e.Data.Credential.Secret != "c.1-msa") {
+		if c.Type == stream.CredentialRemoved && (e.Data.Credential.ManagedServiceAccount != "msa" || e.Data.Credential.Secret != "c.1-msa") {
 			t.Errorf("credential = %+v, want msa from the Secret name", e.Data.Credential)
 		}
 	}

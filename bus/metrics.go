@@ -6,7 +6,6 @@ type metrics struct {
 	published       *prometheus.CounterVec
 	duplicates      prometheus.Counter
 	publishErrors   prometheus.Counter
-	dropped         prometheus.Counter
 	publishDuration prometheus.Histogram
 	connected       prometheus.Gauge
 	resyncs         prometheus.Counter
@@ -15,7 +14,7 @@ type metrics struct {
 	batchSize       prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hubsync_events_published_total",
@@ -29,10 +28,6 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, erro
 			Name: "hubsync_events_publish_errors_total",
 			Help: "Failed publish attempts (each is retried), and changes that could not be encoded (skipped).",
 		}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "hubsync_events_dropped_total",
-			Help: "Changes dropped because the event buffer was full; the current state is republished afterwards.",
-		}),
 		publishDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "hubsync_events_publish_duration_seconds",
 			Help:    "Time from sending an event to JetStream's acknowledgement, per attempt.",
@@ -44,7 +39,7 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, erro
 		}),
 		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hubsync_events_resyncs_total",
-			Help: "Times the current state was republished (after a (re)connect or dropped changes).",
+			Help: "Times the current state was republished to NATS (after a (re)connect, a restart or dropped changes).",
 		}),
 		kvWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hubsync_kv_writes_total",
@@ -64,11 +59,7 @@ func newMetrics(reg prometheus.Registerer, depth func() float64) (*metrics, erro
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{
-		m.published, m.duplicates, m.publishErrors, m.dropped, m.publishDuration, m.connected, m.resyncs, m.kvWrites, m.kvErrors, m.batchSize,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "hubsync_events_buffer_depth",
-			Help: "Changes waiting to be published.",
-		}, depth),
+		m.published, m.duplicates, m.publishErrors, m.publishDuration, m.connected, m.resyncs, m.kvWrites, m.kvErrors, m.batchSize,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -5,37 +5,37 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/stream"
 )
 
 func TestRecordsApply(t *testing.T) {
-	rs := records{}
+	rs := stream.Records{}
 	key := KVKey("team-a", "c.1")
-	created := profileChange(syncer.ChangeProfileCreated, "team-a", "c.1", "1")
-	updated := profileChange(syncer.ChangeAccessProviderUpdated, "team-a", "c.1", "2")
-	updated.Profile.AccessProviders = append(updated.Profile.AccessProviders, syncer.AccessProviderSummary{Name: "direct", Server: "https://c1:6443"})
+	created := profileChange(stream.ProfileCreated, "team-a", "c.1", "1")
+	updated := profileChange(stream.AccessProviderUpdated, "team-a", "c.1", "2")
+	updated.Profile.AccessProviders = append(updated.Profile.AccessProviders, stream.AccessProviderSummary{Name: "direct", Server: "https://c1:6443"})
 	for _, step := range []struct {
 		name      string
-		change    syncer.Change
+		change    stream.Change
 		deleted   bool
 		msas      []string
 		providers int
 	}{
-		{name: "credential before profile", change: credentialChange(syncer.ChangeCredentialSynced, "team-a", "c.1", "zeta", "1"), msas: []string{"zeta"}},
+		{name: "credential before profile", change: credentialChange(stream.CredentialSynced, "team-a", "c.1", "zeta", "1"), msas: []string{"zeta"}},
 		{name: "profile created", change: created, msas: []string{"zeta"}, providers: 1},
-		{name: "second credential sorts first", change: credentialChange(syncer.ChangeCredentialSynced, "team-a", "c.1", "alpha", "2"), msas: []string{"alpha", "zeta"}, providers: 1},
-		{name: "rotation replaces", change: credentialChange(syncer.ChangeCredentialRotated, "team-a", "c.1", "zeta", "3"), msas: []string{"alpha", "zeta"}, providers: 1},
+		{name: "second credential sorts first", change: credentialChange(stream.CredentialSynced, "team-a", "c.1", "alpha", "2"), msas: []string{"alpha", "zeta"}, providers: 1},
+		{name: "rotation replaces", change: credentialChange(stream.CredentialRotated, "team-a", "c.1", "zeta", "3"), msas: []string{"alpha", "zeta"}, providers: 1},
 		{name: "access providers", change: updated, msas: []string{"alpha", "zeta"}, providers: 2},
-		{name: "credential removed", change: credentialChange(syncer.ChangeCredentialRemoved, "team-a", "c.1", "alpha", "4"), msas: []string{"zeta"}, providers: 2},
-		{name: "profile deleted", change: profileChange(syncer.ChangeProfileDeleted, "team-a", "c.1", "5"), deleted: true},
-		{name: "late credential removal of a deleted profile", change: credentialChange(syncer.ChangeCredentialRemoved, "team-a", "c.1", "zeta", "6"), deleted: true},
+		{name: "credential removed", change: credentialChange(stream.CredentialRemoved, "team-a", "c.1", "alpha", "4"), msas: []string{"zeta"}, providers: 2},
+		{name: "profile deleted", change: profileChange(stream.ProfileDeleted, "team-a", "c.1", "5"), deleted: true},
+		{name: "late credential removal of a deleted profile", change: credentialChange(stream.CredentialRemoved, "team-a", "c.1", "zeta", "6"), deleted: true},
 	} {
-		op, ok := rs.apply(step.change, t0)
+		op, ok := kvOpFor(rs, step.change, t0)
 		if !ok || op.key != key {
 			t.Fatalf("%s: op %+v, %v", step.name, op, ok)
 		}
 		if step.deleted {
-			if op.value != nil || rs[key] != nil {
+			if op.value != nil || rs[stream.Key{Namespace: "team-a", Cluster: "c.1"}] != nil {
 				t.Fatalf("%s: want the key deleted, got %s", step.name, op.value)
 			}
 			continue
@@ -66,18 +66,18 @@ func TestRecordsApply(t *testing.T) {
 			t.Errorf("%s: record %+v", step.name, r)
 		}
 	}
-	if _, ok := rs.apply(syncer.Change{Type: "io.hubsync.tunnel.down", Namespace: "n", Cluster: "c"}, t0); ok {
+	if _, ok := kvOpFor(rs, stream.Change{Type: "io.hubsync.tunnel.down", Namespace: "n", Cluster: "c"}, t0); ok {
 		t.Error("a tunnel event changed the KV")
 	}
 }
 
 func TestRemovals(t *testing.T) {
-	cred := func(msa, rv string) syncer.CredentialSummary {
-		return syncer.CredentialSummary{ManagedServiceAccount: msa, Secret: "c1-" + msa, ResourceVersion: rv}
+	cred := func(msa, rv string) stream.CredentialSummary {
+		return stream.CredentialSummary{ManagedServiceAccount: msa, Secret: "c1-" + msa, ResourceVersion: rv}
 	}
-	profile := &syncer.ProfileSummary{KubernetesVersion: "v1.35.4"}
-	rec := func(p *syncer.ProfileSummary, rv string, creds ...syncer.CredentialSummary) *Record {
-		return &Record{Namespace: "team-a", Cluster: "c1", Profile: p, Credentials: creds, profileRV: rv}
+	profile := &stream.ProfileSummary{KubernetesVersion: "v1.35.4"}
+	rec := func(p *stream.ProfileSummary, rv string, creds ...stream.CredentialSummary) *Record {
+		return &Record{Namespace: "team-a", Cluster: "c1", Profile: p, Credentials: creds, ProfileResourceVersion: rv}
 	}
 	tests := []struct {
 		name     string
@@ -97,7 +97,7 @@ func TestRemovals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
-			for _, c := range removals(tt.old, tt.cur, t0) {
+			for _, c := range stream.Removals(tt.old, tt.cur, t0) {
 				if c.Namespace != "team-a" || c.Cluster != "c1" || validChange(c) != nil {
 					t.Errorf("bad change %+v", c)
 				}
@@ -115,7 +115,7 @@ func TestRemovals(t *testing.T) {
 
 // validateChangeEvent encodes a change as hubsync publishes it and checks
 // the event against the schema.
-func validateChangeEvent(t *testing.T, c syncer.Change) error {
+func validateChangeEvent(t *testing.T, c stream.Change) error {
 	t.Helper()
 	data, err := Encode(c, "hubsync/test")
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hubsync/hubsync/bus"
+	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/syncer"
 )
 
@@ -20,7 +21,7 @@ func profileEvent() object {
 		"specversion":     "1.0",
 		"id":              "0123456789abcdef0123456789abcdef",
 		"source":          "hubsync/open-cluster-management",
-		"type":            syncer.ChangeProfileCreated,
+		"type":            stream.ProfileCreated,
 		"subject":         "team-ml/edge.eu-1",
 		"time":            "2026-11-21T04:00:00Z",
 		"datacontenttype": "application/json",
@@ -48,7 +49,7 @@ func credentialEvent() object {
 		"specversion":     "1.0",
 		"id":              "fedcba9876543210fedcba9876543210",
 		"source":          "hubsync/open-cluster-management",
-		"type":            syncer.ChangeCredentialRotated,
+		"type":            stream.CredentialRotated,
 		"subject":         "team-ml/eu-prod-01",
 		"time":            "2026-11-21T04:00:00.123456789Z",
 		"datacontenttype": "application/json",
@@ -117,17 +118,17 @@ func TestValidateEvent(t *testing.T) {
 		{name: "profile created", event: profileEvent},
 		{name: "credential rotated", event: credentialEvent},
 		{name: "profile updated without optional fields", event: profileEvent, mutate: []func(object){
-			set("", "type", syncer.ChangeProfileUpdated), set("data", "profile", object{"healthy": "False"}),
+			set("", "type", stream.ProfileUpdated), set("data", "profile", object{"healthy": "False"}),
 		}},
 		{name: "profile deleted with a minimal profile", event: profileEvent, mutate: []func(object){
-			set("", "type", syncer.ChangeProfileDeleted), set("data", "profile", object{}),
+			set("", "type", stream.ProfileDeleted), set("data", "profile", object{}),
 		}},
-		{name: "access provider updated", event: profileEvent, mutate: []func(object){set("", "type", syncer.ChangeAccessProviderUpdated)}},
+		{name: "access provider updated", event: profileEvent, mutate: []func(object){set("", "type", stream.AccessProviderUpdated)}},
 		{name: "credential synced without expiry", event: credentialEvent, mutate: []func(object){
-			set("", "type", syncer.ChangeCredentialSynced), del("data.credential", "expiration"),
+			set("", "type", stream.CredentialSynced), del("data.credential", "expiration"),
 		}},
 		{name: "credential removed", event: credentialEvent, mutate: []func(object){
-			set("", "type", syncer.ChangeCredentialRemoved), del("data.credential", "fingerprint"), del("data.credential", "resourceVersion"),
+			set("", "type", stream.CredentialRemoved), del("data.credential", "fingerprint"), del("data.credential", "resourceVersion"),
 		}},
 		{name: "time with offset", event: profileEvent, mutate: []func(object){set("", "time", "2026-11-21T05:00:00+01:00")}},
 		{name: "empty resourceVersion", event: profileEvent, mutate: []func(object){set("data", "resourceVersion", "")}},
@@ -158,7 +159,7 @@ func TestValidateEvent(t *testing.T) {
 		{name: "credential event with a profile", event: credentialEvent, mutate: []func(object){set("data", "profile", object{})}, wantErr: "/data/profile"},
 		{name: "profile event without profile", event: profileEvent, mutate: []func(object){del("data", "profile")}, wantErr: "missing property 'profile'"},
 		{name: "access provider event without profile", event: profileEvent, mutate: []func(object){
-			set("", "type", syncer.ChangeAccessProviderUpdated), del("data", "profile"),
+			set("", "type", stream.AccessProviderUpdated), del("data", "profile"),
 		}, wantErr: "missing property 'profile'"},
 		{name: "profile event with a credential", event: profileEvent, mutate: []func(object){set("data", "credential", at(credentialEvent(), "data.credential"))}, wantErr: "/data/credential"},
 		{name: "credential without secret", event: credentialEvent, mutate: []func(object){del("data.credential", "secret")}, wantErr: "missing property 'secret'"},
@@ -206,7 +207,7 @@ func TestValidateRecord(t *testing.T) {
 		{name: "token in a credential", mutate: []func(object){
 			func(o object) { o["credentials"].([]any)[0].(object)["token"] = "eyJhbGciOi" },
 		}, wantErr: "token"},
-		{name: "event as record", mutate: []func(object){set("", "type", syncer.ChangeProfileCreated)}, wantErr: "type"},
+		{name: "event as record", mutate: []func(object){set("", "type", stream.ProfileCreated)}, wantErr: "type"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := record()
@@ -228,12 +229,12 @@ func TestValidateRecord(t *testing.T) {
 // a field added to them must be added to the schemas too.
 func TestSchemasMatchSyncerSummaries(t *testing.T) {
 	exp := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
-	p := syncer.ProfileSummary{
+	p := stream.ProfileSummary{
 		Labels:            map[string]string{"x-k8s.io/cluster-manager": "open-cluster-management"},
 		KubernetesVersion: "v1.35.4", Healthy: "True", Joined: "Unknown",
-		AccessProviders: []syncer.AccessProviderSummary{{Name: "open-cluster-management", Server: "https://proxy:9092/eu-prod-01"}},
+		AccessProviders: []stream.AccessProviderSummary{{Name: "open-cluster-management", Server: "https://proxy:9092/eu-prod-01", CAData: []byte("a CA")}},
 	}
-	c := syncer.CredentialSummary{
+	c := stream.CredentialSummary{
 		ManagedServiceAccount: "kueue", Secret: "eu-prod-01-kueue", ResourceVersion: "7",
 		Fingerprint: syncer.TokenFingerprint([]byte("a token")), Expiration: &exp,
 	}
@@ -254,7 +255,7 @@ func TestSchemasMatchSyncerSummaries(t *testing.T) {
 		}
 	}
 	rec := record()
-	rec["profile"], rec["credentials"] = raw(p), raw([]syncer.CredentialSummary{c})
+	rec["profile"], rec["credentials"] = raw(p), raw([]stream.CredentialSummary{c})
 	if err := bus.ValidateRecord(raw(rec)); err != nil {
 		t.Errorf("record: %v", err)
 	}
@@ -346,7 +347,7 @@ func TestDocsExamples(t *testing.T) {
 			t.Errorf("example %d (%s): %v", i+1, head.Type, err)
 		}
 		d := head.Data
-		if id := bus.EventID(syncer.Change{Type: head.Type, Namespace: d.Namespace, Cluster: d.Cluster, Name: d.Name, ResourceVersion: d.ResourceVersion}); id != head.ID {
+		if id := bus.EventID(stream.Change{Type: head.Type, Namespace: d.Namespace, Cluster: d.Cluster, Name: d.Name, ResourceVersion: d.ResourceVersion}); id != head.ID {
 			t.Errorf("example %d (%s): id %s, but hubsync would send %s", i+1, head.Type, head.ID, id)
 		}
 	}

@@ -60,8 +60,11 @@ type Config struct {
 	// Credentials configures the copies of ManagedServiceAccount tokens
 	// into consumer namespaces.
 	Credentials Credentials `json:"credentials"`
-	// Bus configures the NATS event bus.
+	// Bus configures the NATS event bus, which is the sink named "nats".
 	Bus Bus `json:"bus"`
+	// Sinks are the other targets every change is delivered to. They can
+	// be added, changed and removed while hubsync runs (see Reloadable).
+	Sinks []Sink `json:"sinks,omitempty"`
 }
 
 // Bus configures where cluster-access events go: an external NATS, or,
@@ -350,6 +353,7 @@ func (c *Config) SetDefaults() {
 	if c.Credentials.Coalesce.Duration == 0 {
 		c.Credentials.Coalesce.Duration = DefaultCoalesce
 	}
+	c.setSinkDefaults()
 }
 
 // Load reads, defaults and validates a configuration file. The error lists
@@ -487,6 +491,7 @@ func (c *Config) validate() field.ErrorList {
 	}
 	errs = append(errs, c.validateAccessProviders()...)
 	errs = append(errs, c.validateBus()...)
+	errs = append(errs, c.validateSinks()...)
 	if c.Credentials.Workers > 1024 {
 		errs = append(errs, field.Invalid(field.NewPath("credentials", "workers"), c.Credentials.Workers, "must be at most 1024"))
 	}

@@ -26,6 +26,8 @@ import (
 	msainformers "open-cluster-management.io/managed-serviceaccount/pkg/generated/informers/externalversions"
 	msalisters "open-cluster-management.io/managed-serviceaccount/pkg/generated/listers/authentication/v1beta1"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+
+	"github.com/hubsync/hubsync/stream"
 )
 
 const bySource = "source" // credential copy -> "<cluster>/<msa>"
@@ -355,9 +357,9 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 		if cur.Annotations[AnnotationTokenFingerprint] != desired.Annotations[AnnotationTokenFingerprint] {
 			rotated.Insert(ns)
 		}
-		typ := ChangeCredentialSynced
+		typ := stream.CredentialSynced
 		if rotated.Has(ns) {
-			typ = ChangeCredentialRotated
+			typ = stream.CredentialRotated
 		}
 		if err := c.write(ctx, "update", func(ctx context.Context) error {
 			out, err := c.s.clients.Kube.CoreV1().Secrets(ns).Update(ctx, updated, metav1.UpdateOptions{})
@@ -428,7 +430,7 @@ func (c *credentials) create(ctx context.Context, cluster, msaName string, want 
 		out, err := c.s.clients.Kube.CoreV1().Secrets(want.Namespace).Create(ctx, want, metav1.CreateOptions{})
 		if err == nil {
 			c.written.wrote(out)
-			c.s.notifyCredential(ChangeCredentialSynced, out)
+			c.s.notifyCredential(stream.CredentialSynced, out)
 		}
 		return err
 	})
@@ -465,7 +467,7 @@ func (c *credentials) deleteCopies(ctx context.Context, existing map[string]*cor
 		}
 		c.written.deletedObj(sec)
 		if err == nil {
-			c.s.notifyCredential(ChangeCredentialRemoved, sec)
+			c.s.notifyCredential(stream.CredentialRemoved, sec)
 		}
 		pair, _ := copyPair(sec)
 		c.log.Info("credential copy removed", "namespace", ns, "secret", sec.Name, "source", pair,

@@ -37,6 +37,7 @@ import (
 	cpinformers "sigs.k8s.io/cluster-inventory-api/client/informers/externalversions"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/stream"
 )
 
 // Indexer names.
@@ -71,7 +72,7 @@ type Options struct {
 	// Credentials, when set, turns on credential copies.
 	Credentials *CredentialOptions
 	// Notifier receives every change hubsync makes (nil: none).
-	Notifier Notifier
+	Notifier stream.Notifier
 }
 
 // Syncer projects ClusterProfiles into consumer namespaces.
@@ -82,7 +83,7 @@ type Syncer struct {
 	recorder record.EventRecorder
 	metrics  *metrics
 	writes   *writeTracker
-	notifier Notifier
+	notifier stream.Notifier
 
 	kubeInformers    kubeinformers.SharedInformerFactory
 	clusterInformers clusterinformers.SharedInformerFactory
@@ -124,7 +125,7 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 		opts.RetryMax = 5 * time.Minute
 	}
 	if opts.Notifier == nil {
-		opts.Notifier = nopNotifier{}
+		opts.Notifier = stream.Nop{}
 	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 30 * time.Second

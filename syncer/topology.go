@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+
+	"github.com/hubsync/hubsync/stream"
 )
 
 // conflictError says a desired profile is blocked by a same-named profile
@@ -138,14 +140,14 @@ func (s *Syncer) create(ctx context.Context, ns string, cluster *clusterv1.Manag
 	if err != nil {
 		// The profile exists, without status: say so now; the retry's
 		// status write follows as an update.
-		s.notifyProfile(ChangeProfileCreated, created)
+		s.notifyProfile(stream.ProfileCreated, created)
 		if isNamespaceGone(err) {
 			return nil
 		}
 		return fmt.Errorf("write status of new profile %s/%s: %w", ns, cluster.Name, err)
 	}
 	s.writes.wrote(updated)
-	s.notifyProfile(ChangeProfileCreated, updated)
+	s.notifyProfile(stream.ProfileCreated, updated)
 	return nil
 }
 
@@ -170,7 +172,7 @@ func (s *Syncer) update(ctx context.Context, cur *cpv1alpha1.ClusterProfile, clu
 	status := DesiredStatus(p.Status, cluster, s.providers.snapshot())
 	if equality.Semantic.DeepEqual(status, p.Status) {
 		if changed {
-			s.notifyProfile(ChangeProfileUpdated, p)
+			s.notifyProfile(stream.ProfileUpdated, p)
 		}
 		return nil
 	}
@@ -188,9 +190,9 @@ func (s *Syncer) update(ctx context.Context, cur *cpv1alpha1.ClusterProfile, clu
 		return fmt.Errorf("update status of profile %s/%s: %w", cur.Namespace, cur.Name, err)
 	}
 	s.writes.wrote(updated)
-	s.notifyProfile(ChangeProfileUpdated, updated)
+	s.notifyProfile(stream.ProfileUpdated, updated)
 	if providersChanged(cur, updated) {
-		s.notifyProfile(ChangeAccessProviderUpdated, updated)
+		s.notifyProfile(stream.AccessProviderUpdated, updated)
 	}
 	return nil
 }
@@ -209,7 +211,7 @@ func (s *Syncer) delete(ctx context.Context, p *cpv1alpha1.ClusterProfile) error
 	}
 	s.writes.deletedObj(p)
 	if err == nil {
-		s.notifyProfile(ChangeProfileDeleted, p)
+		s.notifyProfile(stream.ProfileDeleted, p)
 	}
 	s.log.Debug("profile deleted", "namespace", p.Namespace, "cluster", p.Name)
 	return nil

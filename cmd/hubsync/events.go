@@ -21,7 +21,7 @@ import (
 
 	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
-	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/stream"
 )
 
 // hubsync events and hubsync state read the event bus the way any consumer
@@ -160,9 +160,9 @@ func (t *busTarget) jetStreamError(what, name string, err error) error {
 
 // eventTypes are the v1 event types.
 var eventTypes = []string{
-	syncer.ChangeProfileCreated, syncer.ChangeProfileUpdated, syncer.ChangeProfileDeleted,
-	syncer.ChangeCredentialSynced, syncer.ChangeCredentialRotated, syncer.ChangeCredentialRemoved,
-	syncer.ChangeAccessProviderUpdated,
+	stream.ProfileCreated, stream.ProfileUpdated, stream.ProfileDeleted,
+	stream.CredentialSynced, stream.CredentialRotated, stream.CredentialRemoved,
+	stream.AccessProviderUpdated,
 }
 
 // parseType reads --type: a full type (io.hubsync.profile.updated), a short
@@ -416,7 +416,7 @@ func formatEvent(ev *bus.Event) string {
 	return strings.TrimRight(fmt.Sprintf("%s %-22s %s  %s", when, strings.TrimPrefix(ev.Type, bus.TypePrefix), where, strings.Join(details, " ")), " ")
 }
 
-func providerNames(ps []syncer.AccessProviderSummary) string {
+func providerNames(ps []stream.AccessProviderSummary) string {
 	names := make([]string, len(ps))
 	for i, p := range ps {
 		names[i] = p.Name
@@ -560,7 +560,7 @@ func writeStateTable(w io.Writer, records []accessRecord) error {
 }
 
 // credentialsCell is the count of credentials and the nearest expiry.
-func credentialsCell(cs []syncer.CredentialSummary) string {
+func credentialsCell(cs []stream.CredentialSummary) string {
 	var next time.Time
 	for _, c := range cs {
 		if c.Expiration != nil && (next.IsZero() || c.Expiration.Before(next)) {

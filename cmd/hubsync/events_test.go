@@ -16,6 +16,7 @@ import (
 
 	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/syncer"
 	"github.com/hubsync/hubsync/test/fleet"
 )
@@ -69,7 +70,7 @@ func createBus(t *testing.T, js jetstream.JetStream) (jetstream.Stream, jetstrea
 
 // publish sends a change the way hubsync does: the encoded event on its
 // subject, with its id as Nats-Msg-Id. It returns the event's JSON.
-func publish(t *testing.T, js jetstream.JetStream, c syncer.Change) []byte {
+func publish(t *testing.T, js jetstream.JetStream, c stream.Change) []byte {
 	t.Helper()
 	data, err := bus.Encode(c, "hubsync/open-cluster-management")
 	if err != nil {
@@ -91,23 +92,23 @@ func publish(t *testing.T, js jetstream.JetStream, c syncer.Change) []byte {
 
 var t0 = time.Date(2026, 11, 21, 4, 0, 0, 0, time.UTC)
 
-func profileChange(typ, ns, cluster string, minute int) syncer.Change {
-	return syncer.Change{
+func profileChange(typ, ns, cluster string, minute int) stream.Change {
+	return stream.Change{
 		Type: typ, Namespace: ns, Cluster: cluster, Name: cluster, ResourceVersion: fmt.Sprint(100 + minute),
 		Time: t0.Add(time.Duration(minute) * time.Minute),
-		Profile: &syncer.ProfileSummary{
+		Profile: &stream.ProfileSummary{
 			KubernetesVersion: "v1.35.4", Healthy: "True", Joined: "True",
-			AccessProviders: []syncer.AccessProviderSummary{{Name: "open-cluster-management", Server: "https://proxy:9092/" + cluster}},
+			AccessProviders: []stream.AccessProviderSummary{{Name: "open-cluster-management", Server: "https://proxy:9092/" + cluster}},
 		},
 	}
 }
 
-func credentialChange(typ, ns, cluster, fp string, minute int) syncer.Change {
+func credentialChange(typ, ns, cluster, fp string, minute int) stream.Change {
 	exp := t0.Add(24 * time.Hour)
-	return syncer.Change{
+	return stream.Change{
 		Type: typ, Namespace: ns, Cluster: cluster, Name: cluster + "-kueue", ResourceVersion: fmt.Sprint(200 + minute),
 		Time: t0.Add(time.Duration(minute) * time.Minute),
-		Credential: &syncer.CredentialSummary{
+		Credential: &stream.CredentialSummary{
 			ManagedServiceAccount: "kueue", Secret: cluster + "-kueue", ResourceVersion: fmt.Sprint(200 + minute),
 			Fingerprint: fp, Expiration: &exp,
 		},
@@ -126,11 +127,11 @@ func TestEventsCommand(t *testing.T) {
 
 	// The first batch, then (after mid) the second.
 	fpA, fpB := syncer.TokenFingerprint([]byte("token a")), syncer.TokenFingerprint([]byte("token b"))
-	created := profileChange(syncer.ChangeProfileCreated, "team-ml", "eu-prod-01", 0)
-	for _, c := range []syncer.Change{
+	created := profileChange(stream.ProfileCreated, "team-ml", "eu-prod-01", 0)
+	for _, c := range []stream.Change{
 		created,
-		profileChange(syncer.ChangeProfileCreated, "team-ml", "edge.eu-1", 1),
-		credentialChange(syncer.ChangeCredentialSynced, "team-ml", "eu-prod-01", fpA, 2),
+		profileChange(stream.ProfileCreated, "team-ml", "edge.eu-1", 1),
+		credentialChange(stream.CredentialSynced, "team-ml", "eu-prod-01", fpA, 2),
 		created, // published twice: JetStream keeps it once
 	} {
 		publish(t, js, c)
@@ -142,12 +143,12 @@ func TestEventsCommand(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	mid := time.Now().UTC().Format(time.RFC3339Nano)
 	time.Sleep(10 * time.Millisecond)
-	rotated := publish(t, js, credentialChange(syncer.ChangeCredentialRotated, "team-ml", "eu-prod-01", fpB, 3))
-	for _, c := range []syncer.Change{
-		profileChange(syncer.ChangeProfileUpdated, "team-web", "eu-prod-01", 4),
-		profileChange(syncer.ChangeAccessProviderUpdated, "team-ml", "edge.eu-1", 5),
-		{Type: syncer.ChangeProfileDeleted, Namespace: "team-web", Cluster: "eu-prod-01", Name: "eu-prod-01",
-			ResourceVersion: "106", Time: t0.Add(6 * time.Minute), Profile: &syncer.ProfileSummary{}},
+	rotated := publish(t, js, credentialChange(stream.CredentialRotated, "team-ml", "eu-prod-01", fpB, 3))
+	for _, c := range []stream.Change{
+		profileChange(stream.ProfileUpdated, "team-web", "eu-prod-01", 4),
+		profileChange(stream.AccessProviderUpdated, "team-ml", "edge.eu-1", 5),
+		{Type: stream.ProfileDeleted, Namespace: "team-web", Cluster: "eu-prod-01", Name: "eu-prod-01",
+			ResourceVersion: "106", Time: t0.Add(6 * time.Minute), Profile: &stream.ProfileSummary{}},
 	} {
 		publish(t, js, c)
 	}
@@ -180,7 +181,7 @@ func TestEventsCommand(t *testing.T) {
 			wantStdout: want("created", "synced", "rotated")},
 		{name: "by kind", args: append(replay, "--since", "0", "--type", "credential"), wantStdout: want("synced", "rotated")},
 		{name: "by short type", args: append(replay, "--since", "0", "--type", "profile.created"), wantStdout: want("created", "edge")},
-		{name: "by full type", args: append(replay, "--since", "0", "--type", syncer.ChangeAccessProviderUpdated), wantStdout: want("providers")},
+		{name: "by full type", args: append(replay, "--since", "0", "--type", stream.AccessProviderUpdated), wantStdout: want("providers")},
 		{name: "by type in a namespace", args: append(replay, "--since", "0", "--type", "profile.deleted", "--namespace", "team-ml")},
 		{name: "since a time", args: append(replay, "--since", mid), wantStdout: want("rotated", "web", "providers", "deleted")},
 		{name: "since a duration", args: append(replay, "--since", "1h", "--type", "profile.updated"), wantStdout: want("web")},
@@ -252,7 +253,7 @@ func writeConfig(t *testing.T, content string) string {
 func TestEventsFollow(t *testing.T) {
 	url, js := startNATS(t)
 	createBus(t, js)
-	publish(t, js, profileChange(syncer.ChangeProfileCreated, "team-ml", "old", 0))
+	publish(t, js, profileChange(stream.ProfileCreated, "team-ml", "old", 0))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -273,8 +274,8 @@ func TestEventsFollow(t *testing.T) {
 			t.Fatalf("exited early with %d: %s", code, stderr.String())
 		default:
 		}
-		publish(t, js, credentialChange(syncer.ChangeCredentialSynced, "team-ml", "new", "", minute)) // filtered out
-		publish(t, js, profileChange(syncer.ChangeProfileUpdated, "team-ml", "new", minute))
+		publish(t, js, credentialChange(stream.CredentialSynced, "team-ml", "new", "", minute)) // filtered out
+		publish(t, js, profileChange(stream.ProfileUpdated, "team-ml", "new", minute))
 		time.Sleep(50 * time.Millisecond)
 	}
 	cancel()
@@ -298,19 +299,19 @@ func TestStateCommand(t *testing.T) {
 	fp := syncer.TokenFingerprint([]byte("token"))
 	for _, r := range []bus.Record{
 		{Namespace: "team-web", Cluster: "eu-prod-01", Updated: t0,
-			Profile:     &syncer.ProfileSummary{KubernetesVersion: "v1.34.4", Healthy: "False"},
-			Credentials: []syncer.CredentialSummary{}},
+			Profile:     &stream.ProfileSummary{KubernetesVersion: "v1.34.4", Healthy: "False"},
+			Credentials: []stream.CredentialSummary{}},
 		{Namespace: "team-ml", Cluster: "eu-prod-01", Updated: t0,
-			Profile: &syncer.ProfileSummary{KubernetesVersion: "v1.35.4", Healthy: "True", AccessProviders: []syncer.AccessProviderSummary{
+			Profile: &stream.ProfileSummary{KubernetesVersion: "v1.35.4", Healthy: "True", AccessProviders: []stream.AccessProviderSummary{
 				{Name: "open-cluster-management", Server: "https://proxy:9092/eu-prod-01"}, {Name: "direct", Server: "https://eu-prod-01:6443"},
 			}},
-			Credentials: []syncer.CredentialSummary{
+			Credentials: []stream.CredentialSummary{
 				{ManagedServiceAccount: "argocd", Secret: "eu-prod-01-argocd", Fingerprint: fp, Expiration: &exp1},
 				{ManagedServiceAccount: "kueue", Secret: "eu-prod-01-kueue", Fingerprint: fp, Expiration: &exp2},
 			}},
 		{Namespace: "team-ml", Cluster: "edge.eu-1", Updated: t0,
-			Profile:     &syncer.ProfileSummary{},
-			Credentials: []syncer.CredentialSummary{{ManagedServiceAccount: "kueue", Secret: "edge.eu-1-kueue"}}},
+			Profile:     &stream.ProfileSummary{},
+			Credentials: []stream.CredentialSummary{{ManagedServiceAccount: "kueue", Secret: "edge.eu-1-kueue"}}},
 	} {
 		data, err := json.Marshal(r)
 		if err != nil {
@@ -448,9 +449,9 @@ func TestEventsHelpers(t *testing.T) {
 		{in: "profile", kind: "profile"},
 		{in: "io.hubsync.credential", kind: "credential"},
 		{in: "accessprovider", kind: "accessprovider"},
-		{in: "credential.rotated", kind: "credential", full: syncer.ChangeCredentialRotated},
-		{in: syncer.ChangeProfileDeleted, kind: "profile", full: syncer.ChangeProfileDeleted},
-		{in: "accessprovider.updated", kind: "accessprovider", full: syncer.ChangeAccessProviderUpdated},
+		{in: "credential.rotated", kind: "credential", full: stream.CredentialRotated},
+		{in: stream.ProfileDeleted, kind: "profile", full: stream.ProfileDeleted},
+		{in: "accessprovider.updated", kind: "accessprovider", full: stream.AccessProviderUpdated},
 		{in: "tunnel.down", err: true},
 		{in: "Profile", err: true},
 	} {
@@ -488,19 +489,29 @@ func TestAgainstBus(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := b.Start(ctx, nil); err != nil {
+	fan, err := stream.NewFanout(nil, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = b.Close() })
-	fp := syncer.TokenFingerprint([]byte("token"))
-	for _, c := range []syncer.Change{
-		profileChange(syncer.ChangeProfileCreated, "team-ml", "edge.eu-1", 0),
-		credentialChange(syncer.ChangeCredentialSynced, "team-ml", "edge.eu-1", fp, 1),
-		profileChange(syncer.ChangeProfileCreated, "team-web", "eu-prod-01", 2),
-	} {
-		b.Notify(c)
+	if err := fan.Add(b.ConsumerOptions(), b); err != nil {
+		t.Fatal(err)
 	}
-	if err := b.Flush(ctx); err != nil {
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := fan.Start(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fan.Close(ctx); _ = b.Close() })
+	fp := syncer.TokenFingerprint([]byte("token"))
+	for _, c := range []stream.Change{
+		profileChange(stream.ProfileCreated, "team-ml", "edge.eu-1", 0),
+		credentialChange(stream.CredentialSynced, "team-ml", "edge.eu-1", fp, 1),
+		profileChange(stream.ProfileCreated, "team-web", "eu-prod-01", 2),
+	} {
+		fan.Notify(c)
+	}
+	if err := fan.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	url := b.ClientURL()

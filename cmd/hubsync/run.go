@@ -38,6 +38,8 @@ import (
 
 	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/sinks"
+	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/syncer"
 )
 
@@ -60,13 +62,25 @@ func runCommand(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("%s: %w", *configPath, err)
 		}
 	}
-	if *kubeconfig != "" {
-		cfg.Hub.Kubeconfig = *kubeconfig
+	override := func(c *config.Config) {
+		if *kubeconfig != "" {
+			c.Hub.Kubeconfig = *kubeconfig
+		}
 	}
+	override(cfg)
 	log := newLogger(cfg.Logging, stderr)
 	// client-go logs through klog; send them to the same structured log.
 	klog.SetLogger(logr.FromSlogHandler(log.Handler()))
-	return Run(ctx, cfg, log)
+	return Run(ctx, cfg, log, RunOptions{ConfigPath: *configPath, Override: override})
+}
+
+// RunOptions say where the configuration came from, so that Run can
+// reload it.
+type RunOptions struct {
+	// ConfigPath is the file cfg was loaded from; empty: no reloads.
+	ConfigPath string
+	// Override applies command-line flags to a reloaded configuration.
+	Override func(*config.Config)
 }
 
 func newLogger(c config.Logging, w io.Writer) *slog.Logger {
@@ -80,7 +94,7 @@ func newLogger(c config.Logging, w io.Writer) *slog.Logger {
 }
 
 // Run runs the daemon until ctx is cancelled.
-func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ro RunOptions) error {
 	restCfg, err := restConfig(cfg.Hub)
 	if err != nil {
 		return err
@@ -118,12 +132,18 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// The syncer exists once the hub serves the APIs it needs; until then
 	// /healthz answers and /readyz says why it is not ready.
 	var current atomic.Pointer[syncer.Syncer]
+	// The change stream: the syncer notifies it, and it delivers to the
+	// bus and every sink, each through its own queue.
+	fan, err := stream.NewFanout(log.With("component", "stream"), reg)
+	if err != nil {
+		return err
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	serverErr := make(chan error, 1)
 	if cfg.Server.Address != config.ServerOff {
-		srv, ln, err := newServer(cfg.Server.Address, cfg.Server.Pprof, reg, func() (bool, string) {
+		srv, ln, err := newServer(cfg.Server.Address, cfg.Server.Pprof, reg, fan.Statuses, func() (bool, string) {
 			s := current.Load()
 			switch {
 			case s == nil:
@@ -160,27 +180,54 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	source := "hubsync/" + cfg.ClusterManager
 	var events *bus.Bus
-	var notifier syncer.Notifier
 	if cfg.BusEnabled() {
-		if events, err = bus.New(cfg.Bus, "hubsync/"+cfg.ClusterManager, log.With("component", "bus"), reg); err != nil {
+		if events, err = bus.New(cfg.Bus, source, log.With("component", "bus"), reg); err != nil {
 			return err
 		}
-		notifier = events
-		defer func() {
+		if err := fan.Add(events.ConsumerOptions(), events); err != nil {
+			return err
+		}
+	}
+	manager := sinks.NewManager(fan, sinks.Deps{Kube: kube, Source: source, Log: log.With("component", "sinks"), Registerer: reg}, sinkFactories)
+	if res, err := manager.Apply(cfg.Sinks); err != nil {
+		// The configuration is valid, so this is the environment (a
+		// directory that cannot be created, say): report it, run the rest,
+		// and try again at the next reload.
+		log.Error("some sinks could not start; the others run", "failed", res.Failed, "err", describe(err))
+	}
+	defer func() {
+		// Deliver what is queued for a few seconds, then close every
+		// consumer.
+		drain, done := context.WithTimeout(context.Background(), 3*time.Second)
+		defer done()
+		if err := fan.Close(drain); err != nil {
+			log.Warn("stopping with changes undelivered; the next start resyncs every sink", "err", err)
+		}
+		if err := manager.Close(); err != nil {
+			log.Warn("closing sinks", "err", err)
+		}
+		if events != nil {
 			if err := events.Close(); err != nil {
 				log.Warn("closing the event bus", "err", err)
 			}
-		}()
+		}
+	}()
+	if ro.ConfigPath != "" {
+		go newReloader(ro.ConfigPath, cfg, ro.Override, manager, log.With("component", "config"), reg).run(ctx)
 	}
 	// work runs while this replica leads: the bus (only the leader
-	// publishes and writes the KV bucket) and the syncer.
+	// publishes and writes the KV bucket), the sinks and the syncer.
 	work := func(ctx context.Context, s *syncer.Syncer) error {
 		if events != nil {
-			if err := events.Start(ctx, s.Snapshot); err != nil {
+			if err := events.Start(ctx); err != nil {
 				return fmt.Errorf("event bus: %w", err)
 			}
-			log.Info("event bus started", "url", events.ClientURL(), "stream", cfg.Bus.Stream.Name, "kvBucket", cfg.Bus.KVBucket)
+			log.Info("event bus started", "url", bus.RedactURLs([]string{events.ClientURL()}), "stream", cfg.Bus.Stream.Name, "kvBucket", cfg.Bus.KVBucket)
+		}
+		if err := fan.Start(ctx, s.Snapshot); err != nil {
+			return err
 		}
 		return s.Run(ctx)
 	}
@@ -193,7 +240,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		RequestTimeout:  cfg.Hub.Timeout.Duration,
 		AccessProviders: cfg.AccessProviders,
 		Credentials:     creds,
-		Notifier:        notifier,
+		Notifier:        fan,
 	}, log, reg, recorder)
 	if err != nil {
 		return err
@@ -332,7 +379,7 @@ func missingAPIs(kube kubernetes.Interface, required map[string][]string) ([]str
 	return missing, nil
 }
 
-func newServer(addr string, withPprof bool, reg *prometheus.Registry, ready func() (bool, string)) (*http.Server, net.Listener, error) {
+func newServer(addr string, withPprof bool, reg *prometheus.Registry, sinkStatuses func() []stream.Status, ready func() (bool, string)) (*http.Server, net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen on %s: %w", addr, err)
@@ -342,13 +389,26 @@ func newServer(addr string, withPprof bool, reg *prometheus.Registry, ready func
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		ok, why := ready()
+		code := http.StatusOK
 		if !ok {
-			http.Error(w, why, http.StatusServiceUnavailable)
-			return
+			code = http.StatusServiceUnavailable
 		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(code)
 		_, _ = io.WriteString(w, why+"\n")
+		// A sink that is failing never makes hubsync unready (restarting
+		// it would not help the sink): it is only reported here.
+		if r.URL.Query().Has("verbose") && sinkStatuses != nil {
+			for _, s := range sinkStatuses() {
+				state := "ok"
+				if !s.Healthy {
+					state = fmt.Sprintf("failing (%d attempts): %s", s.Failures, s.LastError)
+				}
+				fmt.Fprintf(w, "sink %s (%s): %s, %d queued\n", s.Name, s.Type, state, s.QueueDepth)
+			}
+		}
 	})
 	if withPprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

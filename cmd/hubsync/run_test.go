@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hubsync/hubsync/stream"
 )
 
 func TestServerEndpoints(t *testing.T) {
@@ -13,7 +17,9 @@ func TestServerEndpoints(t *testing.T) {
 		name  string
 		pprof bool
 		path  string
+		ready bool
 		want  int
+		body  string // a line the body must hold
 	}{
 		{name: "metrics", path: "/metrics", want: http.StatusOK},
 		{name: "healthz", path: "/healthz", want: http.StatusOK},
@@ -21,10 +27,24 @@ func TestServerEndpoints(t *testing.T) {
 		{name: "no profiles by default", path: "/debug/pprof/", want: http.StatusNotFound},
 		{name: "profiles when asked for", pprof: true, path: "/debug/pprof/", want: http.StatusOK},
 		{name: "heap profile when asked for", pprof: true, path: "/debug/pprof/heap", want: http.StatusOK},
+		{name: "a failing sink does not make hubsync unready", ready: true, path: "/readyz?verbose", want: http.StatusOK,
+			body: "sink hooks (webhook): failing (3 attempts): POST https://hooks.example/: 503, 0 queued\n"},
+		{name: "sinks are listed only when asked for", ready: true, path: "/readyz", want: http.StatusOK, body: "ok\n"},
+	}
+	statuses := func() []stream.Status {
+		return []stream.Status{
+			{Name: "hooks", Type: "webhook", Failures: 3, LastError: "POST https://hooks.example/: 503"},
+			{Name: "nats", Type: "nats", Healthy: true},
+		}
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv, ln, err := newServer("127.0.0.1:0", tt.pprof, prometheus.NewRegistry(), func() (bool, string) { return false, "caches not synced" })
+			srv, ln, err := newServer("127.0.0.1:0", tt.pprof, prometheus.NewRegistry(), statuses, func() (bool, string) {
+				if tt.ready {
+					return true, "ok"
+				}
+				return false, "caches not synced"
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -34,9 +54,16 @@ func TestServerEndpoints(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != tt.want {
 				t.Errorf("GET %s: %d, want %d", tt.path, resp.StatusCode, tt.want)
+			}
+			if tt.body != "" && !strings.Contains(string(body), tt.body) {
+				t.Errorf("GET %s: body %q lacks %q", tt.path, body, tt.body)
+			}
+			if tt.path == "/readyz" && strings.Contains(string(body), "sink ") {
+				t.Errorf("GET /readyz lists sinks unasked: %q", body)
 			}
 		})
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/syncer"
 	"github.com/hubsync/hubsync/test/fleet"
 )
@@ -31,8 +32,8 @@ type event struct {
 		Cluster         string                    `json:"cluster"`
 		Name            string                    `json:"name"`
 		ResourceVersion string                    `json:"resourceVersion"`
-		Profile         *syncer.ProfileSummary    `json:"profile"`
-		Credential      *syncer.CredentialSummary `json:"credential"`
+		Profile         *stream.ProfileSummary    `json:"profile"`
+		Credential      *stream.CredentialSummary `json:"credential"`
 	} `json:"data"`
 	subject string // the NATS subject
 	raw     []byte
@@ -43,6 +44,7 @@ type busFixture struct {
 	t   *testing.T
 	cfg config.Bus
 	bus *bus.Bus
+	fan *stream.Fanout
 	nc  *nats.Conn
 	js  jetstream.JetStream
 }
@@ -54,19 +56,33 @@ func withBus(t *testing.T, f *busFixture) harnessOption {
 	cfg.Embedded.Listen = "127.0.0.1:0"
 	cfg.Embedded.DataDir = t.TempDir()
 	f.t, f.cfg = t, cfg
-	b, err := bus.New(cfg, "hubsync/"+manager, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	b, err := bus.New(cfg, "hubsync/"+manager, slog.New(slog.DiscardHandler), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.bus = b
-	return withOptions(func(o *syncer.Options) { o.Notifier = b })
+	fan, err := stream.NewFanout(slog.New(slog.DiscardHandler), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fan.Add(b.ConsumerOptions(), b); err != nil {
+		t.Fatal(err)
+	}
+	f.bus, f.fan = b, fan
+	return withOptions(func(o *syncer.Options) { o.Notifier = fan })
 }
 
 // start starts the bus with the syncer's snapshot and connects a reader.
 func (f *busFixture) start(h *harness) {
 	t := f.t
-	h.must(f.bus.Start(h.ctx, h.syncer.Snapshot))
-	t.Cleanup(func() { _ = f.bus.Close() })
+	h.must(f.bus.Start(h.ctx))
+	h.must(f.fan.Start(h.ctx, h.syncer.Snapshot))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = f.fan.Close(ctx)
+		_ = f.bus.Close()
+	})
 	nc, err := nats.Connect(f.bus.ClientURL())
 	h.must(err)
 	t.Cleanup(nc.Close)
@@ -289,8 +305,8 @@ func TestEventsAndState(t *testing.T) {
 		if !stored[bus.EventID(ch)] {
 			fresh++
 		}
-		bf.bus.Notify(ch)
-		bf.bus.Notify(ch)
+		bf.fan.Notify(ch)
+		bf.fan.Notify(ch)
 	}
 	h.eventually("snapshot published", func() error {
 		if n := len(bf.events(h.ctx)); n != len(stored)+fresh {

@@ -1,33 +1,24 @@
-package bus
+package stream
 
 import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/hubsync/hubsync/syncer"
 )
 
-// entry is one item of the queue: a change, or a snapshot of the current
-// state taken on a resync. The publisher keeps its progress in the entry so
-// that a failed step is retried without redoing (or reordering) the others.
+// entry is one item of a consumer's queue: a change, or a snapshot of the
+// current state taken on a resync.
 type entry struct {
 	seq      uint64
-	at       time.Time // when the change was enqueued
-	change   syncer.Change
-	snapshot []syncer.Change // nil for a change
+	at       time.Time // when the change was notified
+	change   Change
+	snapshot []Change // for a snapshot entry; never nil there
 	isSnap   bool
-
-	// Progress, owned by the publisher goroutine.
-	published int  // events of the entry published (0 or 1 for a change)
-	applied   bool // records updated, and ops (and a snapshot's events) computed
-	ops       []kvOp
-	events    []syncer.Change // a snapshot's events: its changes, then missed removals
 }
 
-// queue is the bounded FIFO between Notify and the publisher. Only changes
-// count against the bound; the publisher holds the head until it is fully
-// published, so nothing is ever reordered.
+// queue is the bounded FIFO between Notify and one consumer. Only changes
+// count against the bound; the consumer's worker holds the head until it is
+// delivered, so nothing is ever reordered.
 type queue struct {
 	mu      sync.Mutex
 	items   []*entry
@@ -35,14 +26,15 @@ type queue struct {
 	max     int
 	seq     uint64 // of the last change enqueued
 	closed  bool
-	// resync is set when a change was dropped or the connection came
-	// (back): the publisher then inserts a snapshot of the current state.
+	// resync is set when a change was dropped, when the consumer starts and
+	// when it asks for one: the worker then inserts a snapshot of the
+	// current state.
 	resync bool
 	// dropping is true from the first drop until the next resync, so a
-	// burst of drops is logged once.
+	// burst of drops is reported once.
 	dropping bool
 
-	wake    chan struct{} // the publisher has work
+	wake    chan struct{} // the worker has work
 	changed chan struct{} // closed and replaced whenever the head is popped
 }
 
@@ -52,7 +44,7 @@ func newQueue(max int) *queue {
 
 // push adds a change unless the queue is full; it never blocks. first
 // reports the first drop of a burst.
-func (q *queue) push(c syncer.Change) (ok, first bool) {
+func (q *queue) push(c Change, at time.Time) (ok, first bool) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -63,10 +55,11 @@ func (q *queue) push(c syncer.Change) (ok, first bool) {
 		first = !q.dropping
 		q.dropping = true
 		q.mu.Unlock()
+		q.signal()
 		return false, first
 	}
 	q.seq++
-	q.items = append(q.items, &entry{seq: q.seq, at: time.Now(), change: c})
+	q.items = append(q.items, &entry{seq: q.seq, at: at, change: c})
 	q.changes++
 	q.mu.Unlock()
 	q.signal()
@@ -89,10 +82,11 @@ func (q *queue) head() *entry {
 	return q.items[0]
 }
 
-// batch returns the entries to publish together: a snapshot at the head
+// batch returns the entries to deliver together: a snapshot at the head
 // alone, or the changes at the head up to max and up to the first one
-// about a (namespace, cluster) already in the batch, so that a batch never
-// holds two changes of one key.
+// about a key already in the batch, so that a batch never holds two
+// changes of one (namespace, cluster) and a consumer may deliver a batch's
+// changes concurrently without reordering a key.
 func (q *queue) batch(max int) []*entry {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -102,11 +96,10 @@ func (q *queue) batch(max int) []*entry {
 	if q.items[0].isSnap {
 		return q.items[:1:1]
 	}
-	type key struct{ namespace, cluster string }
-	seen := make(map[key]bool, min(max, len(q.items)))
+	seen := make(map[Key]bool, min(max, len(q.items)))
 	n := 0
 	for _, e := range q.items {
-		k := key{e.change.Namespace, e.change.Cluster}
+		k := e.change.Key()
 		if n == max || e.isSnap || seen[k] {
 			break
 		}
@@ -116,7 +109,7 @@ func (q *queue) batch(max int) []*entry {
 	return slices.Clone(q.items[:n])
 }
 
-// pop removes the first n entries, which the publisher has finished.
+// pop removes the first n entries, which the worker has delivered.
 func (q *queue) pop(n int) {
 	q.mu.Lock()
 	for _, e := range q.items[:n] {
@@ -138,7 +131,7 @@ func (q *queue) depth() int {
 	return q.changes
 }
 
-// markResync asks for a resync (the connection came back).
+// markResync asks for a resync.
 func (q *queue) markResync() {
 	q.mu.Lock()
 	q.resync = true
@@ -162,29 +155,27 @@ func (q *queue) takeResync() (bool, uint64) {
 // insertSnapshot puts a snapshot right after the change with sequence
 // number after, that is, after every change enqueued before the snapshot
 // was taken and before every change enqueued since. A snapshot still
-// waiting is superseded by the new one and removed. The head is left in
-// place when it is a snapshot under way.
-func (q *queue) insertSnapshot(after uint64, snap []syncer.Change) {
+// waiting is superseded by the new one and removed, unless it is at the
+// head (it may be under way).
+func (q *queue) insertSnapshot(after uint64, snap []Change) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	kept := q.items[:0:0]
 	for i, e := range q.items {
-		if e.isSnap && !(i == 0 && (e.published > 0 || e.applied)) {
+		if e.isSnap && i > 0 {
 			continue
 		}
 		kept = append(kept, e)
 	}
 	i := 0
-	for i < len(kept) && kept[i].seq <= after {
+	for i < len(kept) && (kept[i].seq <= after || (i == 0 && kept[i].isSnap)) {
 		i++
 	}
 	if snap == nil {
-		snap = []syncer.Change{}
+		snap = []Change{}
 	}
-	e := &entry{seq: after, snapshot: snap, isSnap: true}
-	kept = append(kept, nil)
-	copy(kept[i+1:], kept[i:])
-	kept[i] = e
+	e := &entry{seq: after, at: time.Now(), snapshot: snap, isSnap: true}
+	kept = slices.Insert(kept, i, e)
 	q.items = kept
 }
 
@@ -195,8 +186,9 @@ func (q *queue) lastSeq() uint64 {
 	return q.seq
 }
 
-// doneUpTo reports whether everything enqueued up to seq has been
-// processed, and otherwise returns a channel closed at the next pop.
+// doneUpTo reports whether everything enqueued up to seq (changes, and
+// snapshots inserted after them) has been delivered, and otherwise returns
+// a channel closed at the next pop.
 func (q *queue) doneUpTo(seq uint64) (bool, <-chan struct{}) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -210,4 +202,5 @@ func (q *queue) close() {
 	q.mu.Lock()
 	q.closed = true
 	q.mu.Unlock()
+	q.signal()
 }

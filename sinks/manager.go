@@ -1,0 +1,154 @@
+package sinks
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/stream"
+)
+
+// Manager keeps the fan-out's sinks equal to the configuration: Apply adds
+// the sinks that are new, replaces those whose settings changed and removes
+// those that are gone, without touching the others.
+type Manager struct {
+	fan       *stream.Fanout
+	deps      Deps
+	factories map[string]Factory
+
+	mu      sync.Mutex
+	running map[string]running
+}
+
+type running struct {
+	cfg  config.Sink
+	sink Sink
+}
+
+// NewManager makes a manager that adds sinks to fan, building each with
+// the factory of its type.
+func NewManager(fan *stream.Fanout, deps Deps, factories map[string]Factory) *Manager {
+	return &Manager{fan: fan, deps: deps, factories: factories, running: map[string]running{}}
+}
+
+// Result says what Apply did, by sink name.
+type Result struct {
+	Added, Changed, Removed, Unchanged []string
+	// Failed holds the sinks that could not be built; they are not
+	// running, and the next Apply tries again.
+	Failed []string
+}
+
+// Apply makes the running sinks those of cfgs (a validated configuration).
+// A changed sink is stopped and started anew, so it resyncs its target from
+// the current state. A sink that cannot be built is reported in the error
+// and skipped; the others run. Sinks being removed or replaced are closed
+// concurrently, and every error of every sink is returned.
+func (m *Manager) Apply(cfgs []config.Sink) (Result, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var res Result
+	want := make(map[string]config.Sink, len(cfgs))
+	for _, c := range cfgs {
+		want[c.Name] = c
+	}
+	var stopping []running
+	for _, name := range slices.Sorted(maps.Keys(m.running)) {
+		r := m.running[name]
+		c, ok := want[name]
+		switch {
+		case !ok:
+			res.Removed = append(res.Removed, name)
+		case !reflect.DeepEqual(c, r.cfg):
+			res.Changed = append(res.Changed, name)
+		default:
+			res.Unchanged = append(res.Unchanged, name)
+			continue
+		}
+		stopping = append(stopping, r)
+		delete(m.running, name)
+	}
+	var errs *multierror.Error
+	if err := m.stop(stopping); err != nil {
+		errs = multierror.Append(errs, err)
+	}
+	for _, c := range cfgs {
+		if _, ok := m.running[c.Name]; ok {
+			continue
+		}
+		if err := m.start(c); err != nil {
+			res.Failed = append(res.Failed, c.Name)
+			errs = multierror.Append(errs, err)
+			continue
+		}
+		if !slices.Contains(res.Changed, c.Name) {
+			res.Added = append(res.Added, c.Name)
+		}
+	}
+	return res, errs.ErrorOrNil()
+}
+
+func (m *Manager) start(c config.Sink) error {
+	factory, ok := m.factories[c.Type]
+	if !ok {
+		return fmt.Errorf("sink %s: type %q is not available", c.Name, c.Type)
+	}
+	filter, err := Filter(c.Filter)
+	if err != nil {
+		return fmt.Errorf("sink %s: %w", c.Name, err)
+	}
+	deps := m.deps
+	deps.Log = m.deps.Log.With("sink", c.Name, "type", c.Type)
+	s, err := factory(c, deps)
+	if err != nil {
+		return fmt.Errorf("sink %s: %w", c.Name, err)
+	}
+	opts := stream.Options{
+		Name: c.Name, Type: c.Type, Filter: filter, QueueSize: c.QueueSize,
+		Log: m.deps.Log.With("type", c.Type),
+	}
+	if err := m.fan.Add(opts, s); err != nil {
+		return errors.Join(fmt.Errorf("sink %s: %w", c.Name, err), s.Close())
+	}
+	m.running[c.Name] = running{cfg: c, sink: s}
+	m.deps.Log.Info("sink started", "sink", c.Name, "type", c.Type)
+	return nil
+}
+
+// stop takes sinks out of the fan-out and closes them, all at once.
+func (m *Manager) stop(rs []running) error {
+	var g multierror.Group
+	for _, r := range rs {
+		g.Go(func() error {
+			err := m.fan.Remove(r.cfg.Name)
+			if cerr := r.sink.Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("close sink %s: %w", r.cfg.Name, cerr))
+			}
+			m.deps.Log.Info("sink stopped; what it wrote stays as it is", "sink", r.cfg.Name, "type", r.cfg.Type)
+			return err
+		})
+	}
+	return g.Wait().ErrorOrNil()
+}
+
+// Names returns the running sinks' names, sorted.
+func (m *Manager) Names() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.running))
+}
+
+// Close stops and closes every sink.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	rs := slices.Collect(maps.Values(m.running))
+	m.running = map[string]running{}
+	m.mu.Unlock()
+	return m.stop(rs)
+}

@@ -1,0 +1,340 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Consumer receives the changes of the stream. Its methods are called from
+// one goroutine, the consumer's own worker, never concurrently.
+type Consumer interface {
+	// Deliver hands over changes in the order they were notified; no two
+	// are about the same (namespace, cluster), so they may be delivered
+	// concurrently. An error means the batch was not delivered: the same
+	// changes come again after a backoff, so delivery must be idempotent
+	// (a change delivered twice carries the same event id).
+	Deliver(ctx context.Context, changes []Change) error
+	// Resync brings the consumer's target to the current state: snapshot
+	// holds one change per profile (profile.updated) and per credential copy
+	// (credential.synced) that exists and passes the consumer's filter.
+	// Anything the target holds beyond it is gone. An error retries it.
+	Resync(ctx context.Context, snapshot []Change) error
+}
+
+// Control is what a consumer may ask of its worker.
+type Control interface {
+	// RequestResync asks for a snapshot of the current state, delivered
+	// after the changes already queued (for example after a reconnect).
+	RequestResync()
+	// Retry ends a backoff now (for example when a connection came back).
+	Retry()
+}
+
+// Attacher is implemented by consumers that want their Control.
+type Attacher interface {
+	Attach(Control)
+}
+
+// Options configure one consumer of a Fanout.
+type Options struct {
+	// Name identifies the consumer in logs and metrics; unique per Fanout.
+	Name string
+	// Type is the kind of consumer (nats, kubeconfig, ...), for logs.
+	Type string
+	// Filter selects the changes (and snapshot entries) the consumer gets;
+	// nil selects all. It is called from Notify, so it must be cheap.
+	Filter func(Change) bool
+	// QueueSize bounds the changes waiting; beyond it changes are dropped,
+	// counted, and a resync repairs the consumer. Default 10000.
+	QueueSize int
+	// MaxBatch bounds the changes of one Deliver. Default 256.
+	MaxBatch int
+	// BatchWindow: while changes come less than this apart, the worker
+	// waits up to it for more to join a batch. 0 delivers at once.
+	BatchWindow time.Duration
+	// RetryBase and RetryMax bound the exponential backoff after a failed
+	// delivery. Defaults 100ms and 30s.
+	RetryBase, RetryMax time.Duration
+	// ResyncPeriod, if set, resyncs the consumer that often, repairing
+	// whatever happened to its target in between.
+	ResyncPeriod time.Duration
+	// Log receives the consumer's own lines; default the Fanout's.
+	Log *slog.Logger
+}
+
+// Default consumer options.
+const (
+	DefaultQueueSize = 10000
+	DefaultMaxBatch  = 256
+	DefaultRetryBase = 100 * time.Millisecond
+	DefaultRetryMax  = 30 * time.Second
+	// snapshotRetry is how soon a snapshot is asked for again while the
+	// current state is not known yet.
+	snapshotRetry = time.Second
+)
+
+// Status is a consumer's state, for health endpoints.
+type Status struct {
+	Name        string    `json:"name"`
+	Type        string    `json:"type,omitempty"`
+	Healthy     bool      `json:"healthy"`
+	QueueDepth  int       `json:"queueDepth"`
+	LastSuccess time.Time `json:"lastSuccess,omitzero"`
+	// LastError is the last delivery error while unhealthy. Consumers'
+	// errors never carry credentials.
+	LastError string `json:"lastError,omitempty"`
+	Failures  int    `json:"consecutiveFailures,omitempty"`
+}
+
+// Fanout delivers every notified change to each of its consumers through
+// the consumer's own queue and worker. It implements Notifier.
+type Fanout struct {
+	log *slog.Logger
+	m   *metrics
+
+	mu        sync.RWMutex
+	consumers map[string]*consumer
+	snapshot  func() []Change
+	ctx       context.Context // set by Start
+	closed    bool
+}
+
+var _ Notifier = (*Fanout)(nil)
+
+// NewFanout makes a fan-out with no consumers. Metrics are registered on
+// reg unless it is nil.
+func NewFanout(log *slog.Logger, reg prometheus.Registerer) (*Fanout, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	f := &Fanout{log: log, consumers: map[string]*consumer{}}
+	m, err := newMetrics(reg, f.statuses)
+	if err != nil {
+		return nil, fmt.Errorf("stream: register metrics: %w", err)
+	}
+	f.m = m
+	return f, nil
+}
+
+// Start runs the workers of the consumers added so far, and of those added
+// later, until ctx ends. snapshot returns the current state (see
+// Consumer.Resync); nil from it means "not known yet", and the worker asks
+// again shortly. A nil snapshot function turns resyncs off.
+func (f *Fanout) Start(ctx context.Context, snapshot func() []Change) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ctx != nil || f.closed {
+		return errors.New("stream: fan-out already started or closed")
+	}
+	f.ctx, f.snapshot = ctx, snapshot
+	for _, c := range f.consumers {
+		c.start(ctx)
+	}
+	return nil
+}
+
+// Add adds a consumer. Its first delivery is a resync, so it starts from
+// the current state, followed by the changes notified since.
+func (f *Fanout) Add(opts Options, c Consumer) error {
+	if opts.Name == "" {
+		return errors.New("stream: a consumer needs a name")
+	}
+	if c == nil {
+		return fmt.Errorf("stream: consumer %s is nil", opts.Name)
+	}
+	opts = withDefaults(opts, f.log)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return errors.New("stream: fan-out closed")
+	}
+	if _, ok := f.consumers[opts.Name]; ok {
+		return fmt.Errorf("stream: consumer %s already exists", opts.Name)
+	}
+	w := &consumer{
+		f: f, opts: opts, sink: c, q: newQueue(opts.QueueSize),
+		retry: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	w.healthy.Store(true)
+	w.q.markResync()
+	if a, ok := c.(Attacher); ok {
+		a.Attach(w)
+	}
+	f.consumers[opts.Name] = w
+	if f.ctx != nil {
+		w.start(f.ctx)
+	}
+	return nil
+}
+
+// Remove stops a consumer's worker, waiting for a delivery under way to
+// end, and forgets the consumer and its metrics. Changes still queued for
+// it are discarded.
+func (f *Fanout) Remove(name string) error {
+	f.mu.Lock()
+	w, ok := f.consumers[name]
+	delete(f.consumers, name)
+	f.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("stream: no consumer %s", name)
+	}
+	w.stop()
+	f.m.forget(name)
+	return nil
+}
+
+// Has reports whether a consumer of that name exists.
+func (f *Fanout) Has(name string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	_, ok := f.consumers[name]
+	return ok
+}
+
+// Notify queues a change for every consumer whose filter selects it. It
+// never blocks: a full queue drops the change, counts it, and resyncs that
+// consumer.
+func (f *Fanout) Notify(c Change) {
+	now := time.Now()
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, w := range f.consumers {
+		if w.opts.Filter != nil && !w.opts.Filter(c) {
+			continue
+		}
+		ok, first := w.q.push(c, now)
+		if ok {
+			continue
+		}
+		f.m.dropped.WithLabelValues(w.opts.Name).Inc()
+		if first {
+			w.opts.Log.Warn("sink queue full: dropping changes until it catches up; it will be resynced from the current state",
+				"queueSize", w.opts.QueueSize)
+		}
+	}
+}
+
+// Flush waits until every consumer has delivered every change notified
+// before the call, or ctx ends. A consumer that cannot deliver makes Flush
+// wait for ctx; the error names every consumer still behind.
+func (f *Fanout) Flush(ctx context.Context) error {
+	f.mu.RLock()
+	ws := slices.Collect(maps.Values(f.consumers))
+	f.mu.RUnlock()
+	var g multierror.Group
+	for _, w := range ws {
+		seq := w.q.lastSeq()
+		g.Go(func() error { return w.flush(ctx, seq) })
+	}
+	return g.Wait().ErrorOrNil()
+}
+
+// FlushConsumer is Flush for one consumer.
+func (f *Fanout) FlushConsumer(ctx context.Context, name string) error {
+	f.mu.RLock()
+	w, ok := f.consumers[name]
+	f.mu.RUnlock()
+	if !ok {
+		return fmt.Errorf("stream: no consumer %s", name)
+	}
+	return w.flush(ctx, w.q.lastSeq())
+}
+
+// Close delivers what is queued until ctx ends, then stops every worker.
+// Changes notified afterwards are ignored. It returns the consumers that
+// were left behind, all of them.
+func (f *Fanout) Close(ctx context.Context) error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.closed = true
+	started := f.ctx != nil
+	f.mu.Unlock()
+	var err error
+	if started {
+		err = f.Flush(ctx)
+	}
+	f.mu.Lock()
+	ws := slices.Collect(maps.Values(f.consumers))
+	f.mu.Unlock()
+	for _, w := range ws {
+		w.stop()
+	}
+	return err
+}
+
+// Statuses returns every consumer's state, sorted by name.
+func (f *Fanout) Statuses() []Status { return f.statuses() }
+
+func (f *Fanout) statuses() []Status {
+	f.mu.RLock()
+	ws := slices.Collect(maps.Values(f.consumers))
+	f.mu.RUnlock()
+	out := make([]Status, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, w.status())
+	}
+	slices.SortFunc(out, func(a, b Status) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func withDefaults(o Options, log *slog.Logger) Options {
+	if o.QueueSize <= 0 {
+		o.QueueSize = DefaultQueueSize
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.RetryBase <= 0 {
+		o.RetryBase = DefaultRetryBase
+	}
+	if o.RetryMax < o.RetryBase {
+		o.RetryMax = max(DefaultRetryMax, o.RetryBase)
+	}
+	if o.Log == nil {
+		o.Log = log
+	}
+	o.Log = o.Log.With("sink", o.Name)
+	return o
+}
+
+// snapshotFor returns the current state as the consumer sees it: nil while
+// it is not known, else the snapshot's changes its filter selects.
+func (f *Fanout) snapshotFor(filter func(Change) bool) []Change {
+	f.mu.RLock()
+	snap := f.snapshot
+	f.mu.RUnlock()
+	if snap == nil {
+		return nil
+	}
+	all := snap()
+	if all == nil || filter == nil {
+		return all
+	}
+	out := make([]Change, 0, len(all))
+	for _, c := range all {
+		if filter(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}

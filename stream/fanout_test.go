@@ -1,0 +1,357 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// recorder is a consumer that records what it gets and can be made to
+// fail or block.
+type recorder struct {
+	mu        sync.Mutex
+	delivered []Change
+	batches   [][]Change
+	resyncs   [][]Change
+	failing   error
+	block     chan struct{} // while non-nil, Deliver waits for it to close
+	control   Control
+}
+
+func (r *recorder) Attach(c Control) { r.control = c }
+
+func (r *recorder) Deliver(ctx context.Context, changes []Change) error {
+	r.mu.Lock()
+	block, failing := r.block, r.failing
+	r.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if failing != nil {
+		return failing
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.delivered = append(r.delivered, changes...)
+	r.batches = append(r.batches, slices.Clone(changes))
+	return nil
+}
+
+func (r *recorder) Resync(_ context.Context, snapshot []Change) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failing != nil {
+		return r.failing
+	}
+	r.resyncs = append(r.resyncs, slices.Clone(snapshot))
+	return nil
+}
+
+func (r *recorder) set(f func(r *recorder)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(r)
+}
+
+func (r *recorder) names() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, c := range r.delivered {
+		out = append(out, c.Namespace+"/"+c.Cluster+"@"+c.ResourceVersion)
+	}
+	return out
+}
+
+func (r *recorder) resyncCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.resyncs)
+}
+
+func change(ns, cluster, rv string) Change {
+	return Change{Type: ProfileUpdated, Namespace: ns, Cluster: cluster, Name: cluster, ResourceVersion: rv, Time: time.Now()}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+func newFanout(t *testing.T, snapshot func() []Change) (*Fanout, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	f, err := NewFanout(nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		c, done := context.WithTimeout(context.Background(), time.Second)
+		defer done()
+		_ = f.Close(c)
+		cancel()
+	})
+	if err := f.Start(ctx, snapshot); err != nil {
+		t.Fatal(err)
+	}
+	return f, reg
+}
+
+func fast(name string) Options {
+	return Options{Name: name, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond}
+}
+
+func TestDeliversInOrderAndStartsWithResync(t *testing.T) {
+	state := []Change{change("a", "c1", "1")}
+	f, reg := newFanout(t, func() []Change { return state })
+	r := &recorder{}
+	if err := f.Add(fast("r"), r); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 50 {
+		c := change("a", fmt.Sprintf("c%d", i%3), fmt.Sprint(i))
+		f.Notify(c)
+		want = append(want, fmt.Sprintf("a/c%d@%d", i%3, i))
+	}
+	if err := f.Flush(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.names(); !slices.Equal(got, want) {
+		t.Fatalf("delivered %v\nwant %v", got, want)
+	}
+	if r.resyncCount() != 1 || len(r.resyncs[0]) != 1 {
+		t.Fatalf("resyncs %v, want one of the current state first", r.resyncs)
+	}
+	for _, b := range r.batches {
+		keys := map[Key]bool{}
+		for _, c := range b {
+			if keys[c.Key()] {
+				t.Fatalf("batch %v holds two changes of %v", b, c.Key())
+			}
+			keys[c.Key()] = true
+		}
+	}
+	if got := testutil.ToFloat64(f.m.delivered.WithLabelValues("r")); got != 50 {
+		t.Errorf("delivered metric %v, want 50", got)
+	}
+	if n := testutil.CollectAndCount(f.m.lag); n != 1 {
+		t.Errorf("lag series %d, want 1", n)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSlowOrFailingConsumerDelaysNoOther(t *testing.T) {
+	f, _ := newFanout(t, func() []Change { return []Change{} })
+	stuck := &recorder{block: make(chan struct{})}
+	failing := &recorder{failing: errors.New("endpoint down")}
+	healthy := &recorder{}
+	for name, c := range map[string]*recorder{"stuck": stuck, "failing": failing, "healthy": healthy} {
+		if err := f.Add(fast(name), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	begin := time.Now()
+	for i := range 100 {
+		f.Notify(change("a", fmt.Sprintf("c%d", i), "1")) // must never block
+	}
+	if err := f.FlushConsumer(ctxT(t), "healthy"); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(begin); d > 5*time.Second {
+		t.Fatalf("the healthy consumer took %s", d)
+	}
+	if n := len(healthy.names()); n != 100 {
+		t.Fatalf("healthy consumer got %d, want 100", n)
+	}
+	eventually(t, "failing consumer reported", func() bool {
+		for _, s := range f.Statuses() {
+			if s.Name == "failing" {
+				return !s.Healthy && s.Failures > 1 && strings.Contains(s.LastError, "endpoint down")
+			}
+		}
+		return false
+	})
+	// The failing one catches up, in order, once it works.
+	failing.set(func(r *recorder) { r.failing = nil })
+	if err := f.FlushConsumer(ctxT(t), "failing"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := failing.names(), healthy.names(); !slices.Equal(got, want) {
+		t.Fatalf("recovered consumer got %v, want %v", got, want)
+	}
+	close(stuck.block)
+	if err := f.FlushConsumer(ctxT(t), "stuck"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFullQueueDropsThenResyncs(t *testing.T) {
+	var mu sync.Mutex
+	state := []Change{}
+	f, _ := newFanout(t, func() []Change {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(state)
+	})
+	r := &recorder{block: make(chan struct{})}
+	opts := fast("small")
+	opts.QueueSize = 3
+	if err := f.Add(opts, r); err != nil {
+		t.Fatal(err)
+	}
+	// The first resync passes the block (it is not Deliver); the first
+	// delivery then holds the worker while ten changes arrive.
+	eventually(t, "initial resync", func() bool { return r.resyncCount() == 1 })
+	for i := range 10 {
+		c := change("a", fmt.Sprintf("c%d", i), "1")
+		mu.Lock()
+		state = append(state, c)
+		mu.Unlock()
+		f.Notify(c)
+	}
+	if got := testutil.ToFloat64(f.m.dropped.WithLabelValues("small")); got < 6 {
+		t.Fatalf("dropped %v, want at least 6", got)
+	}
+	close(r.block)
+	eventually(t, "a resync with all ten", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.resyncs) == 2 && len(r.resyncs[1]) == 10
+	})
+}
+
+func TestFilterAndRequestResync(t *testing.T) {
+	state := []Change{change("a", "c1", "1"), change("b", "c2", "1")}
+	f, _ := newFanout(t, func() []Change { return state })
+	r := &recorder{}
+	opts := fast("only-a")
+	opts.Filter = func(c Change) bool { return c.Namespace == "a" }
+	if err := f.Add(opts, r); err != nil {
+		t.Fatal(err)
+	}
+	f.Notify(change("b", "c2", "2"))
+	f.Notify(change("a", "c1", "2"))
+	if err := f.Flush(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.names(); !slices.Equal(got, []string{"a/c1@2"}) {
+		t.Fatalf("delivered %v", got)
+	}
+	r.control.RequestResync()
+	eventually(t, "second resync", func() bool { return r.resyncCount() == 2 })
+	for _, snap := range r.resyncs {
+		if len(snap) != 1 || snap[0].Namespace != "a" {
+			t.Fatalf("filtered snapshot %v", snap)
+		}
+	}
+}
+
+func TestSnapshotNotKnownYetIsRetried(t *testing.T) {
+	var mu sync.Mutex
+	var state []Change // nil: not known
+	f, _ := newFanout(t, func() []Change {
+		mu.Lock()
+		defer mu.Unlock()
+		return state
+	})
+	r := &recorder{}
+	if err := f.Add(fast("r"), r); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	state = []Change{change("a", "c1", "1")}
+	mu.Unlock()
+	eventually(t, "resync once the state is known", func() bool { return r.resyncCount() == 1 })
+}
+
+func TestAddRemove(t *testing.T) {
+	f, reg := newFanout(t, nil)
+	r := &recorder{}
+	if err := f.Add(fast("r"), r); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Add(fast("r"), r); err == nil {
+		t.Fatal("a second consumer named r was added")
+	}
+	f.Notify(change("a", "c1", "1"))
+	if err := f.Flush(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Remove("r"); err != nil {
+		t.Fatal(err)
+	}
+	if f.Has("r") {
+		t.Fatal("removed consumer still there")
+	}
+	f.Notify(change("a", "c1", "2"))
+	if got := r.names(); len(got) != 1 {
+		t.Fatalf("removed consumer got %v", got)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "sink" && l.GetValue() == "r" {
+					t.Errorf("metric %s still has sink=r", mf.GetName())
+				}
+			}
+		}
+	}
+	if err := f.Remove("r"); err == nil {
+		t.Error("removing twice succeeded")
+	}
+}
+
+func TestBatchWindowGathersABurst(t *testing.T) {
+	f, _ := newFanout(t, nil)
+	r := &recorder{}
+	opts := fast("batched")
+	opts.BatchWindow = 200 * time.Millisecond
+	if err := f.Add(opts, r); err != nil {
+		t.Fatal(err)
+	}
+	f.Notify(change("a", "first", "1")) // after a quiet spell: at once
+	eventually(t, "first change", func() bool { return len(r.names()) == 1 })
+	for i := range 20 {
+		f.Notify(change("a", fmt.Sprintf("c%d", i), "1"))
+	}
+	if err := f.Flush(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.batches) > 3 {
+		t.Errorf("a burst of 20 took %d batches", len(r.batches)-1)
+	}
+}
