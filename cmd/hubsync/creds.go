@@ -13,6 +13,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	clientauthenticationv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
 	"k8s.io/client-go/rest"
@@ -52,6 +53,11 @@ const (
 
 type credsOptions struct {
 	managedServiceAccount string
+	// cluster and secretNamespace, when set, name the cluster and the
+	// Secret's namespace outright: clients that give exec plugins no
+	// cluster info (Argo CD v3.2) need them.
+	cluster         string
+	secretNamespace string
 	// maxCache caps how long client-go may cache a credential; 0 disables
 	// the cap.
 	maxCache time.Duration
@@ -85,12 +91,16 @@ func (o *credsOptions) command(ctx context.Context, args []string, stdout, stder
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.managedServiceAccount, "managed-serviceaccount", o.managedServiceAccount,
 		"name of the ManagedServiceAccount whose token to print (required)")
+	fs.StringVar(&o.cluster, "cluster", o.cluster,
+		"the managed cluster; without it the cluster comes from KUBERNETES_EXEC_INFO (provideClusterInfo: true)")
+	fs.StringVar(&o.secretNamespace, "namespace", o.secretNamespace,
+		"namespace of the credential Secret (default: $NAMESPACE, the pod's namespace, the kubeconfig context's, default)")
 	fs.DurationVar(&o.maxCache, "max-cache-duration", o.maxCache,
 		"longest client-go may cache a token before running the plugin again; 0 means until shortly before the token expires")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: hubsync creds --managed-serviceaccount=NAME [--max-cache-duration=DURATION]")
+		fmt.Fprintln(stderr, "Usage: hubsync creds --managed-serviceaccount=NAME [--cluster=CLUSTER] [--namespace=NS] [--max-cache-duration=DURATION]")
 		fmt.Fprintln(stderr, "\nA client-go exec credential plugin (cp-creds compatible): prints an ExecCredential with")
-		fmt.Fprintln(stderr, "the token of Secret <cluster>-<NAME>, cluster from KUBERNETES_EXEC_INFO.")
+		fmt.Fprintln(stderr, "the token of Secret <cluster>-<NAME>, cluster from --cluster or KUBERNETES_EXEC_INFO.")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -101,6 +111,10 @@ func (o *credsOptions) command(ctx context.Context, args []string, stdout, stder
 		fmt.Fprintf(stderr, "hubsync creds: unexpected arguments %v\n", fs.Args())
 	case strings.TrimSpace(o.managedServiceAccount) == "":
 		fmt.Fprintln(stderr, "hubsync creds: --managed-serviceaccount is required")
+	case o.cluster != "" && len(validation.IsDNS1123Subdomain(o.cluster)) > 0:
+		fmt.Fprintf(stderr, "hubsync creds: --cluster %q is not a valid cluster name\n", o.cluster)
+	case o.secretNamespace != "" && len(validation.IsDNS1123Label(o.secretNamespace)) > 0:
+		fmt.Fprintf(stderr, "hubsync creds: --namespace %q is not a valid namespace\n", o.secretNamespace)
 	case o.maxCache < 0:
 		fmt.Fprintf(stderr, "hubsync creds: --max-cache-duration must not be negative, got %v\n", o.maxCache)
 	default:
@@ -113,7 +127,7 @@ func (o *credsOptions) command(ctx context.Context, args []string, stdout, stder
 // run prints the credential for execInfo, the content of KUBERNETES_EXEC_INFO.
 func (o *credsOptions) run(ctx context.Context, execInfo string, stdout io.Writer) error {
 	// Check the input before touching the hub: it is the likelier mistake.
-	if _, err := clusterName(execInfo); err != nil {
+	if _, err := o.clusterName(execInfo); err != nil {
 		return err
 	}
 	namespace := o.namespace()
@@ -134,7 +148,7 @@ func (o *credsOptions) run(ctx context.Context, execInfo string, stdout io.Write
 // credential returns the ExecCredential JSON for execInfo, read from the
 // Secret "<cluster>-<msa>" in namespace, with its expiry computed at now.
 func (o *credsOptions) credential(ctx context.Context, execInfo string, kube kubernetes.Interface, namespace string, now time.Time) ([]byte, error) {
-	cluster, err := clusterName(execInfo)
+	cluster, err := o.clusterName(execInfo)
 	if err != nil {
 		return nil, err
 	}
@@ -177,6 +191,21 @@ func (o *credsOptions) credential(ctx context.Context, execInfo string, kube kub
 		return nil, errors.New("encode ExecCredential failed")
 	}
 	return out, nil
+}
+
+// clusterName is the cluster --cluster names, else the one client-go
+// passed in execInfo. When both are there they must agree: a mismatch is a
+// configuration mistake that would hand out another cluster's token.
+func (o *credsOptions) clusterName(execInfo string) (string, error) {
+	if o.cluster == "" {
+		return clusterName(execInfo)
+	}
+	if execInfo != "" {
+		if fromInfo, err := clusterName(execInfo); err == nil && fromInfo != o.cluster {
+			return "", fmt.Errorf("--cluster %q but %s names cluster %q", o.cluster, execInfoEnv, fromInfo)
+		}
+	}
+	return o.cluster, nil
 }
 
 // clusterName returns the cluster name of the ExecCredential in execInfo:
@@ -230,9 +259,12 @@ func clusterName(execInfo string) (string, error) {
 	return cfg.ClusterName, nil
 }
 
-// namespace is where the credential Secrets are: $NAMESPACE, else the pod's
+// namespace is where the credential Secrets are: --namespace, else $NAMESPACE, else the pod's
 // namespace, else the kubeconfig context's, else "default".
 func (o *credsOptions) namespace() string {
+	if o.secretNamespace != "" {
+		return o.secretNamespace
+	}
 	if ns := strings.TrimSpace(os.Getenv("NAMESPACE")); ns != "" {
 		return ns
 	}

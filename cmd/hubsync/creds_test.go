@@ -402,6 +402,20 @@ func TestCredsMain(t *testing.T) {
 			wantCode: 1, wantStderr: []string{`secret hubns/c1-notoken has no "token" key`}},
 		{name: "secret with empty token", args: []string{"--managed-serviceaccount=empty"}, execInfo: execInfo("c1"), namespace: "hubns",
 			wantCode: 1, wantStderr: []string{`secret hubns/c1-empty has an empty "token" key`}},
+		// Argo CD v3.2 runs exec plugins without cluster info: the flags
+		// name the cluster and the Secret's namespace.
+		{name: "cluster and namespace from flags, no exec info", args: []string{"--managed-serviceaccount=msa", "--cluster=c1", "--namespace=hubns"},
+			wantCode: 0, wantToken: testToken, wantExpiry: time.Now().Add(10 * time.Minute), emptyStderr: true},
+		{name: "--namespace wins over NAMESPACE", args: []string{"--managed-serviceaccount=msa", "--cluster=c1", "--namespace=ctxns"},
+			namespace: "hubns", wantCode: 0, wantToken: testToken + "-ctx", wantExpiry: time.Now().Add(10 * time.Minute), emptyStderr: true},
+		{name: "--cluster agreeing with exec info", args: []string{"--managed-serviceaccount=msa", "--cluster=c1"}, execInfo: execInfo("c1"),
+			namespace: "hubns", wantCode: 0, wantToken: testToken, wantExpiry: time.Now().Add(10 * time.Minute), emptyStderr: true},
+		{name: "--cluster contradicting exec info", args: []string{"--managed-serviceaccount=msa", "--cluster=c1"}, execInfo: execInfo("c2"),
+			namespace: "hubns", wantCode: 1, wantStderr: []string{`--cluster "c1" but KUBERNETES_EXEC_INFO names cluster "c2"`}},
+		{name: "bad --cluster", args: []string{"--managed-serviceaccount=msa", "--cluster=../x"},
+			namespace: "hubns", wantCode: 2, wantStderr: []string{`--cluster "../x" is not a valid cluster name`}},
+		{name: "bad --namespace", args: []string{"--managed-serviceaccount=msa", "--cluster=c1", "--namespace=A_B"},
+			wantCode: 2, wantStderr: []string{`--namespace "A_B" is not a valid namespace`}},
 		{name: "no hub", args: []string{"--managed-serviceaccount=msa"}, execInfo: execInfo("c1"), namespace: "hubns",
 			kubeconfig: filepath.Join(dir, "missing"), wantCode: 1, wantStderr: []string{"hub client: not running in a cluster, and no kubeconfig in KUBECONFIG " + filepath.Join(dir, "missing")}},
 	} {
