@@ -31,6 +31,8 @@ type Daemon struct {
 	done    chan error
 	Address string // metrics and health endpoint, host:port
 	NATSURL string // the event bus: the embedded server's, or the first external URL
+	// Conf is the configuration the daemon started with, as written.
+	Conf config.Config
 }
 
 // WriteKubeconfig writes a kubeconfig for cfg to path with mode 0600.
@@ -52,6 +54,81 @@ func WriteKubeconfig(cfg *rest.Config, path string) error {
 // configuration, whose hub.kubeconfig and server.address it sets, sending
 // the daemon's log lines to logs.
 func StartDaemon(ctx context.Context, binary string, cfg *rest.Config, conf config.Config, logs io.Writer) (*Daemon, error) {
+	return startDaemon(ctx, binary, cfg, conf, logs, func(dir string, data []byte) (string, error) {
+		path := filepath.Join(dir, "hubsync.yaml")
+		return path, os.WriteFile(path, data, 0o600)
+	})
+}
+
+// ConfigMapDir is a configuration directory laid out the way the kubelet
+// mounts a ConfigMap: hubsync.yaml -> ..data/hubsync.yaml, and an update
+// swaps the ..data symlink to a new timestamped directory in one rename.
+type ConfigMapDir struct {
+	Dir     string
+	version int
+}
+
+// Path is the configuration file's path, as hubsync is given it.
+func (c *ConfigMapDir) Path() string { return filepath.Join(c.Dir, "hubsync.yaml") }
+
+// Write publishes data as the new content, atomically.
+func (c *ConfigMapDir) Write(data []byte) error {
+	c.version++
+	ts := fmt.Sprintf("..2026_11_23_00_00_%02d.%d", c.version%60, c.version)
+	if err := os.Mkdir(filepath.Join(c.Dir, ts), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(c.Dir, ts, "hubsync.yaml"), data, 0o644); err != nil {
+		return err
+	}
+	tmp := filepath.Join(c.Dir, "..data_tmp")
+	_ = os.Remove(tmp)
+	if err := os.Symlink(ts, tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(c.Dir, "..data")); err != nil {
+		return err
+	}
+	link := c.Path()
+	if _, err := os.Lstat(link); os.IsNotExist(err) {
+		return os.Symlink(filepath.Join("..data", "hubsync.yaml"), link)
+	}
+	return nil
+}
+
+// StartDaemonConfigMap is StartDaemon with the configuration file in a
+// ConfigMap-style directory, which the test then edits with
+// Daemon.WriteConfig as a ConfigMap update would.
+func StartDaemonConfigMap(ctx context.Context, binary string, cfg *rest.Config, conf config.Config, logs io.Writer) (*Daemon, *ConfigMapDir, error) {
+	var cm *ConfigMapDir
+	d, err := startDaemon(ctx, binary, cfg, conf, logs, func(dir string, data []byte) (string, error) {
+		cm = &ConfigMapDir{Dir: filepath.Join(dir, "config")}
+		if err := os.Mkdir(cm.Dir, 0o755); err != nil {
+			return "", err
+		}
+		return cm.Path(), cm.Write(data)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, cm, nil
+}
+
+// WriteConfig publishes conf, with the daemon's kubeconfig, addresses and
+// data directory kept, as the daemon's new configuration file content.
+func (d *Daemon) WriteConfig(cm *ConfigMapDir, conf config.Config) error {
+	conf.Hub.Kubeconfig = d.Conf.Hub.Kubeconfig
+	conf.Server.Address = d.Conf.Server.Address
+	conf.Bus.Embedded = d.Conf.Bus.Embedded
+	data, err := yaml.Marshal(conf)
+	if err != nil {
+		return err
+	}
+	return cm.Write(data)
+}
+
+func startDaemon(ctx context.Context, binary string, cfg *rest.Config, conf config.Config, logs io.Writer,
+	write func(dir string, data []byte) (string, error)) (*Daemon, error) {
 	dir, err := os.MkdirTemp("", "hubsync-daemon-")
 	if err != nil {
 		return nil, err
@@ -78,8 +155,8 @@ func StartDaemon(ctx context.Context, binary string, cfg *rest.Config, conf conf
 	if err != nil {
 		return nil, err
 	}
-	confPath := filepath.Join(dir, "hubsync.yaml")
-	if err := os.WriteFile(confPath, data, 0o600); err != nil {
+	confPath, err := write(dir, data)
+	if err != nil {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, binary, "run", "--config", confPath)
@@ -90,7 +167,7 @@ func StartDaemon(ctx context.Context, binary string, cfg *rest.Config, conf conf
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", binary, err)
 	}
-	d := &Daemon{cmd: cmd, dir: dir, done: make(chan error, 1), Address: addr}
+	d := &Daemon{cmd: cmd, dir: dir, done: make(chan error, 1), Address: addr, Conf: conf}
 	if len(conf.Bus.URLs) > 0 {
 		d.NATSURL = conf.Bus.URLs[0]
 	} else {
