@@ -8,9 +8,22 @@ import (
 
 // WriteFileAtomic writes data to path with mode 0600 so that a reader sees
 // the old file or the new one, never part of one: a temporary file in the
-// same directory, synced, then renamed over path. Watchers of the
-// directory (Kueue's MultiKueue, for one) see one rename per write.
-func WriteFileAtomic(path string, data []byte) (err error) {
+// same directory, then renamed over path. Watchers of the directory
+// (Kueue's MultiKueue, for one) see one rename per write. It does not wait
+// for the disk: after a power loss the file may be the old one (or empty),
+// which suits files hubsync rewrites from the hub's state when it starts.
+func WriteFileAtomic(path string, data []byte) error {
+	return writeFile(path, data, false)
+}
+
+// WriteFileDurable is WriteFileAtomic that also syncs the file to disk
+// before the rename, for data that exists nowhere else (a webhook's spool).
+// The directory entry is durable once the caller syncs the directory.
+func WriteFileDurable(path string, data []byte) error {
+	return writeFile(path, data, true)
+}
+
+func writeFile(path string, data []byte, durable bool) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -21,18 +34,16 @@ func WriteFileAtomic(path string, data []byte) (err error) {
 			_ = os.Remove(f.Name())
 		}
 	}()
-	// CreateTemp makes the file 0600; say so for umasks that differ.
-	if err := f.Chmod(0o600); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
+	// CreateTemp makes the file 0600, which a umask can only narrow.
 	if _, err := f.Write(data); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+	if durable {
+		if err := f.Sync(); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("write %s: %w", path, err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

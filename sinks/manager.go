@@ -7,12 +7,19 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/stream"
 )
+
+// batchWindow lets the changes of a burst reach a sink together: one spool
+// segment (one fsync) or one list of Argo CD's Secrets for many changes
+// instead of one each. It adds at most this much latency, and only in a
+// burst: a change after a quiet spell goes at once.
+const batchWindow = 50 * time.Millisecond
 
 // Manager keeps the fan-out's sinks equal to the configuration: Apply adds
 // the sinks that are new, replaces those whose settings changed and removes
@@ -110,7 +117,7 @@ func (m *Manager) start(c config.Sink) error {
 		return fmt.Errorf("sink %s: %w", c.Name, err)
 	}
 	opts := stream.Options{
-		Name: c.Name, Type: c.Type, Filter: filter, QueueSize: c.QueueSize,
+		Name: c.Name, Type: c.Type, Filter: filter, QueueSize: c.QueueSize, BatchWindow: batchWindow,
 		Log: m.deps.Log.With("type", c.Type),
 	}
 	if err := m.fan.Add(opts, s); err != nil {

@@ -33,7 +33,9 @@ func SummarizeProfile(p *cpv1alpha1.ClusterProfile) *stream.ProfileSummary {
 }
 
 func (s *Syncer) notifyProfile(typ string, p *cpv1alpha1.ClusterProfile) {
-	s.notifier.Notify(s.profileChange(typ, p))
+	c := s.profileChange(typ, p)
+	s.notified.note(c)
+	s.notifier.Notify(c)
 }
 
 func (s *Syncer) profileChange(typ string, p *cpv1alpha1.ClusterProfile) stream.Change {
@@ -47,6 +49,7 @@ func (s *Syncer) profileChange(typ string, p *cpv1alpha1.ClusterProfile) stream.
 func (s *Syncer) notifyCredential(typ string, sec *corev1.Secret) {
 	c := credentialChange(typ, sec)
 	c.ClusterLabels = s.clusterLabels(c.Cluster)
+	s.notified.note(c)
 	s.notifier.Notify(c)
 }
 
@@ -93,7 +96,9 @@ func providersChanged(a, b *cpv1alpha1.ClusterProfile) bool {
 // Snapshot returns the current state as changes: every profile of ours and
 // every credential copy, as a bus republishes it after an outage. It
 // returns nil while the state is not known (caches not synced), and a
-// non-nil, possibly empty, slice once it is.
+// non-nil, possibly empty, slice once it is. It is never older than the
+// changes already notified: where the cache lags hubsync's own writes, the
+// last notified change of an object stands in for it.
 func (s *Syncer) Snapshot() []stream.Change {
 	if !s.Ready() {
 		return nil
@@ -113,5 +118,5 @@ func (s *Syncer) Snapshot() []stream.Change {
 			}
 		}
 	}
-	return out
+	return s.notified.overlay(out, time.Now())
 }

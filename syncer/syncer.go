@@ -84,6 +84,7 @@ type Syncer struct {
 	metrics  *metrics
 	writes   *writeTracker
 	notifier stream.Notifier
+	notified *notifiedState
 
 	kubeInformers    kubeinformers.SharedInformerFactory
 	clusterInformers clusterinformers.SharedInformerFactory
@@ -138,6 +139,7 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 		metrics:     newMetrics(reg),
 		writes:      newWriteTracker(30 * time.Second),
 		notifier:    opts.Notifier,
+		notified:    newNotifiedState(time.Minute),
 		conflicts:   map[string]string{},
 		invalidSets: map[string]string{},
 	}

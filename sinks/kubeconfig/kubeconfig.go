@@ -47,6 +47,7 @@ package kubeconfig
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -90,6 +91,10 @@ type Sink struct {
 	// as last delivered: a credential change in token mode rewrites the
 	// file from it.
 	state map[stream.Key]stream.AccessProviderSummary
+	// written holds the SHA-256 of what this sink last wrote to each
+	// file: a file that still holds it is known to be ours without
+	// parsing it for the marker.
+	written map[string][sha256.Size]byte
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -123,6 +128,7 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		log:      deps.Log,
 		now:      time.Now,
 		state:    map[stream.Key]stream.AccessProviderSummary{},
+		written:  map[string][sha256.Size]byte{},
 	}
 	if s.exec.command == "" {
 		s.exec.command = config.DefaultExecCommand
@@ -286,6 +292,8 @@ func (s *Sink) write(key stream.Key, data []byte, log *slog.Logger) (writeResult
 			return unchanged, err
 		}
 		return unchanged, nil
+	case err == nil && s.written[name] == sha256.Sum256(old):
+		// What this sink wrote last: ours.
 	case err == nil:
 		if _, ok := markerOf(old); !ok {
 			log.Warn("kubeconfig sink: a file that hubsync did not write has this cluster's name; leaving it alone", "file", name)
@@ -297,6 +305,7 @@ func (s *Sink) write(key stream.Key, data []byte, log *slog.Logger) (writeResult
 	if err := sinks.WriteFileAtomic(path, data); err != nil {
 		return written, err
 	}
+	s.written[name] = sha256.Sum256(data)
 	log.Debug("kubeconfig file written", "file", name)
 	return written, nil
 }
@@ -336,13 +345,16 @@ func (s *Sink) removeOwned(name string) (bool, error) {
 	case err != nil:
 		return false, fmt.Errorf("read %s: %w", path, err)
 	}
-	if sink, ok := markerOf(data); !ok || sink != s.name {
-		s.log.Debug("kubeconfig sink: leaving a file this sink did not write", "file", name)
-		return false, nil
+	if s.written[name] != sha256.Sum256(data) {
+		if sink, ok := markerOf(data); !ok || sink != s.name {
+			s.log.Debug("kubeconfig sink: leaving a file this sink did not write", "file", name)
+			return false, nil
+		}
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("remove %s: %w", path, err)
 	}
+	delete(s.written, name)
 	return true, nil
 }
 

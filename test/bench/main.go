@@ -57,10 +57,11 @@ func main() {
 	logPath := flag.String("log", "", "file for hubsync's log (default: discarded)")
 	flag.StringVar(&cpuProfileDir, "cpuprofile", "", "directory for a CPU profile of hubsync during each initial sync (serves pprof)")
 	flag.IntVar(&initialPairs, "initial-pairs", 4, "pairs of initial syncs with the bus off and on (even numbers balance the order)")
+	flag.IntVar(&sinkPairs, "sink-pairs", 4, "pairs of initial syncs with the bus on, without and with three sinks")
 	flag.BoolVar(&initialOnly, "initial-only", false, "stop after the initial syncs with the bus off and on")
 	flag.Parse()
-	if initialPairs < 1 {
-		fmt.Fprintln(os.Stderr, "bench: --initial-pairs must be at least 1")
+	if initialPairs < 1 || sinkPairs < 1 {
+		fmt.Fprintln(os.Stderr, "bench: --initial-pairs and --sink-pairs must be at least 1")
 		os.Exit(2)
 	}
 	if err := run(context.Background(), *binary, *clusters, *namespaces, *changes, *floorWorkers, *workers, *rotations, *events, *logPath); err != nil {
@@ -76,7 +77,21 @@ var (
 	cpuProfileDir string
 	initialOnly   bool
 	initialPairs  int
+	sinkPairs     int
 )
+
+// A run's kind: the bus off, on, or on with three sinks.
+type kind int
+
+const (
+	busOff kind = iota
+	busOn
+	withSinks
+)
+
+func (k kind) String() string {
+	return [...]string{"bus off", "bus on (embedded NATS, JetStream stream + KV)", "bus on + kubeconfig, argocd and webhook sinks"}[k]
+}
 
 func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, floorWorkers, workers, nRotations, nEvents int, logPath string) error {
 	fmt.Println("== hubsync bench: starting kube-apiserver + etcd")
@@ -125,35 +140,68 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	conf.Workers.Topology = workers
 	conf.Credentials.Workers = workers
 	conf.Server.Pprof = cpuProfileDir != ""
+	providerDir, err := os.MkdirTemp("", "hubsync-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(providerDir)
+	// Every run writes the same access provider, which the kubeconfig and
+	// Argo CD sinks use.
+	if conf.AccessProviders, err = benchProviders(providerDir); err != nil {
+		return err
+	}
 
 	// The same initial sync several times. The first, with the bus off,
 	// is the topology figure and warms the API server up (the first sync
-	// on a fresh etcd is the fastest of all); it is not compared. Then the
-	// bus goes off and on in the order off, on, on, off, off, on, ... so
-	// that neither kind runs later on average (the API server slows down
-	// a little as etcd's history grows). The medians and fastest runs of
-	// each kind are compared, and so is hubsync's CPU time. The last run
-	// with the bus on stays up for the latency figures.
+	// on a fresh etcd is the fastest of all); it is not compared. Then
+	// back-to-back pairs: the bus off and on, in the order off, on, on,
+	// off, off, on, ... so that neither kind runs later on average (the
+	// API server slows down a little as etcd's history grows); then the
+	// bus on without and with three sinks, in the same balanced order. Each
+	// pair's ratio is computed, and the median and spread of the ratios
+	// are reported, by wall time and by the CPU time of hubsync,
+	// kube-apiserver and etcd. The last run, with the sinks, stays up for
+	// the latency figures.
 	off := conf
 	no := false
 	off.Bus.Enabled = &no
-	order := []bool{false}
+	order := []kind{busOff}
 	for i := range initialPairs {
-		order = append(order, i%2 == 1, i%2 == 0)
+		if i%2 == 0 {
+			order = append(order, busOff, busOn)
+		} else {
+			order = append(order, busOn, busOff)
+		}
 	}
-	if !order[len(order)-1] {
-		order = append(order, true) // the latency figures need the bus
+	busRuns := len(order)
+	for i := range sinkPairs {
+		if i%2 == 0 {
+			order = append(order, busOn, withSinks)
+		} else {
+			order = append(order, withSinks, busOn)
+		}
 	}
+	compared := len(order)
+	order = append(order, withSinks) // for the latency figures
 	var d *fleet.Daemon
 	var sub *eventCounter
-	took := map[bool][]time.Duration{}
-	cpu := map[bool][]time.Duration{}
-	all := map[bool][]time.Duration{} // hubsync + kube-apiserver + etcd
-	var pairRatios []float64          // on/off of the two runs of each pair
-	for i, on := range order {
+	var rig *sinkRig
+	took := map[kind][]time.Duration{}
+	cpu := map[kind][]time.Duration{}
+	all := map[kind][]time.Duration{} // hubsync + kube-apiserver + etcd
+	var busRatios, busCPURatios, sinkRatios, sinkCPURatios []float64
+	var prevTook, prevAll time.Duration
+	var prevKind kind
+	for i, k := range order {
 		if i > 0 {
 			if err := d.Stop(); err != nil {
 				return fmt.Errorf("stop hubsync: %w", err)
+			}
+			if rig != nil {
+				if err := rig.close(ctx); err != nil {
+					return err
+				}
+				rig = nil
 			}
 			if err := deleteProfiles(ctx, hub, nNamespaces); err != nil {
 				return err
@@ -162,21 +210,27 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		}
 		c := off
 		var attach []func(*fleet.Daemon) error
-		if on {
+		if k != busOff {
 			c = conf
 			sub = newEventCounter()
 			attach = append(attach, sub.attach)
 		}
-		what := map[bool]string{false: "off", true: "on (embedded NATS, JetStream stream + KV)"}[on]
+		if k == withSinks {
+			if rig, err = newSinkRig(ctx, hub); err != nil {
+				return err
+			}
+			c.Sinks = rig.sinks(config.AuthExec)
+		}
+		what := k.String()
 		switch {
 		case i == 0:
 			what += "; the topology figure, not compared"
-		case i > 2*initialPairs:
+		case i >= compared:
 			what += "; for the latency figures, not compared"
 		}
-		fmt.Printf("-- initial sync %d of %d, event bus %s\n", i+1, len(order), what)
+		fmt.Printf("-- initial sync %d of %d, %s\n", i+1, len(order), what)
 		if cpuProfileDir != "" {
-			attach = append(attach, cpuProfile(filepath.Join(cpuProfileDir, fmt.Sprintf("initial-%d-bus-%t.pprof", i+1, on))))
+			attach = append(attach, cpuProfile(filepath.Join(cpuProfileDir, fmt.Sprintf("initial-%d-%d.pprof", i+1, k))))
 		}
 		var t time.Duration
 		cpBefore := controlPlaneCPU()
@@ -184,50 +238,74 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		if err != nil {
 			return err
 		}
+		if k == withSinks {
+			idle, err := waitSinksIdle(ctx, d, sinkFiles, sinkArgo, sinkHooks)
+			if err != nil {
+				return fmt.Errorf("sinks never caught up: %w", err)
+			}
+			files, _ := os.ReadDir(filepath.Join(rig.dir, "kubeconfigs"))
+			fmt.Printf("  sinks caught up %s after convergence: %d kubeconfig files, %d webhook events\n",
+				idle.Round(time.Millisecond), len(files), rig.hook.count())
+		}
 		cpUsed := controlPlaneCPU() - cpBefore
-		if i == 0 || i > 2*initialPairs {
+		if i == 0 || i >= compared {
 			continue
 		}
-		took[on] = append(took[on], t)
-		if i%2 == 0 { // the second run of a pair
-			a, b := took[on][len(took[on])-1], took[!on][len(took[!on])-1]
-			if on {
-				pairRatios = append(pairRatios, a.Seconds()/b.Seconds())
+		var total time.Duration
+		if c, err := d.CPUTime(); err == nil {
+			total = c + cpUsed
+			cpu[k] = append(cpu[k], c)
+			all[k] = append(all[k], total)
+			fmt.Printf("  CPU time of hubsync + kube-apiserver + etcd for the sync: %s\n", total.Round(10*time.Millisecond))
+		}
+		took[k] = append(took[k], t)
+		if i%2 == 0 { // the second run of a pair: ratio of the richer kind to the other
+			hi, lo, hiCPU, loCPU := t, prevTook, total, prevAll
+			if k < prevKind {
+				hi, lo, hiCPU, loCPU = prevTook, t, prevAll, total
+			}
+			ratio, cpuRatio := hi.Seconds()/lo.Seconds(), 0.0
+			if loCPU > 0 {
+				cpuRatio = hiCPU.Seconds() / loCPU.Seconds()
+			}
+			if i < busRuns {
+				busRatios, busCPURatios = append(busRatios, ratio), append(busCPURatios, cpuRatio)
 			} else {
-				pairRatios = append(pairRatios, b.Seconds()/a.Seconds())
+				sinkRatios, sinkCPURatios = append(sinkRatios, ratio), append(sinkCPURatios, cpuRatio)
 			}
 		}
-		if c, err := d.CPUTime(); err == nil {
-			cpu[on] = append(cpu[on], c)
-			all[on] = append(all[on], c+cpUsed)
-			fmt.Printf("  CPU time of hubsync + kube-apiserver + etcd for the sync: %s\n", (c + cpUsed).Round(10*time.Millisecond))
-		}
+		prevTook, prevAll, prevKind = t, total, k
 	}
-	defer d.Stop()
+	defer func() { _ = d.Stop() }()
+	defer func() {
+		if rig != nil {
+			_ = rig.close(ctx)
+		}
+	}()
 	if err := sub.waitQuiet(2 * time.Second); err != nil {
 		return err
 	}
 	n, first, last := sub.stats()
 	fmt.Printf("events published during the last initial sync: %d, %.0f events/s (first to last event seen by a subscriber, %s)\n",
 		n, float64(n)/last.Sub(first).Seconds(), last.Sub(first).Round(time.Millisecond))
-	for _, l := range [][]time.Duration{took[false], took[true], cpu[false], cpu[true], all[false], all[true]} {
+	for _, l := range [][]float64{busRatios, busCPURatios, sinkRatios, sinkCPURatios} {
 		slices.Sort(l)
 	}
-	slices.Sort(pairRatios)
-	pairMedian := median(pairRatios)
 	fmt.Printf("the bus adds %+.1f%% to convergence: median of %d back-to-back on/off pairs (goal <= 5%%); pairs %s\n",
-		100*(pairMedian-1), len(pairRatios), percentages(pairRatios))
-	fmt.Printf("  median of the runs of each kind %+.1f%% (%s on vs %s off); fastest runs %+.1f%% (%s vs %s)\n",
-		100*(median(took[true]).Seconds()/median(took[false]).Seconds()-1),
-		median(took[true]).Round(time.Millisecond), median(took[false]).Round(time.Millisecond),
-		100*(took[true][0].Seconds()/took[false][0].Seconds()-1), took[true][0].Round(time.Millisecond), took[false][0].Round(time.Millisecond))
-	if len(cpu[false]) > 0 && len(cpu[true]) > 0 {
-		fmt.Printf("  hubsync CPU time for the initial sync (from process start, median): %s on vs %s off (%+.0f%%)\n",
-			median(cpu[true]).Round(10*time.Millisecond), median(cpu[false]).Round(10*time.Millisecond),
-			100*(median(cpu[true]).Seconds()/median(cpu[false]).Seconds()-1))
-		fmt.Printf("  CPU time of hubsync + kube-apiserver + etcd (median): %s on vs %s off (%+.1f%%): what the bus adds to the work of the 2 cores\n",
-			median(all[true]).Round(10*time.Millisecond), median(all[false]).Round(10*time.Millisecond),
-			100*(median(all[true]).Seconds()/median(all[false]).Seconds()-1))
+		100*(median(busRatios)-1), len(busRatios), percentages(busRatios))
+	fmt.Printf("  in CPU time of hubsync + kube-apiserver + etcd: median %+.1f%%; pairs %s\n",
+		100*(median(busCPURatios)-1), percentages(busCPURatios))
+	fmt.Printf("three sinks (kubeconfig 4000 files, argocd %d Secrets, webhook) add %+.1f%% to convergence: median of %d back-to-back pairs with the bus on (goal <= 5%%); pairs %s\n",
+		nClusters, 100*(median(sinkRatios)-1), len(sinkRatios), percentages(sinkRatios))
+	fmt.Printf("  in CPU time of hubsync + kube-apiserver + etcd: median %+.1f%%; pairs %s\n",
+		100*(median(sinkCPURatios)-1), percentages(sinkCPURatios))
+	for _, k := range []kind{busOff, busOn, withSinks} {
+		slices.Sort(took[k])
+		slices.Sort(cpu[k])
+		if len(took[k]) > 0 && len(cpu[k]) > 0 {
+			fmt.Printf("  %s: convergence median %s (%s to %s), hubsync CPU median %s\n", k, median(took[k]).Round(time.Millisecond),
+				took[k][0].Round(time.Millisecond), took[k][len(took[k])-1].Round(time.Millisecond), median(cpu[k]).Round(10*time.Millisecond))
+		}
 	}
 	if initialOnly {
 		return nil
@@ -260,7 +338,7 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	fmt.Printf("label change -> all %d namespaces correct, over %d changes: p50 %s  p99 %s  max %s (goal p99 < 1s)\n",
 		nNamespaces, len(lat), pct(lat, 50), pct(lat, 99), lat[len(lat)-1].Round(time.Millisecond))
 
-	if err := eventLatency(ctx, hub, sub, nClusters, nEvents); err != nil {
+	if err := eventLatency(ctx, hub, sub, rig.hook, nClusters, nEvents); err != nil {
 		return err
 	}
 
@@ -272,7 +350,10 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	if err := d.Stop(); err != nil {
 		return fmt.Errorf("stop hubsync: %w", err)
 	}
-	return credentialPhase(ctx, cp, hub, binary, conf, logs, nClusters, nNamespaces, floorWorkers, nRotations)
+	if err := credentialPhase(ctx, cp, hub, binary, conf, logs, nClusters, nNamespaces, floorWorkers, nRotations); err != nil {
+		return err
+	}
+	return sinkRotations(ctx, cp, hub, binary, conf, logs, nClusters, nRotations)
 }
 
 // cpuProfile starts a CPU profile of the daemon covering its initial

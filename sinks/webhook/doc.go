@@ -1,0 +1,73 @@
+// Package webhook is the sink that POSTs every hubsync event to an HTTPS
+// endpoint, signed per Standard Webhooks 1.0 (see CONTRACTS.md section 8).
+//
+// # What is sent
+//
+// The body of each request is exactly the CloudEvent hubsync publishes on
+// NATS (bus.Encode), in the CloudEvents HTTP binding's structured mode
+// (Content-Type: application/cloudevents+json), so every attribute is under
+// the signature. The headers webhook-id (the event id, the same on every
+// attempt and every republication of the change), webhook-timestamp (unix
+// seconds of the attempt) and webhook-signature (v1,<base64 HMAC-SHA256 of
+// "{id}.{timestamp}.{body}">, one per configured secret, space-separated)
+// let the receiver authenticate the event and drop duplicates: delivery is
+// at least once, and a receiver must dedupe by webhook-id.
+//
+// # Delivery
+//
+// Deliver does not talk to the endpoint. It appends the encoded events to
+// an on-disk spool, durably, and returns; a sender goroutine posts the
+// spooled events one at a time, in order, and removes each from the spool
+// only after a 2xx. One sender for the whole spool keeps the order of every
+// (namespace, cluster) trivially, at the price of head-of-line blocking,
+// which does not matter for a single endpoint. The sender retries with its
+// own loop: exponential backoff with jitter for network errors, 3xx (never
+// followed), 4xx and 5xx, and at least the Retry-After of a 429 or 503. The
+// CloudEvents SDK's HTTP retry is not used: it ignores Retry-After, has no
+// jitter (many hubs behind one outage would retry in lock step) and does
+// not retry a 500. A 410 Gone disables the sink until it is recreated (for
+// example on a configuration reload): events are then dropped.
+//
+// # Spool
+//
+// The spool is a directory (0700, files 0600) of segment files, one per
+// Deliver or Resync call, named by a 20-digit sequence number so that
+// listing the directory gives their order, each holding the batch's events
+// as JSON lines {id, type, namespace, cluster, spooled, body}. A segment is
+// written whole to a temporary file, synced and renamed into place, so a
+// crash leaves a segment complete or absent, never torn, and appending a
+// batch costs one fsync however many events it holds (one file per event
+// would cost one per event, and a batch is up to 256). A small cursor file
+// (segment, index), replaced atomically at most every 100 ms while a
+// segment is sent and whenever one is done, says how far the spool has
+// been sent. After a restart the remaining events are sent first, in
+// order; a crash repeats at most the events of the last 100 ms, with the
+// same ids (a clean stop repeats none).
+//
+// The spool is bounded by its maxBytes. An append that would exceed it is
+// dropped whole and counted (hubsync_webhook_spool_dropped_total), and so
+// is every later one until the spool has drained: then the sink asks the
+// fan-out for a resync, which brings the endpoint to the current state. A
+// resync that fits, or any resync into an empty spool, ends such an
+// episode at once, since it stands for everything dropped before it.
+//
+// # Resync
+//
+// The sink keeps what it has told the endpoint (stream.Records, saved as
+// told.json in the spool directory next to the segments and rebuilt from
+// them after a crash). Resync spools the whole snapshot (its events carry
+// stable ids, so the receiver dedupes), then a credential.removed or
+// profile.deleted for everything the endpoint was told of that the
+// snapshot no longer has. told.json is rewritten (atomically) at most once
+// a second and on Close, not with every batch: with thousands of clusters
+// that rewrite dominated the sink's cost. It never misses an event the
+// endpoint may have received, because a delivered segment stays on disk
+// until a save of told.json covers it, and opening the spool replays every
+// segment still on disk into the told records.
+//
+// # Secrets
+//
+// Signing secrets (whsec_<base64>, several for rotation) come from a file,
+// re-read before every attempt, or from a key of a hub Secret, cached for a
+// few seconds. They and the bearer token never appear in logs or errors.
+package webhook

@@ -1,0 +1,1068 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/pem"
+	"errors"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/hubsync/hubsync/bus"
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/stream"
+)
+
+// The test vector of the Standard Webhooks specification's libraries.
+func TestSignStandardWebhooksVector(t *testing.T) {
+	got, err := Sign("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "msg_p5jXN8AQM9LWM0D4loKWxJek", "1614265330", []byte(`{"test": 2432232314}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="; got != want {
+		t.Errorf("Sign = %s, want %s", got, want)
+	}
+}
+
+func TestSignVerifyRoundTrip(t *testing.T) {
+	oldSecret, newSecret, other := newSecret(t), newSecret(t), newSecret(t)
+	body := []byte(`{"specversion":"1.0"}`)
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	s1, err := Sign(oldSecret, "id1", ts, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Sign(newSecret, "id1", ts, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := s1 + " " + s2
+	// During a rotation the sender signs with both; a receiver knowing
+	// either, or both, accepts.
+	for _, secrets := range [][]string{{oldSecret}, {newSecret}, {other, newSecret}, {oldSecret, newSecret}} {
+		if err := Verify(secrets, "id1", ts, body, header); err != nil {
+			t.Errorf("Verify with %d secrets: %v", len(secrets), err)
+		}
+	}
+	if err := Verify([]string{other}, "id1", ts, body, header); !errors.Is(err, ErrNoSignature) {
+		t.Errorf("Verify with an unknown secret = %v, want ErrNoSignature", err)
+	}
+	// The secret without its prefix is the same secret.
+	if err := Verify([]string{strings.TrimPrefix(newSecret, SecretPrefix)}, "id1", ts, body, s2); err != nil {
+		t.Errorf("Verify without whsec_: %v", err)
+	}
+	if _, err := Sign("whsec_not base64!", "id", ts, body); err == nil {
+		t.Error("Sign accepted a malformed secret")
+	}
+}
+
+func TestVerifyRejects(t *testing.T) {
+	secret := newSecret(t)
+	body := []byte(`{"a":1}`)
+	now := time.Now()
+	ts := strconv.FormatInt(now.Unix(), 10)
+	sig, err := Sign(secret, "id1", ts, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := strconv.FormatInt(now.Add(-10*time.Minute).Unix(), 10)
+	oldSig, _ := Sign(secret, "id1", old, body)
+	future := strconv.FormatInt(now.Add(10*time.Minute).Unix(), 10)
+	futureSig, _ := Sign(secret, "id1", future, body)
+	for _, tc := range []struct {
+		name, id, ts, header string
+		body                 []byte
+		want                 error
+	}{
+		{"tampered body", "id1", ts, sig, []byte(`{"a":2}`), ErrNoSignature},
+		{"other id", "id2", ts, sig, body, ErrNoSignature},
+		{"other timestamp", "id1", strconv.FormatInt(now.Unix()+1, 10), sig, body, ErrNoSignature},
+		{"old timestamp", "id1", old, oldSig, body, ErrTimestamp},
+		{"future timestamp", "id1", future, futureSig, body, ErrTimestamp},
+		{"wrong version", "id1", ts, "v2" + strings.TrimPrefix(sig, "v1"), body, ErrNoSignature},
+		{"empty header", "id1", ts, "", body, ErrNoSignature},
+		{"timestamp not a number", "id1", "yesterday", sig, body, nil},
+		{"empty id", "", ts, sig, body, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Verify([]string{secret}, tc.id, tc.ts, tc.body, tc.header)
+			if err == nil {
+				t.Fatal("Verify accepted it")
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("Verify = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if err := Verify([]string{secret}, "id1", ts, body, sig); err != nil {
+		t.Errorf("the untampered request: %v", err)
+	}
+}
+
+// The body is the NATS CloudEvent, in structured mode, signed with every
+// configured secret.
+func TestDeliverSendsSignedCloudEvent(t *testing.T) {
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	oldSecret, newSecret := newSecret(t), newSecret(t)
+	e := newEnv(t, srv.URL, oldSecret, newSecret)
+	s := e.start()
+	c := profile(stream.ProfileCreated, "team-a", "c1", "10")
+	if err := s.Deliver(t.Context(), []stream.Change{c}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the event", func() bool { return len(rc.delivered()) == 1 })
+	got := rc.delivered()[0]
+	want, err := bus.Encode(c, testSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.body, want) {
+		t.Errorf("body:\n%s\nwant the NATS event:\n%s", got.body, want)
+	}
+	if got.contentType != "application/cloudevents+json" {
+		t.Errorf("Content-Type = %q", got.contentType)
+	}
+	if got.id != bus.EventID(c) {
+		t.Errorf("webhook-id = %q, want the event id %q", got.id, bus.EventID(c))
+	}
+	if ts, _ := strconv.ParseInt(got.ts, 10, 64); time.Since(time.Unix(ts, 0)).Abs() > time.Minute {
+		t.Errorf("webhook-timestamp %s is not now", got.ts)
+	}
+	if n := len(strings.Fields(got.sig)); n != 2 {
+		t.Errorf("webhook-signature has %d signatures, want one per secret: %q", n, got.sig)
+	}
+	// A receiver still on the old secret, and one already on the new one,
+	// both accept: rotation without downtime.
+	for _, secret := range []string{oldSecret, newSecret} {
+		if err := Verify([]string{secret}, got.id, got.ts, got.body, got.sig); err != nil {
+			t.Errorf("Verify: %v", err)
+		}
+	}
+	if got.auth != "" {
+		t.Errorf("Authorization %q sent without a bearer token file", got.auth)
+	}
+}
+
+func TestSecretsFileReread(t *testing.T) {
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	oldSecret, newSecret := newSecret(t), newSecret(t)
+	e := newEnv(t, srv.URL, oldSecret)
+	s := e.start()
+	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "c1", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first event", func() bool { return len(rc.delivered()) == 1 })
+	e.hide(newSecret)
+	e.writeFile("secrets", "# rotated\n\n"+newSecret+"\n")
+	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "c2", "2")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second event", func() bool { return len(rc.delivered()) == 2 })
+	first, second := rc.delivered()[0], rc.delivered()[1]
+	if err := Verify([]string{oldSecret}, first.id, first.ts, first.body, first.sig); err != nil {
+		t.Errorf("first event with the old secret: %v", err)
+	}
+	if err := Verify([]string{newSecret}, second.id, second.ts, second.body, second.sig); err != nil {
+		t.Errorf("second event with the new secret: %v", err)
+	}
+	if err := Verify([]string{oldSecret}, second.id, second.ts, second.body, second.sig); err == nil {
+		t.Error("second event still signed with the removed secret")
+	}
+	if !strings.Contains(e.logs.String(), "signing secrets changed") {
+		t.Error("the change of secrets was not logged")
+	}
+}
+
+func TestSecretRef(t *testing.T) {
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	first, second := newSecret(t), newSecret(t)
+	e := newEnv(t, srv.URL)
+	e.hide(first, second)
+	kube := fake.NewClientset(&corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "hubsync", Name: "hook"},
+		Data:       map[string][]byte{"secrets": []byte(first + "\n")},
+	})
+	e.deps.Kube = kube
+	e.cfg.Webhook.SecretsFile = ""
+	e.cfg.Webhook.SecretRef = &config.SecretKeyRef{Namespace: "hubsync", Name: "hook"}
+	// The sender reads the clock from its own goroutine.
+	var clock atomic.Int64
+	now := time.Now()
+	clock.Store(now.UnixNano())
+	e.opts.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	e.opts.secretTTL = time.Minute
+	s := e.start()
+	deliver := func(cluster string) received {
+		t.Helper()
+		n := len(rc.delivered())
+		if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", cluster, "1")}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the event", func() bool { return len(rc.delivered()) == n+1 })
+		return rc.delivered()[n]
+	}
+	verify := func(r received, secret string) error { return Verify([]string{secret}, r.id, r.ts, r.body, r.sig) }
+
+	if err := verify(deliver("c1"), first); err != nil {
+		t.Fatalf("signed with the Secret's key: %v", err)
+	}
+	sec, err := kube.CoreV1().Secrets("hubsync").Get(t.Context(), "hook", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec.Data["secrets"] = []byte(second + "\n")
+	if _, err := kube.CoreV1().Secrets("hubsync").Update(t.Context(), sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Within the cache's lifetime the Secret is not read again.
+	if err := verify(deliver("c2"), first); err != nil {
+		t.Errorf("within the cache lifetime: %v", err)
+	}
+	clock.Store(now.Add(2 * time.Minute).UnixNano())
+	if err := verify(deliver("c3"), second); err != nil {
+		t.Errorf("after the cache expired: %v", err)
+	}
+	if err := kube.CoreV1().Secrets("hubsync").Delete(t.Context(), "hook", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Store(now.Add(4 * time.Minute).UnixNano())
+	// The API failing keeps the last secrets in use.
+	if err := verify(deliver("c4"), second); err != nil {
+		t.Errorf("with the Secret gone: %v", err)
+	}
+	if !strings.Contains(e.logs.String(), "cannot re-read webhook signing secrets") {
+		t.Error("the failed re-read was not logged")
+	}
+}
+
+// A receiver failing with 500 gets the same event, with the same id,
+// until it takes it, then the following ones in order.
+func TestRetriesServerErrorsInOrder(t *testing.T) {
+	rc := &receiver{handle: func(n int, _ *http.Request) (int, http.Header) {
+		if n < 3 {
+			return http.StatusInternalServerError, nil
+		}
+		return http.StatusNoContent, nil
+	}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	secret := newSecret(t)
+	e := newEnv(t, srv.URL, secret)
+	s := e.start()
+	changes := []stream.Change{
+		profile(stream.ProfileCreated, "ns", "a", "1"),
+		credential(stream.CredentialSynced, "ns", "b", "msa", "2"),
+	}
+	if err := s.Deliver(t.Context(), changes); err != nil {
+		t.Fatalf("Deliver failed while the endpoint fails: %v", err)
+	}
+	next := profile(stream.ProfileUpdated, "ns", "a", "3")
+	if err := s.Deliver(t.Context(), []stream.Change{next}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "all three events", func() bool { return len(rc.delivered()) == 3 })
+	want := []string{bus.EventID(changes[0]), bus.EventID(changes[0]), bus.EventID(changes[0]), bus.EventID(changes[0]),
+		bus.EventID(changes[1]), bus.EventID(next)}
+	all := rc.all()
+	if got := ids(all); !slices.Equal(got, want) {
+		t.Errorf("webhook-ids of the requests:\n%v\nwant\n%v", got, want)
+	}
+	for i, r := range all {
+		if err := Verify([]string{secret}, r.id, r.ts, r.body, r.sig); err != nil {
+			t.Errorf("request %d: %v", i, err)
+		}
+	}
+	// A delivered event leaves the spool after its metrics are updated.
+	waitFor(t, "an empty spool", func() bool { return e.metric("hubsync_webhook_spool_events", nil) == 0 })
+	if v := e.metric("hubsync_webhook_requests_total", map[string]string{"code": "500"}); v != 3 {
+		t.Errorf("requests_total{code=500} = %v, want 3", v)
+	}
+	if v := e.metric("hubsync_webhook_requests_total", map[string]string{"code": "204"}); v != 3 {
+		t.Errorf("requests_total{code=204} = %v, want 3", v)
+	}
+	if v := e.metric("hubsync_webhook_delivery_seconds", nil); v != 3 {
+		t.Errorf("delivery_seconds count = %v, want 3", v)
+	}
+}
+
+func TestRetryAfterHonoured(t *testing.T) {
+	rc := &receiver{handle: func(n int, _ *http.Request) (int, http.Header) {
+		if n == 0 {
+			return http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}}
+		}
+		return http.StatusOK, nil
+	}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	s := e.start()
+	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the retry", func() bool { return len(rc.delivered()) == 1 })
+	all := rc.all()
+	if len(all) != 2 {
+		t.Fatalf("%d requests, want 2", len(all))
+	}
+	// The backoff alone would retry after a few milliseconds.
+	if gap := all[1].at.Sub(all[0].answered); gap < time.Second {
+		t.Errorf("retried %s after a 429 with Retry-After: 1", gap)
+	}
+	if all[0].id != all[1].id {
+		t.Errorf("the retry has webhook-id %s, the first attempt %s", all[1].id, all[0].id)
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"1", time.Second, true},
+		{" 120 ", 2 * time.Minute, true},
+		{"0", 0, true},
+		{"3600", 5 * time.Minute, true},
+		{"99999999999999999999", 0, false},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
+		{now.Add(time.Hour).Format(http.TimeFormat), 5 * time.Minute, true},
+		{now.Add(-time.Hour).Format(http.TimeFormat), 0, true},
+		{"-1", 0, false},
+		{"soon", 0, false},
+		{"", 0, false},
+	} {
+		got, ok := parseRetryAfter(tc.in, now, 5*time.Minute)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("parseRetryAfter(%q) = %s, %v; want %s, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	o := defaultOptions()
+	prev := time.Duration(0)
+	for failures := 1; failures <= 20; failures++ {
+		o.jitter = func(int64) int64 { return 0 }
+		lo := o.backoff(failures)
+		o.jitter = func(n int64) int64 { return n - 1 }
+		hi := o.backoff(failures)
+		if lo < prev || hi > o.retryMax || hi != 2*lo {
+			t.Errorf("backoff(%d) spans [%s, %s]", failures, lo, hi)
+		}
+		prev = lo
+	}
+	o.jitter = func(int64) int64 { return 0 }
+	if got := o.backoff(1); got != o.retryBase/2 {
+		t.Errorf("first backoff at least %s, want %s", got, o.retryBase/2)
+	}
+	if got := o.backoff(30); got != o.retryMax/2 {
+		t.Errorf("backoff is not capped: %s", got)
+	}
+}
+
+func TestGoneDisables(t *testing.T) {
+	rc := &receiver{handle: answer(http.StatusGone)}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	s := e.start()
+	if v := e.metric("hubsync_webhook_disabled", nil); v != 0 {
+		t.Fatalf("disabled = %v at start", v)
+	}
+	batch := []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1"), profile(stream.ProfileCreated, "ns", "b", "1")}
+	if err := s.Deliver(t.Context(), batch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sink to be disabled", func() bool { return e.metric("hubsync_webhook_disabled", nil) == 1 })
+	// The second event, spooled with the first, is dropped unsent.
+	waitFor(t, "an empty spool", func() bool { return e.metric("hubsync_webhook_spool_events", nil) == 0 })
+	for range 3 {
+		if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileUpdated, "ns", "a", "2")}); err != nil {
+			t.Fatalf("Deliver while disabled: %v", err)
+		}
+		if err := s.Resync(t.Context(), batch); err != nil {
+			t.Fatalf("Resync while disabled: %v", err)
+		}
+	}
+	if _, events := s.spool.size(); events != 0 {
+		t.Errorf("%d events spooled while disabled", events)
+	}
+	if n := len(rc.all()); n != 1 {
+		t.Errorf("%d requests, want 1", n)
+	}
+	if n := strings.Count(e.logs.String(), "410 Gone: the sink is disabled"); n != 1 {
+		t.Errorf("the 410 was logged %d times, want once", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Recreating the sink (a configuration reload) enables it again.
+	rc.setHandle(nil)
+	s2 := e.start()
+	if v := e.metric("hubsync_webhook_disabled", nil); v != 0 {
+		t.Errorf("disabled = %v after the sink was recreated", v)
+	}
+	if err := s2.Deliver(t.Context(), []stream.Change{profile(stream.ProfileUpdated, "ns", "a", "3")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a delivery", func() bool { return len(rc.delivered()) == 1 })
+}
+
+func TestRedirectNotFollowed(t *testing.T) {
+	target := &receiver{}
+	tsrv := httptest.NewServer(target)
+	defer tsrv.Close()
+	rc := &receiver{handle: func(int, *http.Request) (int, http.Header) {
+		return http.StatusTemporaryRedirect, http.Header{"Location": {tsrv.URL + "/elsewhere?key=abc"}}
+	}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	s := e.start()
+	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a retry", func() bool { return len(rc.all()) >= 3 })
+	if n := len(target.all()); n != 0 {
+		t.Errorf("the redirect was followed: the target got %d requests", n)
+	}
+	logs := e.logs.String()
+	if !strings.Contains(logs, "redirects are not followed") {
+		t.Errorf("the failure does not say redirects are not followed:\n%s", logs)
+	}
+	if strings.Contains(logs, "key=abc") {
+		t.Error("the Location's query was logged")
+	}
+	waitFor(t, "requests_total{code=307}", func() bool {
+		return e.metric("hubsync_webhook_requests_total", map[string]string{"code": "307"}) >= 3
+	})
+	if _, events := s.spool.size(); events != 1 {
+		t.Errorf("spool holds %d events, want the undelivered one", events)
+	}
+}
+
+// Events spooled while the endpoint is down survive a restart and are
+// sent first, in order, once each.
+func TestSpoolSurvivesRestart(t *testing.T) {
+	rc := &receiver{handle: answer(http.StatusBadGateway)}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	a := e.start()
+	var want []string
+	for i := range 5 {
+		batch := []stream.Change{
+			profile(stream.ProfileUpdated, "ns", "a", strconv.Itoa(10+i)),
+			credential(stream.CredentialRotated, "ns", "b", "msa", strconv.Itoa(20+i)),
+		}
+		if err := a.Deliver(t.Context(), batch); err != nil {
+			t.Fatalf("Deliver while the endpoint is down: %v", err)
+		}
+		for _, c := range batch {
+			want = append(want, bus.EventID(c))
+		}
+	}
+	waitFor(t, "a few failed attempts", func() bool { return len(rc.all()) >= 3 })
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(rc.delivered()) != 0 {
+		t.Fatal("delivered while the endpoint was down")
+	}
+	// A write interrupted by a crash leaves a temporary file: not an event.
+	if err := os.WriteFile(filepath.Join(e.spoolDir, ".00000000000000000099.seg.tmp-1"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	b := e.start()
+	if v := e.metric("hubsync_webhook_spool_events", nil); v != 10 {
+		t.Errorf("spool_events = %v after the restart, want 10", v)
+	}
+	rc.setHandle(nil)
+	last := profile(stream.ProfileUpdated, "ns", "a", "99")
+	if err := b.Deliver(t.Context(), []stream.Change{last}); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, bus.EventID(last))
+	waitFor(t, "every event", func() bool { return len(rc.delivered()) >= len(want) })
+	waitFor(t, "an empty spool", func() bool { _, n := b.spool.size(); return n == 0 })
+	if got := ids(rc.delivered()); !slices.Equal(got, want) {
+		t.Errorf("delivered, in order:\n%v\nwant\n%v", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(e.spoolDir, ".00000000000000000099.seg.tmp-1")); !os.IsNotExist(err) {
+		t.Errorf("leftover temporary file: %v", err)
+	}
+	// Delivered segments go once what the endpoint was told is saved
+	// after them, within a second.
+	waitFor(t, "no segments left after delivery", func() bool {
+		segs, _ := filepath.Glob(filepath.Join(e.spoolDir, "*"+segSuffix))
+		return len(segs) == 0
+	})
+}
+
+// A crash (no Close) right after a delivered event leaves at most that
+// event to send again; a partly sent segment resumes at its cursor.
+func TestSpoolResumesAtCursor(t *testing.T) {
+	rc := &receiver{handle: func(n int, _ *http.Request) (int, http.Header) {
+		if n < 2 {
+			return http.StatusOK, nil
+		}
+		return http.StatusInternalServerError, nil
+	}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	a := e.start()
+	var batch []stream.Change
+	for i := range 4 {
+		batch = append(batch, profile(stream.ProfileCreated, "ns", "c"+strconv.Itoa(i), "1"))
+	}
+	if err := a.Deliver(t.Context(), batch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "two deliveries and a failure", func() bool { return len(rc.all()) >= 3 })
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rc.setHandle(nil)
+	e.start()
+	waitFor(t, "the rest", func() bool { return len(rc.delivered()) == 4 })
+	want := []string{bus.EventID(batch[0]), bus.EventID(batch[1]), bus.EventID(batch[2]), bus.EventID(batch[3])}
+	if got := ids(rc.delivered()); !slices.Equal(got, want) {
+		t.Errorf("delivered:\n%v\nwant\n%v", got, want)
+	}
+}
+
+func TestSpoolFullRequestsResync(t *testing.T) {
+	rc := &receiver{handle: answer(http.StatusServiceUnavailable)}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	e.cfg.Webhook.Spool.MaxBytes = 3000
+	ctl := &fakeControl{}
+	s := e.start()
+	s.Attach(ctl)
+	var spooled []string
+	for i := range 20 {
+		c := profile(stream.ProfileUpdated, "ns", "c"+strconv.Itoa(i), "1")
+		if err := s.Deliver(t.Context(), []stream.Change{c}); err != nil {
+			t.Fatalf("Deliver with a full spool: %v", err)
+		}
+		if bytes, _ := s.spool.size(); bytes > 3000 {
+			t.Fatalf("spool grew to %d bytes, beyond its 3000", bytes)
+		}
+		if e.metric("hubsync_webhook_spool_dropped_total", nil) == 0 {
+			spooled = append(spooled, bus.EventID(c))
+		}
+	}
+	if len(spooled) == 0 || len(spooled) == 20 {
+		t.Fatalf("%d of 20 events spooled; the test needs some spooled and some dropped", len(spooled))
+	}
+	if v := e.metric("hubsync_webhook_spool_dropped_total", nil); v != float64(20-len(spooled)) {
+		t.Errorf("spool_dropped_total = %v, want %d", v, 20-len(spooled))
+	}
+	if n := strings.Count(e.logs.String(), "webhook spool full"); n != 1 {
+		t.Errorf("the overflow was logged %d times, want once", n)
+	}
+	if n := ctl.resyncs.Load(); n != 0 {
+		t.Errorf("%d resyncs requested while the endpoint is down", n)
+	}
+
+	rc.setHandle(nil)
+	waitFor(t, "a resync request", func() bool { return ctl.resyncs.Load() == 1 })
+	if got := ids(rc.delivered()); !slices.Equal(got, spooled) {
+		t.Errorf("delivered %v, want the spooled %v", got, spooled)
+	}
+	// The fan-out answers with a resync, which ends the episode: no
+	// further request, and new changes are spooled again.
+	var snap []stream.Change
+	for i := range 3 {
+		snap = append(snap, profile(stream.ProfileUpdated, "ns", "c"+strconv.Itoa(i), "2"))
+	}
+	if err := s.Resync(t.Context(), snap); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the resync", func() bool { _, n := s.spool.size(); return n == 0 })
+	extra := profile(stream.ProfileUpdated, "ns", "c0", "3")
+	if err := s.Deliver(t.Context(), []stream.Change{extra}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the resync and the new change", func() bool {
+		d := rc.delivered()
+		return len(d) > 0 && d[len(d)-1].id == bus.EventID(extra)
+	})
+	if n := ctl.resyncs.Load(); n != 1 {
+		t.Errorf("%d resyncs requested, want 1", n)
+	}
+}
+
+// Everything the endpoint was told of and that is gone from the snapshot
+// is announced as removed, also across a restart.
+func TestResyncAnnouncesRemovals(t *testing.T) {
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	s := e.start()
+	snap1 := []stream.Change{
+		profile(stream.ProfileUpdated, "ns", "a", "5"),
+		credential(stream.CredentialSynced, "ns", "a", "m1", "6"),
+		credential(stream.CredentialSynced, "ns", "a", "m2", "7"),
+		profile(stream.ProfileUpdated, "ns", "b", "8"),
+	}
+	if err := s.Resync(t.Context(), snap1); err != nil {
+		t.Fatal(err)
+	}
+	extra := profile(stream.ProfileCreated, "other", "c", "9")
+	if err := s.Deliver(t.Context(), []stream.Change{extra}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first snapshot", func() bool { return len(rc.delivered()) == 5 })
+
+	snap2 := []stream.Change{profile(stream.ProfileUpdated, "ns", "a", "10"), credential(stream.CredentialSynced, "ns", "a", "m1", "6")}
+	if err := s.Resync(t.Context(), snap2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second snapshot", func() bool { return len(rc.delivered()) == 5+5 })
+	got := events(t, rc.delivered()[5:])
+	want := []string{
+		stream.ProfileUpdated + " ns/a", stream.CredentialSynced + " ns/a",
+		stream.CredentialRemoved + " ns/a", stream.ProfileDeleted + " ns/b", stream.ProfileDeleted + " other/c",
+	}
+	if !slices.Equal(typesOf(got), want) {
+		t.Fatalf("second resync sent %v, want %v", typesOf(got), want)
+	}
+	if c := got[2].Data.Credential; c == nil || c.ManagedServiceAccount != "m2" {
+		t.Errorf("credential.removed is about %+v, want m2", c)
+	}
+	// The deletion carries the profile's last resourceVersion, so its id
+	// is the one a real deletion would have had.
+	if got[3].Data.ResourceVersion != "8" {
+		t.Errorf("profile.deleted of b has resourceVersion %q, want 8", got[3].Data.ResourceVersion)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// What the endpoint was told survives a restart.
+	s2 := e.start()
+	if err := s2.Resync(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the removals after the restart", func() bool { return len(rc.delivered()) == 10+2 })
+	got = events(t, rc.delivered()[10:])
+	want = []string{stream.CredentialRemoved + " ns/a", stream.ProfileDeleted + " ns/a"}
+	if !slices.Equal(typesOf(got), want) {
+		t.Errorf("after the restart sent %v, want %v", typesOf(got), want)
+	}
+	if got[1].ID != bus.EventID(stream.Change{Type: stream.ProfileDeleted, Namespace: "ns", Cluster: "a", Name: "a", ResourceVersion: "10"}) {
+		t.Errorf("profile.deleted after the restart lost the profile's resourceVersion: %+v", got[1].Data)
+	}
+	// Nothing more to remove.
+	if err := s2.Resync(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "an empty spool", func() bool { _, n := s2.spool.size(); return n == 0 })
+	if n := len(rc.delivered()); n != 12 {
+		t.Errorf("an empty resync of an empty endpoint sent %d events", n-12)
+	}
+}
+
+// A told record must cover events still in the spool even if told.json
+// did not get them (a crash between the two writes).
+func TestToldRebuiltFromSpool(t *testing.T) {
+	rc := &receiver{handle: answer(http.StatusInternalServerError)}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	a := e.start()
+	if err := a.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(e.spoolDir, toldFile)); err != nil {
+		t.Fatal(err)
+	}
+	rc.setHandle(nil)
+	b := e.start()
+	if err := b.Resync(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the event and its removal", func() bool { return len(rc.delivered()) == 2 })
+	if got := typesOf(events(t, rc.delivered())); !slices.Equal(got, []string{stream.ProfileCreated + " ns/a", stream.ProfileDeleted + " ns/a"}) {
+		t.Errorf("sent %v", got)
+	}
+}
+
+func TestEventTypeFilterAppliesToRemovals(t *testing.T) {
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	e.cfg.Filter.EventTypes = []string{stream.ProfileUpdated, stream.CredentialSynced, stream.CredentialRemoved}
+	s := e.start()
+	if err := s.Resync(t.Context(), []stream.Change{
+		profile(stream.ProfileUpdated, "ns", "a", "1"), credential(stream.CredentialSynced, "ns", "a", "m", "2"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Resync(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "an empty spool", func() bool { _, n := s.spool.size(); return n == 0 })
+	if got := typesOf(events(t, rc.delivered())); !slices.Equal(got, []string{
+		stream.ProfileUpdated + " ns/a", stream.CredentialSynced + " ns/a", stream.CredentialRemoved + " ns/a",
+	}) {
+		t.Errorf("sent %v; a profile.deleted is not wanted", got)
+	}
+}
+
+func TestBearerToken(t *testing.T) {
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	tok1, tok2 := newToken(t), newToken(t)
+	e.hide(tok1, tok2)
+	e.cfg.Webhook.BearerTokenFile = e.writeFile("token", tok1+"\n")
+	s := e.start()
+	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the event", func() bool { return len(rc.delivered()) == 1 })
+	if got := rc.delivered()[0].auth; got != "Bearer "+tok1 {
+		t.Errorf("Authorization = %q, want the token", got)
+	}
+	e.writeFile("token", tok2)
+	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "b", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second event", func() bool { return len(rc.delivered()) == 2 })
+	if got := rc.delivered()[1].auth; got != "Bearer "+tok2 {
+		t.Errorf("Authorization after the token changed = %q", got)
+	}
+}
+
+func TestTLSWithCAFile(t *testing.T) {
+	rc := &receiver{}
+	srv := httptest.NewUnstartedServer(rc)
+	// The untrusting client's handshake failures are expected.
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	defer srv.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+
+	// Without the CA the server is not trusted.
+	e := newEnv(t, srv.URL)
+	untrusted := e.start()
+	if err := untrusted.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a failed attempt", func() bool { return strings.Contains(e.logs.String(), "certificate") })
+	if err := untrusted.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rc.all()); n != 0 {
+		t.Fatalf("the untrusted server got %d requests", n)
+	}
+
+	e.cfg.Webhook.CAFile = e.writeFile("ca.pem", string(ca))
+	s := e.start()
+	waitFor(t, "the spooled event over TLS", func() bool { return len(rc.delivered()) == 1 })
+	_ = s
+
+	e.cfg.Webhook.CAFile = e.writeFile("bad.pem", "not a certificate")
+	if _, err := newSink(e.cfg, e.deps, e.opts); err == nil {
+		t.Error("a CA file without a certificate was accepted")
+	}
+}
+
+func TestUnencodableChangeSkipped(t *testing.T) {
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	s := e.start()
+	bad := profile(stream.ProfileCreated, "", "a", "1")
+	good := profile(stream.ProfileCreated, "ns", "b", "1")
+	if err := s.Deliver(t.Context(), []stream.Change{bad, good}); err != nil {
+		t.Fatalf("Deliver: %v", err)
+	}
+	waitFor(t, "the good event", func() bool { return len(rc.delivered()) == 1 })
+	if got := rc.delivered()[0].id; got != bus.EventID(good) {
+		t.Errorf("delivered %s, want the good event", got)
+	}
+	if !strings.Contains(e.logs.String(), "cannot encode a change") {
+		t.Error("the skipped change was not logged")
+	}
+}
+
+// Every path that logs an error about secrets or the token, and every
+// failed delivery, leaves them out of the logs (newEnv checks the log
+// output when the test ends).
+func TestNoSecretsInLogs(t *testing.T) {
+	rc := &receiver{handle: func(n int, _ *http.Request) (int, http.Header) {
+		switch n {
+		case 0:
+			return http.StatusInternalServerError, nil
+		case 1:
+			return http.StatusFound, http.Header{"Location": {"https://elsewhere.example/"}}
+		case 2:
+			return http.StatusTooManyRequests, http.Header{"Retry-After": {"0"}}
+		case 3:
+			return http.StatusUnauthorized, nil
+		}
+		return http.StatusGone, nil
+	}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	secret := newSecret(t)
+	e := newEnv(t, srv.URL+"/hook?apikey=querysecret", secret)
+	e.hide("querysecret")
+	tok := newToken(t)
+	e.hide(tok)
+	tokenFile := e.writeFile("token", tok)
+	e.cfg.Webhook.BearerTokenFile = tokenFile
+	s := e.start()
+	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sink to be disabled", func() bool { return s.disabled.Load() })
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A malformed secrets file is reported by line, not by content.
+	rc.setHandle(nil)
+	bad := "whsec_" + strings.Repeat("Zm9v", 4) + "!!leaked"
+	e.hide(bad, "!!leaked")
+	e.writeFile("secrets", secret+"\n"+bad+"\n")
+	if _, err := newSink(e.cfg, e.deps, e.opts); err == nil {
+		t.Fatal("a malformed secret was accepted")
+	} else {
+		e.deps.Log.Error("newSink failed", "err", err)
+		if !strings.Contains(err.Error(), "line 2") {
+			t.Errorf("the error does not say where the bad secret is: %v", err)
+		}
+	}
+	// The files changing under a running sink.
+	e.writeFile("secrets", secret+"\n")
+	s2 := e.start()
+	e.writeFile("secrets", secret+"\n"+bad+"\n")
+	if err := os.Remove(tokenFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "b", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a failed attempt", func() bool { return strings.Contains(e.logs.String(), "line 2") })
+	e.writeFile("secrets", secret+"\n")
+	waitFor(t, "the token error", func() bool { return strings.Contains(e.logs.String(), "read bearer token") })
+	e.writeFile("token", tok)
+	waitFor(t, "the delivery", func() bool { return len(rc.delivered()) == 1 })
+	if !strings.Contains(e.logs.String(), "/hook") {
+		t.Error("the endpoint's path is not in the logs")
+	}
+}
+
+func TestMetricsSharedAndForgotten(t *testing.T) {
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	s1 := e.start()
+	cfg2 := e.cfg
+	hook := *e.cfg.Webhook
+	hook.Spool.Directory = filepath.Join(e.dir, "spool2")
+	cfg2.Name, cfg2.Webhook = "hook2", &hook
+	s2, err := newSink(cfg2, e.deps, e.opts)
+	if err != nil {
+		t.Fatalf("a second webhook sink on the same registry: %v", err)
+	}
+	defer s2.Close()
+	for _, s := range []*sink{s1, s2} {
+		if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", s.name, "1")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "both events", func() bool { return len(rc.delivered()) == 2 })
+	waitFor(t, "both spools to drain", func() bool {
+		_, n1 := s1.spool.size()
+		_, n2 := s2.spool.size()
+		return n1 == 0 && n2 == 0
+	})
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"hubsync_webhook_requests_total", "hubsync_webhook_spool_bytes", "hubsync_webhook_spool_events",
+		"hubsync_webhook_disabled", "hubsync_webhook_delivery_seconds"} {
+		if _, ok := metric(t, e.reg, name, map[string]string{"sink": "hook"}); ok {
+			t.Errorf("%s{sink=hook} still there after Close", name)
+		}
+		if _, ok := metric(t, e.reg, name, map[string]string{"sink": "hook2"}); !ok {
+			t.Errorf("%s{sink=hook2} missing", name)
+		}
+	}
+}
+
+func TestSpoolDirectoryExclusive(t *testing.T) {
+	e := newEnv(t, "http://127.0.0.1:1")
+	s := e.start()
+	if _, err := newSink(e.cfg, e.deps, e.opts); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Errorf("a second sink on the same spool directory: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(e.spoolDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o700 {
+		t.Errorf("spool directory mode %v, want 0700", st.Mode().Perm())
+	}
+	s2 := e.start()
+	if err := s2.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(e.spoolDir, "*"))
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600", filepath.Base(f), st.Mode().Perm())
+		}
+	}
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Deliver(context.Background(), nil); !errors.Is(err, errClosed) {
+		t.Errorf("Deliver after Close = %v", err)
+	}
+}
+
+func events(t *testing.T, rs []received) []bus.Event {
+	t.Helper()
+	out := make([]bus.Event, len(rs))
+	for i, r := range rs {
+		ev, err := bus.Decode(r.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.ID != r.id {
+			t.Errorf("webhook-id %s for event %s", r.id, ev.ID)
+		}
+		out[i] = ev
+	}
+	return out
+}
+
+func typesOf(evs []bus.Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Type + " " + ev.Subject
+	}
+	return out
+}
+
+// Failed attempts are spaced by the exponential backoff.
+func TestBackoffBetweenAttempts(t *testing.T) {
+	rc := &receiver{handle: answer(http.StatusInternalServerError)}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	e.opts.retryBase, e.opts.retryMax = 40*time.Millisecond, 160*time.Millisecond
+	e.opts.jitter = func(int64) int64 { return 0 } // half of each delay
+	s := e.start()
+	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "five attempts", func() bool { return len(rc.all()) >= 5 })
+	all := rc.all()
+	for i, want := range []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond, 80 * time.Millisecond} {
+		if gap := all[i+1].at.Sub(all[i].answered); gap < want {
+			t.Errorf("attempt %d came %s after the failure before it, want at least %s", i+2, gap, want)
+		}
+	}
+}
+
+// Close lets a request under way finish and records its outcome, so the
+// event is not sent again by the next sink.
+func TestCloseWaitsForRequestInFlight(t *testing.T) {
+	arrived, release, aborted := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	rc := &receiver{handle: func(n int, r *http.Request) (int, http.Header) {
+		if n > 0 {
+			return http.StatusOK, nil
+		}
+		close(arrived)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			close(aborted)
+		}
+		return http.StatusOK, nil
+	}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	s := e.start()
+	first := profile(stream.ProfileCreated, "ns", "a", "1")
+	if err := s.Deliver(t.Context(), []stream.Change{first}); err != nil {
+		t.Fatal(err)
+	}
+	<-arrived
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	<-s.stopping
+	// An aborted request shows within milliseconds; this only bounds how
+	// long the test looks for one.
+	select {
+	case <-aborted:
+		t.Fatal("Close aborted the request in flight")
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) before the request in flight ended", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	s2 := e.start()
+	if _, n := s2.spool.size(); n != 0 {
+		t.Errorf("%d events still spooled after their delivery", n)
+	}
+	second := profile(stream.ProfileCreated, "ns", "b", "1")
+	if err := s2.Deliver(t.Context(), []stream.Change{second}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the next event", func() bool { return len(rc.delivered()) == 2 })
+	if got, want := ids(rc.delivered()), []string{bus.EventID(first), bus.EventID(second)}; !slices.Equal(got, want) {
+		t.Errorf("delivered %v, want %v", got, want)
+	}
+}
