@@ -106,7 +106,13 @@ func (m *Manager) start(c config.Sink) error {
 	if !ok {
 		return fmt.Errorf("sink %s: type %q is not available", c.Name, c.Type)
 	}
-	filter, err := Filter(c.Filter)
+	f := c.Filter
+	if c.ArgoCD != nil && len(f.Namespaces) == 0 {
+		// An Argo CD sink serves one consumer namespace: the others'
+		// changes need not even be queued for it.
+		f.Namespaces = []string{c.ArgoCD.ConsumerNamespace}
+	}
+	filter, err := Filter(f)
 	if err != nil {
 		return fmt.Errorf("sink %s: %w", c.Name, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,6 +138,16 @@ type env struct {
 	cfg  config.Sink
 	deps sinks.Deps
 	opts options
+}
+
+// newServedEnv is newEnv for a plain receiver on a loopback HTTP server
+// that lives as long as the test.
+func newServedEnv(t *testing.T) (*receiver, *env) {
+	t.Helper()
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+	return rc, newEnv(t, srv.URL)
 }
 
 func newEnv(t *testing.T, url string, secrets ...string) *env {

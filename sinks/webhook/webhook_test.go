@@ -621,10 +621,7 @@ func TestSpoolFullRequestsResync(t *testing.T) {
 // Everything the endpoint was told of and that is gone from the snapshot
 // is announced as removed, also across a restart.
 func TestResyncAnnouncesRemovals(t *testing.T) {
-	rc := &receiver{}
-	srv := httptest.NewServer(rc)
-	defer srv.Close()
-	e := newEnv(t, srv.URL)
+	rc, e := newServedEnv(t)
 	s := e.start()
 	snap1 := []stream.Change{
 		profile(stream.ProfileUpdated, "ns", "a", "5"),
@@ -719,10 +716,7 @@ func TestToldRebuiltFromSpool(t *testing.T) {
 }
 
 func TestEventTypeFilterAppliesToRemovals(t *testing.T) {
-	rc := &receiver{}
-	srv := httptest.NewServer(rc)
-	defer srv.Close()
-	e := newEnv(t, srv.URL)
+	rc, e := newServedEnv(t)
 	e.cfg.Filter.EventTypes = []string{stream.ProfileUpdated, stream.CredentialSynced, stream.CredentialRemoved}
 	s := e.start()
 	if err := s.Resync(t.Context(), []stream.Change{
@@ -742,10 +736,7 @@ func TestEventTypeFilterAppliesToRemovals(t *testing.T) {
 }
 
 func TestBearerToken(t *testing.T) {
-	rc := &receiver{}
-	srv := httptest.NewServer(rc)
-	defer srv.Close()
-	e := newEnv(t, srv.URL)
+	rc, e := newServedEnv(t)
 	tok1, tok2 := newToken(t), newToken(t)
 	e.hide(tok1, tok2)
 	e.cfg.Webhook.BearerTokenFile = e.writeFile("token", tok1+"\n")
@@ -802,10 +793,7 @@ func TestTLSWithCAFile(t *testing.T) {
 }
 
 func TestUnencodableChangeSkipped(t *testing.T) {
-	rc := &receiver{}
-	srv := httptest.NewServer(rc)
-	defer srv.Close()
-	e := newEnv(t, srv.URL)
+	rc, e := newServedEnv(t)
 	s := e.start()
 	bad := profile(stream.ProfileCreated, "", "a", "1")
 	good := profile(stream.ProfileCreated, "ns", "b", "1")
@@ -890,10 +878,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 }
 
 func TestMetricsSharedAndForgotten(t *testing.T) {
-	rc := &receiver{}
-	srv := httptest.NewServer(rc)
-	defer srv.Close()
-	e := newEnv(t, srv.URL)
+	rc, e := newServedEnv(t)
 	s1 := e.start()
 	cfg2 := e.cfg
 	hook := *e.cfg.Webhook

@@ -13,10 +13,15 @@
 //     p50/p99;
 //   - hubsync's peak RSS;
 //   - credential copies: the initial 4000, a rotation's latency and every
-//     cluster rotating at once, against raw Secret writes.
+//     cluster rotating at once, against raw Secret writes;
+//   - sinks: what three sinks (kubeconfig files for every profile, Argo CD
+//     Secrets for one namespace, a webhook) add to the initial sync, in
+//     back-to-back pairs with the bus on; the webhook's delivery latency
+//     beyond the hub write; and, for single rotations, the time to each
+//     sink type's output, as a ratio to the NATS publish's.
 //
-// --initial-only, --initial-pairs and --cpuprofile narrow it down for
-// diagnosis.
+// --initial-only, --initial-pairs, --sink-pairs and --cpuprofile narrow it
+// down for diagnosis.
 package main
 
 import (

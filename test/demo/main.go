@@ -133,11 +133,16 @@ func run(ctx context.Context, binary string, keep bool) error {
 	if err := putProxyCA(ctx, hub, "demo-proxy-ca-1"); err != nil {
 		return err
 	}
+	sinks, err := startDemoSinks(ctx, hub, dir)
+	if err != nil {
+		return err
+	}
+	defer sinks.close()
 	conf := config.Config{AccessProviders: []config.AccessProvider{{
 		Name:     "open-cluster-management",
 		Server:   "https://cluster-proxy-addon-user." + proxyNamespace + ":9092/{{.ClusterName}}",
 		CASecret: &config.SecretKeyRef{Namespace: proxyNamespace, Name: proxyCASecret, Key: "tls.crt"},
-	}}}
+	}}, Sinks: sinks.sinks(binary)}
 	d, err := fleet.StartDaemon(ctx, binary, cp.Config, conf, logFile)
 	if err != nil {
 		return err
@@ -214,12 +219,16 @@ func run(ctx context.Context, binary string, keep bool) error {
 	if err := demoCredentials(ctx, hub, m, tail); err != nil {
 		return err
 	}
+	if err := sinks.print(ctx, hub, d); err != nil {
+		return err
+	}
 
 	step("What hubsync wrote (from its /metrics)")
 	if text, err := d.Metrics(); err == nil {
 		for _, line := range strings.Split(text, "\n") {
 			for _, p := range []string{"hubsync_profile_writes_total{", "hubsync_profile_conflicts ", "hubsync_profiles_managed ",
-				"hubsync_credential_writes_total{", "hubsync_credential_rotations_total ", "hubsync_access_provider_ca_changes_total ", "hubsync_events_published_total{", "hubsync_kv_writes_total{"} {
+				"hubsync_credential_writes_total{", "hubsync_credential_rotations_total ", "hubsync_access_provider_ca_changes_total ", "hubsync_events_published_total{", "hubsync_kv_writes_total{",
+				"hubsync_sink_delivered_total{"} {
 				if strings.HasPrefix(line, p) {
 					fmt.Println("   " + line)
 				}
