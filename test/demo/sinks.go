@@ -100,7 +100,7 @@ func (s *demoSinks) close() { _ = s.srv.Close() }
 // print shows what each sink holds now.
 func (s *demoSinks) print(ctx context.Context, hub *fleet.Hub, d *fleet.Daemon) error {
 	step("Sinks: the same changes, delivered to a kubeconfig directory, Argo CD cluster Secrets and a signed webhook")
-	// Let the sinks catch up with the last change (they batch for 50 ms).
+	// Let the sinks catch up with the last change (they batch for 10 ms).
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		m, err := d.Metrics()
