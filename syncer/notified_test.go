@@ -39,10 +39,10 @@ func TestNotifiedOverlay(t *testing.T) {
 			cached: []stream.Change{profile(stream.ProfileUpdated, "c1", "12")}, want: []string{"io.hubsync.profile.updated/c1@12"}},
 		{name: "copy rotated, cache behind", noted: []stream.Change{copyOf(stream.CredentialRotated, "c1", "7")},
 			cached: []stream.Change{profile(stream.ProfileUpdated, "c1", "5"), copyOf(stream.CredentialSynced, "c1", "6")},
-			want: []string{"io.hubsync.credential.synced/c1-kueue@7", "io.hubsync.profile.updated/c1@5"}, kept: 1},
+			want:   []string{"io.hubsync.credential.synced/c1-kueue@7", "io.hubsync.profile.updated/c1@5"}, kept: 1},
 		{name: "copy removed, cache behind", noted: []stream.Change{copyOf(stream.CredentialRemoved, "c1", "7")},
 			cached: []stream.Change{profile(stream.ProfileUpdated, "c1", "5"), copyOf(stream.CredentialSynced, "c1", "7")},
-			want: []string{"io.hubsync.profile.updated/c1@5"}, kept: 1},
+			want:   []string{"io.hubsync.profile.updated/c1@5"}, kept: 1},
 		{name: "expired notes give way to the cache", noted: []stream.Change{profile(stream.ProfileCreated, "c1", "9"), profile(stream.ProfileCreated, "c2", "3")},
 			cached: []stream.Change{profile(stream.ProfileUpdated, "c1", "5")}, at: 2 * time.Minute, want: []string{"io.hubsync.profile.updated/c1@5"}},
 	}
