@@ -1051,3 +1051,51 @@ func TestCloseWaitsForRequestInFlight(t *testing.T) {
 		t.Errorf("delivered %v, want %v", got, want)
 	}
 }
+
+// A crash after an event was delivered but before what the endpoint was
+// told was saved leaves the delivered segment on disk; the next sink
+// replays it, so a removal that happens meanwhile is still announced.
+func TestToldSurvivesACrashBeforeItIsSaved(t *testing.T) {
+	rc, e := newServedEnv(t)
+	a := e.start()
+	a.toldMu.Lock()
+	a.toldSaveEvery = time.Hour // no save but at Close
+	a.toldMu.Unlock()
+	created := profile(stream.ProfileCreated, "ns", "a", "5")
+	if err := a.Deliver(t.Context(), []stream.Change{created}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the event delivered", func() bool { return len(rc.delivered()) == 1 })
+	waitFor(t, "the cursor past the segment", func() bool { return len(a.spool.finishedSegments()) == 1 })
+	if err := a.spool.saveCursor(true); err != nil {
+		t.Fatal(err)
+	}
+	// What a crash now leaves on disk: a copy of the spool directory.
+	crashed := filepath.Join(e.dir, "crashed")
+	if err := os.CopyFS(crashed, os.DirFS(e.spoolDir)); err != nil {
+		t.Fatal(err)
+	}
+	delivered, _ := filepath.Glob(filepath.Join(crashed, "*"+segSuffix))
+	if len(delivered) != 1 {
+		t.Fatalf("segments at the crash: %v, want the delivered one", delivered)
+	}
+	if told, err := loadTold(filepath.Join(crashed, toldFile)); err == nil && len(told) != 0 {
+		t.Fatalf("told.json was saved before the crash (%d records): the test cannot tell", len(told))
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.Webhook.Spool.Directory = crashed
+	b := e.start()
+	if err := b.Resync(t.Context(), []stream.Change{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the removal", func() bool { return len(rc.delivered()) == 2 })
+	if got := typesOf(events(t, rc.delivered())); !slices.Equal(got, []string{stream.ProfileCreated + " ns/a", stream.ProfileDeleted + " ns/a"}) {
+		t.Errorf("sent %v", got)
+	}
+	// Once replayed, the delivered segment goes.
+	if _, err := os.Stat(delivered[0]); !os.IsNotExist(err) {
+		t.Errorf("the delivered segment is still there after the restart: %v", err)
+	}
+}
