@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,7 +61,14 @@ type Sink struct {
 	// the changes already, so a retried batch no longer shows which other
 	// clusters competed for a server it freed; they are decided again on
 	// the next delivery.
-	retry  map[string]bool
+	retry map[string]bool
+	// obs is what the last list of Argo CD's namespace showed, kept up to
+	// date with the sink's own writes, so that a burst of deliveries costs
+	// one list every obsMaxAge instead of two per batch (each returning
+	// every cluster Secret). Errors and resyncs list afresh.
+	obs    *observed
+	obsAt  time.Time
+	now    func() time.Time
 	closed bool
 }
 
@@ -127,6 +135,7 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Sink{
+		now:        time.Now,
 		name:       cfg.Name,
 		cfg:        a,
 		kube:       deps.Kube,
@@ -184,11 +193,12 @@ func (s *Sink) Deliver(ctx context.Context, changes []stream.Change) error {
 			touched[cluster] = true
 		}
 	}
-	obs, err := s.observe(ctx)
+	obs, err := s.cachedObserve(ctx)
 	if err == nil {
 		err = s.reconcile(ctx, obs, slices.Sorted(maps.Keys(touched)))
 	}
 	if err != nil {
+		s.obs = nil
 		maps.Copy(s.retry, touched)
 		return err
 	}
@@ -258,7 +268,8 @@ func (s *Sink) Resync(ctx context.Context, snapshot []stream.Change) error {
 			s.setConflict(cluster, "")
 		}
 	}
-	obs, err := s.observe(ctx)
+	s.obs = nil
+	obs, err := s.cachedObserve(ctx)
 	if err != nil {
 		return err
 	}
@@ -336,6 +347,31 @@ type observed struct {
 
 // observe lists the sink's Secrets and every other cluster Secret of the
 // Argo CD namespace.
+// obsMaxAge bounds how long a list of Argo CD's namespace is reused: a
+// foreign cluster Secret created meanwhile is noticed within it.
+const obsMaxAge = 30 * time.Second
+
+// cachedObserve returns the observed Secrets, listing them again when the
+// last list is missing or older than obsMaxAge.
+func (s *Sink) cachedObserve(ctx context.Context) (*observed, error) {
+	if s.obs != nil && s.now().Sub(s.obsAt) < obsMaxAge {
+		return s.obs, nil
+	}
+	obs, err := s.observe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.obs, s.obsAt = obs, s.now()
+	return obs, nil
+}
+
+// remember records a Secret the sink wrote in the observed state.
+func (s *Sink) remember(sec *corev1.Secret) {
+	if s.obs != nil && sec != nil {
+		s.obs.ours[sec.Name] = sec
+	}
+}
+
 func (s *Sink) observe(ctx context.Context) (*observed, error) {
 	secrets := s.kube.CoreV1().Secrets(s.cfg.Namespace)
 	ours, err := secrets.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
@@ -477,9 +513,10 @@ func (s *Sink) write(ctx context.Context, d decision) (conflict string, err erro
 	secrets := s.kube.CoreV1().Secrets(s.cfg.Namespace)
 	cur := d.cur
 	if cur == nil {
-		_, err := secrets.Create(ctx, want, metav1.CreateOptions{FieldManager: ManagedBy})
+		created, err := secrets.Create(ctx, want, metav1.CreateOptions{FieldManager: ManagedBy})
 		switch {
 		case err == nil:
+			s.remember(created)
 			s.log.Info("created Argo CD cluster Secret", "cluster", d.cluster, "secret", want.Name, "server", d.server)
 			return "", nil
 		case !apierrors.IsAlreadyExists(err):
@@ -497,9 +534,11 @@ func (s *Sink) write(ctx context.Context, d decision) (conflict string, err erro
 	if upToDate(cur, want) {
 		return "", nil
 	}
-	if _, err := secrets.Update(ctx, updated(cur, want), metav1.UpdateOptions{FieldManager: ManagedBy}); err != nil {
+	out, err := secrets.Update(ctx, updated(cur, want), metav1.UpdateOptions{FieldManager: ManagedBy})
+	if err != nil {
 		return "", fmt.Errorf("update Secret %s/%s for cluster %s: %w", want.Namespace, want.Name, d.cluster, err)
 	}
+	s.remember(out)
 	s.log.Info("updated Argo CD cluster Secret", "cluster", d.cluster, "secret", want.Name, "server", d.server)
 	return "", nil
 }
@@ -512,9 +551,15 @@ func (s *Sink) delete(ctx context.Context, sec *corev1.Secret) error {
 	})
 	switch {
 	case apierrors.IsNotFound(err):
+		if s.obs != nil {
+			delete(s.obs.ours, sec.Name)
+		}
 		return nil
 	case err != nil:
 		return fmt.Errorf("delete Secret %s/%s: %w", sec.Namespace, sec.Name, err)
+	}
+	if s.obs != nil {
+		delete(s.obs.ours, sec.Name)
 	}
 	s.log.Info("deleted Argo CD cluster Secret", "cluster", string(sec.Data["name"]), "secret", sec.Name)
 	return nil

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -769,5 +770,54 @@ func TestRetriedBatchDecidesCompetitorsAgain(t *testing.T) {
 	}
 	if c := e.conflicts(t); c != 0 {
 		t.Errorf("conflicts %v, want 0", c)
+	}
+}
+
+// A burst of deliveries lists Argo CD's namespace once, not twice a batch;
+// the list is taken again once it is obsMaxAge old, so a foreign cluster
+// Secret that appears meanwhile is still seen.
+func TestDeliveriesReuseTheList(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	now := time.Date(2026, 11, 23, 4, 0, 0, 0, time.UTC)
+	e.sink.now = func() time.Time { return now }
+	lists := func() int {
+		n := 0
+		for _, a := range e.kube.Actions() {
+			if a.GetVerb() == "list" && a.GetResource().Resource == "secrets" {
+				n++
+			}
+		}
+		return n
+	}
+	for i := range 10 {
+		c := fmt.Sprintf("c%d", i)
+		if err := e.sink.Deliver(ctx, []stream.Change{profile(stream.ProfileCreated, consumer, c, server(c))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := lists(); n != 2 {
+		t.Errorf("%d lists for 10 deliveries, want the 2 of one observation", n)
+	}
+	if got := len(e.names(t)); got != 10 {
+		t.Fatalf("%d Secrets, want 10", got)
+	}
+	// A foreign Secret claims c10's server before c10 arrives.
+	foreign := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: argoNS, Name: "theirs", Labels: map[string]string{LabelSecretType: SecretTypeCluster}},
+		Data:       map[string][]byte{"server": []byte(server("c10"))},
+	}
+	if _, err := e.kube.CoreV1().Secrets(argoNS).Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(obsMaxAge)
+	if err := e.sink.Deliver(ctx, []stream.Change{profile(stream.ProfileCreated, consumer, "c10", server("c10"))}); err != nil {
+		t.Fatal(err)
+	}
+	if n := lists(); n < 4 {
+		t.Errorf("%d lists, want a second observation once the first is %s old", n, obsMaxAge)
+	}
+	if slices.Contains(e.names(t), SecretName(sinkName, "c10")) || e.conflicts(t) != 1 {
+		t.Errorf("a Secret for a server a foreign Secret has: %v (conflicts %v)", e.names(t), e.conflicts(t))
 	}
 }
