@@ -128,6 +128,9 @@ func (m *Manager) start(c config.Sink) error {
 		Name: c.Name, Type: c.Type, Filter: filter, QueueSize: c.QueueSize, BatchWindow: batchWindow,
 		Log: m.deps.Log.With("type", c.Type),
 	}
+	if c.Type != config.SinkWebhook {
+		opts.ResyncPeriod = m.deps.ResyncPeriod
+	}
 	if err := m.fan.Add(opts, s); err != nil {
 		return errors.Join(fmt.Errorf("sink %s: %w", c.Name, err), s.Close())
 	}

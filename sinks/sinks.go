@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -47,9 +48,15 @@ type Deps struct {
 	Source string
 	Log    *slog.Logger
 	// Registerer receives a sink's own metrics (nil: none). Metric names
-	// are shared by every sink of a type, labelled by sink name, so a type
-	// registers its collectors once (see Once).
+	// are shared by every sink of a type, labelled by sink name.
 	Registerer prometheus.Registerer
+	// ResyncPeriod, if set, resyncs the sinks that keep a state (kubeconfig
+	// files, Argo CD Secrets) that often: a resync that finds nothing to
+	// change writes nothing, and it repairs what changed behind the sink
+	// (a file deleted by hand, a cluster label a selector looks at).
+	// Webhooks are not resynced on a period: it would send every event of
+	// the current state again.
+	ResyncPeriod time.Duration
 }
 
 // Factory makes a sink of one type from its configuration.

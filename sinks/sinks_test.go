@@ -152,3 +152,52 @@ func TestManagerApply(t *testing.T) {
 		t.Error("Close left sinks open")
 	}
 }
+
+// Sinks that keep a state are resynced on the configured period; webhooks
+// are not (a resync would send every event of the current state again).
+func TestPeriodicResyncSkipsWebhooks(t *testing.T) {
+	fan, err := stream.NewFanout(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := fan.Start(ctx, func() []stream.Change { return []stream.Change{} }); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	built := map[string]*fakeSink{}
+	factory := func(cfg config.Sink, _ Deps) (Sink, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		built[cfg.Name] = &fakeSink{name: cfg.Name}
+		return built[cfg.Name], nil
+	}
+	m := NewManager(fan, Deps{Log: slog.New(slog.DiscardHandler), ResyncPeriod: 20 * time.Millisecond},
+		map[string]Factory{config.SinkWebhook: factory, config.SinkKubeconfig: factory})
+	defer m.Close()
+	if _, err := m.Apply([]config.Sink{
+		{Name: "hooks", Type: config.SinkWebhook, Webhook: &config.WebhookSink{}},
+		{Name: "files", Type: config.SinkKubeconfig, Kubeconfig: &config.KubeconfigSink{}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	resyncs := func(name string) int {
+		mu.Lock()
+		s := built[name]
+		mu.Unlock()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.resyncs
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for resyncs("files") < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("kubeconfig sink resynced %d times", resyncs("files"))
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval
+	}
+	if n := resyncs("hooks"); n != 1 {
+		t.Errorf("webhook sink resynced %d times, want only its first", n)
+	}
+}

@@ -190,7 +190,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ro RunOption
 			return err
 		}
 	}
-	manager := sinks.NewManager(fan, sinks.Deps{Kube: kube, Source: source, Log: log.With("component", "sinks"), Registerer: reg}, sinkFactories())
+	manager := sinks.NewManager(fan, sinks.Deps{Kube: kube, Source: source, Log: log.With("component", "sinks"), Registerer: reg,
+		ResyncPeriod: cfg.ResyncPeriod.Duration}, sinkFactories())
 	if res, err := manager.Apply(cfg.Sinks); err != nil {
 		// The configuration is valid, so this is the environment (a
 		// directory that cannot be created, say): report it, run the rest,
