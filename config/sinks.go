@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hubsync/hubsync/stream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -318,18 +319,11 @@ func validateFilter(p *field.Path, f SinkFilter, typ string) field.ErrorList {
 		errs = append(errs, field.Forbidden(p.Child("eventTypes"), "only a webhook sink may narrow event types: a "+typ+" sink keeps a state that needs all of them"))
 	}
 	for i, t := range f.EventTypes {
-		if !slices.Contains(knownEventTypes, t) {
-			errs = append(errs, field.NotSupported(p.Child("eventTypes").Index(i), t, knownEventTypes))
+		if !slices.Contains(stream.Types, t) {
+			errs = append(errs, field.NotSupported(p.Child("eventTypes").Index(i), t, stream.Types))
 		}
 	}
 	return errs
-}
-
-// knownEventTypes mirrors stream.Types (config cannot import stream).
-var knownEventTypes = []string{
-	"io.hubsync.profile.created", "io.hubsync.profile.updated", "io.hubsync.profile.deleted",
-	"io.hubsync.credential.synced", "io.hubsync.credential.rotated", "io.hubsync.credential.removed",
-	"io.hubsync.accessprovider.updated",
 }
 
 func validateLabels(p *field.Path, labels map[string]string) field.ErrorList {

@@ -85,16 +85,23 @@ func (f *fakeSink) Close() error {
 	return nil
 }
 
-func TestManagerApply(t *testing.T) {
+// startedFanout is a running fan-out whose state is known and empty.
+func startedFanout(t *testing.T) (context.Context, *stream.Fanout) {
+	t.Helper()
 	fan, err := stream.NewFanout(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	if err := fan.Start(ctx, func() []stream.Change { return []stream.Change{} }); err != nil {
 		t.Fatal(err)
 	}
+	return ctx, fan
+}
+
+func TestManagerApply(t *testing.T) {
+	ctx, fan := startedFanout(t)
 	var mu sync.Mutex
 	built := map[string][]*fakeSink{}
 	factory := func(cfg config.Sink, _ Deps) (Sink, error) {
@@ -156,15 +163,7 @@ func TestManagerApply(t *testing.T) {
 // Sinks that keep a state are resynced on the configured period; webhooks
 // are not (a resync would send every event of the current state again).
 func TestPeriodicResyncSkipsWebhooks(t *testing.T) {
-	fan, err := stream.NewFanout(nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := fan.Start(ctx, func() []stream.Change { return []stream.Change{} }); err != nil {
-		t.Fatal(err)
-	}
+	_, fan := startedFanout(t)
 	var mu sync.Mutex
 	built := map[string]*fakeSink{}
 	factory := func(cfg config.Sink, _ Deps) (Sink, error) {

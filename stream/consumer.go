@@ -58,13 +58,9 @@ func (w *consumer) start(ctx context.Context) {
 // stop ends the worker and waits for it; a worker never started is done.
 func (w *consumer) stop() {
 	w.q.close()
-	started := false
 	w.startOnce.Do(func() {}) // a later start is a no-op
 	if w.started.Load() {
-		started = true
 		w.cancel()
-	}
-	if started {
 		<-w.done
 	}
 }
