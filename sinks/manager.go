@@ -129,7 +129,13 @@ func (m *Manager) start(c config.Sink) error {
 		Log: m.deps.Log.With("type", c.Type),
 	}
 	if c.Type != config.SinkWebhook {
+		// Sinks that keep a state: resynced on a period, and held while
+		// the syncer converges (the initial sync, a fleet-wide change), so
+		// that their files and hub writes do not slow the profiles down;
+		// they catch up right after. A webhook reports events as they
+		// happen, like NATS: it neither yields nor resyncs on a period.
 		opts.ResyncPeriod = m.deps.ResyncPeriod
+		opts.Yield = true
 	}
 	if err := m.fan.Add(opts, s); err != nil {
 		return errors.Join(fmt.Errorf("sink %s: %w", c.Name, err), s.Close())

@@ -117,6 +117,12 @@ func (w *consumer) run(ctx context.Context) {
 			w.wait(ctx, w.idle(), w.q.wake)
 			continue
 		}
+		if w.opts.Yield && time.Since(e.at) < w.opts.YieldMax && w.f.producerBusy() {
+			// The producer is converging: let it have the CPU and the API
+			// server, and take what piled up once it is done.
+			w.wait(ctx, min(yieldPoll, w.opts.YieldMax-time.Since(e.at)), nil)
+			continue
+		}
 		if !e.isSnap && w.opts.BatchWindow > 0 && w.failures.Load() == 0 && e.at.Sub(lastAt) < w.opts.BatchWindow {
 			// Changes are coming close together: let the ones that follow
 			// join this one's batch. A change after a quiet spell goes at

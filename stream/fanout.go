@@ -67,6 +67,16 @@ type Options struct {
 	// ResyncPeriod, if set, resyncs the consumer that often, repairing
 	// whatever happened to its target in between.
 	ResyncPeriod time.Duration
+	// Yield holds the consumer's deliveries while the producer is busy
+	// converging (see Fanout.SetBusy), for at most YieldMax after the
+	// oldest waiting change was notified. It suits consumers that keep a
+	// state rather than report events: their work (files written, hub
+	// objects written) would compete with the producer's for the same CPU
+	// and API server, and after a burst a backlog costs them no more than
+	// the changes one by one (a full queue becomes one resync).
+	Yield bool
+	// YieldMax bounds how long Yield holds a change. Default 1m.
+	YieldMax time.Duration
 	// Log receives the consumer's own lines; default the Fanout's.
 	Log *slog.Logger
 }
@@ -77,6 +87,10 @@ const (
 	DefaultMaxBatch  = 256
 	DefaultRetryBase = 100 * time.Millisecond
 	DefaultRetryMax  = 30 * time.Second
+	DefaultYieldMax  = time.Minute
+	// yieldPoll is how often a yielding consumer looks again whether the
+	// producer is still busy.
+	yieldPoll = 50 * time.Millisecond
 	// snapshotRetry is how soon a snapshot is asked for again while the
 	// current state is not known yet.
 	snapshotRetry = time.Second
@@ -104,6 +118,7 @@ type Fanout struct {
 	mu        sync.RWMutex
 	consumers map[string]*consumer
 	snapshot  func() []Change
+	busy      func() bool     // nil: never busy
 	ctx       context.Context // set by Start
 	closed    bool
 }
@@ -140,6 +155,24 @@ func (f *Fanout) Start(ctx context.Context, snapshot func() []Change) error {
 		c.start(ctx)
 	}
 	return nil
+}
+
+// SetBusy tells the fan-out how to ask whether the producer is busy
+// converging (a backlog of work it has not done yet); consumers with Yield
+// hold their deliveries while it is. It must be cheap: yielding consumers
+// call it every few tens of milliseconds.
+func (f *Fanout) SetBusy(busy func() bool) {
+	f.mu.Lock()
+	f.busy = busy
+	f.mu.Unlock()
+}
+
+// producerBusy reports what the busy function says; false without one.
+func (f *Fanout) producerBusy() bool {
+	f.mu.RLock()
+	busy := f.busy
+	f.mu.RUnlock()
+	return busy != nil && busy()
 }
 
 // Add adds a consumer. Its first delivery is a resync, so it starts from
@@ -309,6 +342,9 @@ func withDefaults(o Options, log *slog.Logger) Options {
 	}
 	if o.RetryMax < o.RetryBase {
 		o.RetryMax = max(DefaultRetryMax, o.RetryBase)
+	}
+	if o.YieldMax <= 0 {
+		o.YieldMax = DefaultYieldMax
 	}
 	if o.Log == nil {
 		o.Log = log

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -356,4 +357,46 @@ func TestBatchWindowGathersABurst(t *testing.T) {
 	if len(r.batches) > 3 {
 		t.Errorf("a burst of 20 took %d batches", len(r.batches)-1)
 	}
+}
+
+// TestYieldHoldsWhileProducerBusy: a yielding consumer gets nothing while
+// the producer says it is busy, everything once it is not, and a change
+// held YieldMax goes out even while the producer stays busy; a consumer
+// that does not yield is never held.
+func TestYieldHoldsWhileProducerBusy(t *testing.T) {
+	f, _ := newFanout(t, nil)
+	var busy atomic.Bool
+	var asked atomic.Int64
+	busy.Store(true)
+	f.SetBusy(func() bool { asked.Add(1); return busy.Load() })
+	state, events, bounded := &recorder{}, &recorder{}, &recorder{}
+	yielding := fast("state")
+	yielding.Yield = true
+	yielding.YieldMax = time.Hour
+	short := fast("bounded")
+	short.Yield = true
+	short.YieldMax = 150 * time.Millisecond
+	for _, c := range []struct {
+		opts Options
+		r    *recorder
+	}{{yielding, state}, {fast("events"), events}, {short, bounded}} {
+		if err := f.Add(c.opts, c.r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	notified := time.Now()
+	f.Notify(change("a", "c1", "1"))
+	eventually(t, "the consumer that does not yield", func() bool { return len(events.names()) == 1 })
+	eventually(t, "the bounded consumer, after YieldMax", func() bool { return len(bounded.names()) == 1 })
+	if held := time.Since(notified); held < short.YieldMax {
+		t.Errorf("the bounded consumer got the change after %s, before YieldMax %s", held, short.YieldMax)
+	}
+	// The yielding consumer has asked several times and still holds it.
+	n := asked.Load()
+	eventually(t, "the yielding consumer to ask again", func() bool { return asked.Load() >= n+3 })
+	if got := state.names(); len(got) != 0 {
+		t.Fatalf("a yielding consumer got %v while the producer was busy", got)
+	}
+	busy.Store(false)
+	eventually(t, "the yielding consumer once the producer is done", func() bool { return len(state.names()) == 1 })
 }

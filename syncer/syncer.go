@@ -339,6 +339,24 @@ func (s *Syncer) Idle() bool {
 	return s.ready.Load() && s.queue.Len() == 0 && s.inflight.Load() == 0 && (s.creds == nil || s.creds.idle())
 }
 
+// busyBacklog is how many keys must be waiting in a queue for Busy to say
+// the syncer is converging: a single change (one cluster relabelled, one
+// token rotated) never makes it busy, the initial sync or a fleet-wide
+// change does.
+const busyBacklog = 8
+
+// Busy reports whether the syncer has a backlog of work: before its caches
+// are synced, or while a queue holds busyBacklog keys or more waiting for
+// a worker. Consumers of the change stream that keep a state wait for it
+// to pass (stream.Options.Yield), so that the hub's own objects converge
+// first.
+func (s *Syncer) Busy() bool {
+	if !s.ready.Load() {
+		return true
+	}
+	return s.queue.Len() >= busyBacklog || (s.creds != nil && s.creds.queue.Len() >= busyBacklog)
+}
+
 func (s *Syncer) worker(ctx context.Context) {
 	for {
 		key, shutdown := s.queue.Get()

@@ -227,6 +227,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ro RunOption
 			}
 			log.Info("event bus started", "url", bus.RedactURLs([]string{events.ClientURL()}), "stream", cfg.Bus.Stream.Name, "kvBucket", cfg.Bus.KVBucket)
 		}
+		fan.SetBusy(s.Busy)
 		if err := fan.Start(ctx, s.Snapshot); err != nil {
 			return err
 		}

@@ -16,7 +16,7 @@
 // # Delivery
 //
 // Deliver does not talk to the endpoint. It appends the encoded events to
-// an on-disk spool, durably, and returns; a sender goroutine posts the
+// an on-disk spool and returns; a sender goroutine posts the
 // spooled events one at a time, in order, and removes each from the spool
 // only after a 2xx. One sender for the whole spool keeps the order of every
 // (namespace, cluster) trivially, at the price of head-of-line blocking,
@@ -34,15 +34,22 @@
 // Deliver or Resync call, named by a 20-digit sequence number so that
 // listing the directory gives their order, each holding the batch's events
 // as JSON lines {id, type, namespace, cluster, spooled, body}. A segment is
-// written whole to a temporary file, synced and renamed into place, so a
-// crash leaves a segment complete or absent, never torn, and appending a
-// batch costs one fsync however many events it holds (one file per event
-// would cost one per event, and a batch is up to 256). A small cursor file
-// (segment, index), replaced atomically at most every 100 ms while a
-// segment is sent and whenever one is done, says how far the spool has
-// been sent. After a restart the remaining events are sent first, in
-// order; a crash repeats at most the events of the last 100 ms, with the
-// same ids (a clean stop repeats none).
+// written whole to a temporary file and renamed into place, so a crash
+// leaves a segment complete or absent, never torn. It is not fsynced: a
+// crash or restart of hubsync loses nothing (the kernel has the pages), and
+// a crash of the machine loses at most what the kernel had not written
+// back, which the resync at the next start repairs by sending the current
+// state again. That is the trade JetStream (sync_interval 2m) and Kafka
+// make by default; an fsync per batch competed with the API server's etcd
+// for the disk and was most of the sink's latency. The events of recent
+// segments (up to 8 MiB) are also kept in memory, so the sender posts them
+// without reading them back; older ones are read from their files. A small
+// cursor file
+// (segment, index), replaced atomically at most every 100 ms while events
+// are sent (and within a second once the spool is idle), says how far the
+// spool has been sent. After a restart the remaining events are sent
+// first, in order; a crash repeats at most the events of the last moments,
+// with the same ids (a clean stop repeats none).
 //
 // The spool is bounded by its maxBytes. An append that would exceed it is
 // dropped whole and counted (hubsync_webhook_spool_dropped_total), and so
@@ -67,7 +74,8 @@
 //
 // # Secrets
 //
-// Signing secrets (whsec_<base64>, several for rotation) come from a file,
-// re-read before every attempt, or from a key of a hub Secret, cached for a
-// few seconds. They and the bearer token never appear in logs or errors.
+// Signing secrets (whsec_<base64>, several for rotation) come from a file
+// or from a key of a hub Secret, and the bearer token from a file; each is
+// read again every few seconds and after every failed attempt, not for
+// every event. They and the bearer token never appear in logs or errors.
 package webhook

@@ -127,7 +127,7 @@ func (c *fakeControl) Retry()         { c.retries.Add(1) }
 // env is one test's sink setup: the files, log and registry its sinks
 // share, and every secret that must never be logged.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	dir      string
 	spoolDir string
 	secrets  string // path of the secrets file
@@ -150,7 +150,7 @@ func newServedEnv(t *testing.T) (*receiver, *env) {
 	return rc, newEnv(t, srv.URL)
 }
 
-func newEnv(t *testing.T, url string, secrets ...string) *env {
+func newEnv(t testing.TB, url string, secrets ...string) *env {
 	t.Helper()
 	dir := t.TempDir()
 	e := &env{t: t, dir: dir, spoolDir: filepath.Join(dir, "spool"), logs: &logBuffer{}, reg: prometheus.NewRegistry()}
@@ -218,7 +218,7 @@ func (e *env) start() *sink {
 	return s
 }
 
-func newSecret(t *testing.T) string {
+func newSecret(t testing.TB) string {
 	t.Helper()
 	key := make([]byte, 24)
 	if _, err := rand.Read(key); err != nil {
@@ -253,7 +253,7 @@ func credential(typ, ns, cluster, msa, rv string) stream.Change {
 }
 
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	tick := time.NewTicker(2 * time.Millisecond)
@@ -269,7 +269,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // metric returns the value of the series of name with the given labels in
 // reg (a counter's or gauge's value, a histogram's sample count), and
 // whether it exists.
-func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) (float64, bool) {
+func metric(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) (float64, bool) {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {

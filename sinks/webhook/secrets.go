@@ -21,6 +21,9 @@ import (
 // goroutine calls it.
 type keySource interface {
 	keys(ctx context.Context) ([][]byte, error)
+	// stale makes the next keys read the source again: an attempt failed,
+	// perhaps because the endpoint already wants a rotated secret.
+	stale()
 }
 
 // parseSecrets reads one secret per line, skipping blank lines and
@@ -44,24 +47,35 @@ func parseSecrets(data []byte, origin string) ([][]byte, error) {
 	return keys, nil
 }
 
-// fileSecrets reads the secrets file before every attempt, so a rotated
-// file (a Kubernetes Secret volume swaps a symlink) is used at once; it
-// parses it again only when its content changed.
+// fileSecrets reads the secrets file at most once per ttl, and again
+// after a failed attempt, so a rotated file (a Kubernetes Secret volume
+// swaps a symlink) is used within seconds without a file read per event;
+// it parses it again only when its content changed.
 type fileSecrets struct {
 	path string
+	ttl  time.Duration
+	now  func() time.Time
 	log  *slog.Logger
 
+	read   time.Time
 	sum    [sha256.Size]byte
 	cached [][]byte
 }
 
+func (f *fileSecrets) stale() { f.read = time.Time{} }
+
 func (f *fileSecrets) keys(context.Context) ([][]byte, error) {
+	now := f.now()
+	if f.cached != nil && !f.read.IsZero() && now.Sub(f.read) < f.ttl {
+		return f.cached, nil
+	}
 	data, err := os.ReadFile(f.path)
 	if err != nil {
 		return nil, fmt.Errorf("read signing secrets: %w", err)
 	}
 	sum := sha256.Sum256(data)
 	if f.cached != nil && sum == f.sum {
+		f.read = now
 		return f.cached, nil
 	}
 	keys, err := parseSecrets(data, "signing secrets file "+f.path)
@@ -71,7 +85,7 @@ func (f *fileSecrets) keys(context.Context) ([][]byte, error) {
 	if f.cached != nil {
 		f.log.Info("webhook signing secrets changed; signing with the new set", "file", f.path, "secrets", len(keys))
 	}
-	f.sum, f.cached = sum, keys
+	f.read, f.sum, f.cached = now, sum, keys
 	return keys, nil
 }
 
@@ -89,9 +103,11 @@ type refSecrets struct {
 	cached  [][]byte
 }
 
+func (r *refSecrets) stale() { r.fetched = time.Time{} }
+
 func (r *refSecrets) keys(ctx context.Context) ([][]byte, error) {
 	now := r.now()
-	if r.cached != nil && now.Sub(r.fetched) < r.ttl {
+	if r.cached != nil && !r.fetched.IsZero() && now.Sub(r.fetched) < r.ttl {
 		return r.cached, nil
 	}
 	where := fmt.Sprintf("secret %s/%s key %q", r.ref.Namespace, r.ref.Name, r.ref.Key)
@@ -129,13 +145,25 @@ func (r *refSecrets) fetch(ctx context.Context, where string) ([][]byte, [sha256
 	return keys, sha256.Sum256(data), nil
 }
 
-// tokenFile reads the bearer token before every attempt, like the secrets
-// file, so a rotated token is used at once.
+// tokenFile reads the bearer token like the secrets file: at most once per
+// ttl, and again after a failed attempt, so a rotated token is used within
+// seconds.
 type tokenFile struct {
 	path string
+	ttl  time.Duration
+	now  func() time.Time
+
+	read   time.Time
+	cached string
 }
 
+func (t *tokenFile) stale() { t.read = time.Time{} }
+
 func (t *tokenFile) token() (string, error) {
+	now := t.now()
+	if t.cached != "" && !t.read.IsZero() && now.Sub(t.read) < t.ttl {
+		return t.cached, nil
+	}
 	data, err := os.ReadFile(t.path)
 	if err != nil {
 		return "", fmt.Errorf("read bearer token: %w", err)
@@ -147,5 +175,6 @@ func (t *tokenFile) token() (string, error) {
 	if strings.ContainsAny(tok, "\r\n") {
 		return "", errors.New("bearer token file " + t.path + " holds more than one line")
 	}
+	t.read, t.cached = now, tok
 	return tok, nil
 }

@@ -15,6 +15,10 @@ import (
 	"github.com/hubsync/hubsync/bus"
 )
 
+// tailIdle is how long the spool must have had nothing to send before the
+// sender closes its tail segment, which lets it be removed.
+const tailIdle = time.Second
+
 // warnEvery bounds how often a failing endpoint is logged at warning level;
 // the attempts in between are logged at debug level.
 const warnEvery = 30 * time.Second
@@ -48,6 +52,7 @@ func (s *sink) run(ctx context.Context) {
 		failures  int       // failed attempts since the last 2xx
 		notBefore time.Time // no attempt before then (backoff, Retry-After)
 		lastWarn  time.Time
+		idleSince time.Time // since when the spool has had nothing to send
 	)
 	for ctx.Err() == nil {
 		if err := s.saveToldIfDue(false); err != nil {
@@ -68,10 +73,25 @@ func (s *sink) run(ctx context.Context) {
 			continue
 		}
 		if !ok {
-			// Wake up now and then to save what the endpoint was told.
-			s.sleep(ctx, s.toldSaveEvery)
+			// Wake up now and then to save what the endpoint was told, and
+			// once the spool has been idle that long, let its tail segment
+			// go.
+			nap := s.toldSaveEvery
+			if s.spool.hasTail() {
+				now := s.opts.now()
+				if idleSince.IsZero() {
+					idleSince = now
+				}
+				if now.Sub(idleSince) >= tailIdle {
+					s.spool.closeIdleTail()
+				} else {
+					nap = min(nap, tailIdle-now.Sub(idleSince))
+				}
+			}
+			s.sleep(ctx, nap)
 			continue
 		}
+		idleSince = time.Time{}
 		if s.disabled.Load() {
 			n, err := s.spool.dropAll()
 			s.log.Debug("webhook sink disabled (410 Gone); dropped the spooled events", "events", n)
@@ -100,6 +120,11 @@ func (s *sink) run(ctx context.Context) {
 			s.disable()
 		default:
 			failures++
+			// The endpoint may want a rotated secret or token already.
+			s.keys.stale()
+			if s.token != nil {
+				s.token.stale()
+			}
 			delay := res.retryAfter
 			if delay <= 0 {
 				delay = s.opts.backoff(failures)

@@ -14,8 +14,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/hubsync/hubsync/sinks"
 )
 
 // Files of the spool directory besides the segments.
@@ -38,15 +36,40 @@ type entry struct {
 	Cluster   string          `json:"cluster"`
 	Spooled   int64           `json:"spooled"` // unix nanoseconds
 	Body      json.RawMessage `json:"body"`
+	// line is the size of the entry's line in its segment, while the
+	// entry is kept in memory.
+	line int64
 }
 
-// segment is one spool file: the events of one Deliver or Resync.
+// segment is one spool file: the events of one or more Deliver or Resync
+// calls, appended in order.
 type segment struct {
 	seq   uint64
 	size  int64
 	count int
 	next  int // events of it already delivered or dropped
+	// entries are the segment's events while they are kept in memory
+	// (see memMax); nil: read them from the file.
+	entries []entry
+	// open is set while the segment is the tail that batches are appended
+	// to: it is not done when the sender has sent what it holds so far.
+	open bool
+	// sent is the bytes of the events sent from a segment kept in memory:
+	// they no longer count against the spool's bound, although they stay
+	// on disk until the segment is closed (at most rollBytes).
+	sent int64
 }
+
+// memMax bounds the bytes of segments whose events are also kept in
+// memory, so the sender posts them without reading them back; beyond it
+// (a long outage of the endpoint) they are read from their files.
+const memMax = 8 << 20
+
+// rollBytes is the size past which the tail segment takes no more appends
+// and the next batch starts a new one. Creating a file costs far more than
+// appending to an open one, so the spool does it once per megabyte of
+// events, not once per batch.
+const rollBytes = 1 << 20
 
 // cursor is how far the head segment has been delivered.
 type cursor struct {
@@ -64,6 +87,10 @@ type spool struct {
 	// for the gauges.
 	changed func(bytes int64, events int)
 
+	// wmu is held from write to publish, so the sender never closes the
+	// tail while a batch is being appended to it (closeIdleTail).
+	wmu sync.Mutex
+
 	mu      sync.Mutex
 	segs    []*segment
 	bytes   int64
@@ -80,11 +107,23 @@ type spool struct {
 	cursor      cursor
 	cursorDirty bool
 	cursorSaved time.Time
+	// cursorF is the cursor file, kept open; only the sender (and Close,
+	// after it) writes it.
+	cursorF *os.File
 
 	// finished are delivered segments still on disk: they go once what
 	// the endpoint was told has been saved after them (see
 	// sink.saveToldIfDue).
 	finished []uint64
+
+	// memBytes is the size of the segments whose entries are in memory.
+	memBytes int64
+	// tailSeg is the open tail segment, tail its file, open for appending;
+	// both nil when there is none. Only the writer (Deliver and Resync,
+	// one at a time) opens, appends to and closes the tail; tailSeg is
+	// read and cleared under mu.
+	tailSeg *segment
+	tail    *os.File
 
 	// Owned by the sender: the head segment's events, read once.
 	headSeq uint64
@@ -127,7 +166,12 @@ func openSpool(dir string, maxBytes int64, log *slog.Logger, replay func(entry))
 	for _, seq := range seqs {
 		s.nextSeq = max(s.nextSeq, seq+1)
 		path := s.segPath(seq)
-		entries, size, err := readSegment(path)
+		entries, size, torn, err := readSegment(path)
+		if torn && seq >= cur.Segment {
+			log.Error("webhook spool segment cut short by a crash of the machine; its last events are lost, so the endpoint is resynced once the spool has drained",
+				"file", path)
+			s.overflow = true
+		}
 		if seq < cur.Segment {
 			// Delivered in full, but kept until what the endpoint was told
 			// was saved after it: replay it into the told records.
@@ -197,52 +241,80 @@ func (s *spool) readCursor() (cursor, error) {
 }
 
 // readSegment returns a segment's events and its size.
-func readSegment(path string) ([]entry, int64, error) {
+func readSegment(path string) (out []entry, size int64, torn bool, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, 0, fmt.Errorf("read segment: %w", err)
+		return nil, 0, false, fmt.Errorf("read segment: %w", err)
 	}
-	var out []entry
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(nil, len(data)+1)
+	// Appends are whole lines, so only a crash of the machine leaves a
+	// last line without its newline: those events are lost (the caller
+	// resyncs the endpoint), the rest of the segment is good.
+	whole := data
+	if i := bytes.LastIndexByte(data, '\n'); i+1 < len(data) {
+		whole, torn = data[:i+1], true
+	}
+	sc := bufio.NewScanner(bytes.NewReader(whole))
+	sc.Buffer(nil, len(whole)+1)
 	for line := 1; sc.Scan(); line++ {
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
 		var e entry
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return nil, 0, fmt.Errorf("segment %s line %d: %w", filepath.Base(path), line, err)
+			return nil, 0, false, fmt.Errorf("segment %s line %d: %w", filepath.Base(path), line, err)
 		}
 		if e.ID == "" || len(e.Body) == 0 {
-			return nil, 0, fmt.Errorf("segment %s line %d: event without id or body", filepath.Base(path), line)
+			return nil, 0, false, fmt.Errorf("segment %s line %d: event without id or body", filepath.Base(path), line)
 		}
 		out = append(out, e)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, 0, fmt.Errorf("segment %s: %w", filepath.Base(path), err)
+		return nil, 0, false, fmt.Errorf("segment %s: %w", filepath.Base(path), err)
 	}
-	if len(out) == 0 {
-		return nil, 0, fmt.Errorf("segment %s is empty", filepath.Base(path))
-	}
-	return out, int64(len(data)), nil
+	return out, int64(len(data)), torn, nil
 }
 
-// write puts entries into a new segment file, synced, unless the spool is
-// full: then nothing is written, dropped is true, and first says whether
-// this starts an overflow episode. Once an episode started, every write is
-// dropped until the spool has drained, except a resync's, which stands for
-// everything dropped before it. A resync into an empty spool is written
-// even if it alone exceeds the bound: refusing it would only ask for the
-// same resync again. The segment is not sent before publish.
-func (s *spool) write(entries []entry, resync bool) (seg *segment, dropped, first bool, err error) {
+// appended is what write put on disk: a new segment, or more events at
+// the end of the tail segment. publish hands it to the sender.
+type appended struct {
+	seg     *segment
+	isNew   bool
+	size    int64
+	count   int
+	entries []entry // nil unless kept in memory
+}
+
+// write appends entries to the tail segment, or starts a new segment,
+// unless the spool is full: then nothing is written, dropped is true, and
+// first says whether this starts an overflow episode. Once an episode
+// started, every write is dropped until the spool has drained, except a
+// resync's, which stands for everything dropped before it. A resync into
+// an empty spool is written even if it alone exceeds the bound: refusing
+// it would only ask for the same resync again. Nothing written is sent
+// before publish.
+//
+// Writes are appends of whole JSON lines, not synced: a restart of hubsync
+// loses nothing, and a crash of the machine at worst tears the last line of
+// the tail, which openSpool drops (see the package doc).
+//
+// A write that returns an appended must be followed by publish.
+func (s *spool) write(entries []entry, resync bool) (app *appended, dropped, first bool, err error) {
+	s.wmu.Lock()
+	defer func() {
+		if app == nil {
+			s.wmu.Unlock()
+		}
+	}()
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	// The body must stay byte for byte what bus.Encode made.
 	enc.SetEscapeHTML(false)
-	for _, e := range entries {
+	for i, e := range entries {
+		before := buf.Len()
 		if err := enc.Encode(e); err != nil {
 			return nil, false, false, fmt.Errorf("encode spool entry %s: %w", e.ID, err)
 		}
+		entries[i].line = int64(buf.Len() - before)
 	}
 	size := int64(buf.Len())
 
@@ -254,53 +326,133 @@ func (s *spool) write(entries []entry, resync bool) (seg *segment, dropped, firs
 		s.mu.Unlock()
 		return nil, true, first, nil
 	}
-	seq := s.nextSeq
-	s.nextSeq++
+	inMem := s.memBytes+size <= memMax
+	tail, tailFile := s.tailSeg, s.tail
+	appendable := tail != nil && tailFile != nil && inMem && tail.size+size <= rollBytes
+	var seq uint64
+	if !appendable {
+		seq = s.nextSeq
+		s.nextSeq++
+	}
 	s.mu.Unlock()
 	if !fits {
 		s.log.Warn("a resync of the webhook endpoint exceeds the spool's maxBytes; spooling it anyway, but raise maxBytes",
 			"maxBytes", s.max, "resyncBytes", size)
 	}
-
-	if err := sinks.WriteFileDurable(s.segPath(seq), buf.Bytes()); err != nil {
+	app = &appended{size: size, count: len(entries)}
+	if inMem {
+		app.entries = entries
+	}
+	if appendable {
+		if _, err := tailFile.Write(buf.Bytes()); err != nil {
+			// Part of the batch may be on disk: the segment takes no more,
+			// and the batch comes again (its events may then be sent twice
+			// after a restart, with their ids).
+			s.closeTail()
+			return nil, false, false, fmt.Errorf("append to spool segment: %w", err)
+		}
+		app.seg = tail
+		return app, false, false, nil
+	}
+	s.closeTail()
+	path := s.segPath(seq)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, false, false, fmt.Errorf("create spool segment: %w", err)
+	}
+	if _, err := f.Write(buf.Bytes()); err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
 		return nil, false, false, fmt.Errorf("write spool segment: %w", err)
 	}
-	return &segment{seq: seq, size: size, count: len(entries)}, false, false, nil
+	app.seg, app.isNew = &segment{seq: seq}, true
+	if inMem {
+		// The tail: later batches are appended to it. A segment whose
+		// events are not in memory is never appended to, so the sender's
+		// copy read from its file stays whole.
+		s.mu.Lock()
+		s.tail = f
+		s.mu.Unlock()
+	} else if err := f.Close(); err != nil {
+		_ = os.Remove(path)
+		return nil, false, false, fmt.Errorf("write spool segment: %w", err)
+	}
+	return app, false, false, nil
 }
 
-// publish hands a written segment to the sender. A resync's segment ends
-// an overflow episode.
-func (s *spool) publish(seg *segment, resync bool) {
+// closeTail ends appends to the tail segment: it is done once sent.
+func (s *spool) closeTail() {
+	s.mu.Lock()
+	if s.tailSeg != nil {
+		s.tailSeg.open = false
+		s.tailSeg = nil
+		s.popDrained()
+	}
+	f := s.tail
+	s.tail = nil
+	s.mu.Unlock()
+	if f != nil {
+		if err := f.Close(); err != nil {
+			s.log.Warn("cannot close a webhook spool segment", "err", err)
+		}
+	}
+}
+
+// hasTail reports whether a tail segment is open.
+func (s *spool) hasTail() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.segs = append(s.segs, seg)
-	s.bytes += seg.size
-	s.events += seg.count
+	return s.tailSeg != nil
+}
+
+// closeIdleTail closes the tail segment if everything in it has been sent
+// and no batch is being appended, so that it can be removed. The sender
+// calls it once the spool has been idle a while: closing the tail as soon
+// as it is drained would cost a new file for nearly every batch.
+func (s *spool) closeIdleTail() {
+	if !s.wmu.TryLock() {
+		return
+	}
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	drained := s.tailSeg != nil && s.tailSeg.next >= s.tailSeg.count
+	s.mu.Unlock()
+	if drained {
+		s.closeTail()
+	}
+}
+
+// publish hands what write put on disk to the sender. A resync's batch
+// ends an overflow episode.
+func (s *spool) publish(app *appended, resync bool) {
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seg := app.seg
+	switch {
+	case app.isNew:
+		seg.size, seg.count = app.size, app.count
+		if app.entries != nil {
+			seg.entries, seg.open = app.entries, true
+			s.memBytes += app.size
+			s.tailSeg = seg
+		}
+		s.segs = append(s.segs, seg)
+	case seg != s.tailSeg:
+		// Dropped meanwhile with everything spooled (410 Gone).
+		return
+	default:
+		seg.size += app.size
+		seg.count += app.count
+		seg.entries = append(seg.entries, app.entries...)
+		s.memBytes += app.size
+	}
+	s.bytes += app.size
+	s.events += app.count
 	if resync {
 		s.overflow = false
 	}
 	s.changed(s.bytes, s.events)
-}
-
-// discard removes a segment written but not published.
-func (s *spool) discard(seg *segment) error {
-	if err := os.Remove(s.segPath(seg.seq)); err != nil {
-		return fmt.Errorf("remove unpublished segment: %w", err)
-	}
-	return nil
-}
-
-// syncDir makes the renames and removals in the directory durable.
-func (s *spool) syncDir() error {
-	d, err := os.Open(s.dir)
-	if err != nil {
-		return fmt.Errorf("open spool directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync spool directory %s: %w", s.dir, err)
-	}
-	return nil
 }
 
 // peek returns the next event to send; ok is false when the spool is
@@ -312,10 +464,17 @@ func (s *spool) peek() (e entry, ok bool, err error) {
 		return entry{}, false, nil
 	}
 	seg := s.segs[0]
-	seq, next, count := seg.seq, seg.next, seg.count
+	seq, next, count, mem := seg.seq, seg.next, seg.count, seg.entries
 	s.mu.Unlock()
+	if next >= count {
+		// The open tail, sent as far as it goes.
+		return entry{}, false, nil
+	}
+	if mem != nil {
+		return mem[next], true, nil
+	}
 	if s.head == nil || s.headSeq != seq {
-		entries, _, err := readSegment(s.segPath(seq))
+		entries, _, _, err := readSegment(s.segPath(seq))
 		if err != nil {
 			return entry{}, false, err
 		}
@@ -334,24 +493,40 @@ func (s *spool) peek() (e entry, ok bool, err error) {
 func (s *spool) commit() error {
 	s.mu.Lock()
 	seg := s.segs[0]
+	if seg.entries != nil {
+		n := seg.entries[seg.next].line
+		seg.sent += n
+		s.bytes -= n
+	}
 	seg.next++
 	s.events--
-	done := seg.next >= seg.count
 	s.cursor = cursor{Segment: seg.seq, Next: seg.next}
-	if done {
+	s.cursorDirty = true
+	s.popDrained()
+	s.changed(s.bytes, s.events)
+	s.mu.Unlock()
+	// Not forced when a segment is done: with small batches that was a
+	// file write every few events. A cursor behind only repeats events,
+	// with their ids.
+	return s.saveCursor(false)
+}
+
+// popDrained moves the head segment to finished once it is sent in full
+// and no longer the tail; s.mu is held.
+func (s *spool) popDrained() {
+	for len(s.segs) > 0 {
+		seg := s.segs[0]
+		if seg.open || seg.next < seg.count {
+			return
+		}
 		s.segs = s.segs[1:]
-		s.bytes -= seg.size
+		s.bytes -= seg.size - seg.sent
+		s.forget(seg)
 		s.finished = append(s.finished, seg.seq)
 		// Every segment below the next one is delivered.
 		s.cursor = cursor{Segment: seg.seq + 1}
+		s.cursorDirty = true
 	}
-	s.cursorDirty = true
-	s.changed(s.bytes, s.events)
-	s.mu.Unlock()
-	if done {
-		s.head = nil
-	}
-	return s.saveCursor(done)
 }
 
 // cursorEvery bounds how often the cursor is saved while a segment is
@@ -375,10 +550,65 @@ func (s *spool) saveCursor(force bool) error {
 	if err != nil {
 		return fmt.Errorf("encode cursor: %w", err)
 	}
-	if err := sinks.WriteFileAtomic(filepath.Join(s.dir, cursorFile), data); err != nil {
+	// Rewritten in place, padded to a fixed size so the file never holds
+	// the end of a longer old cursor: one write to an open file rather
+	// than a new file each time (creating a file is the costly part). A
+	// write torn by a crash of the machine makes the cursor unreadable,
+	// and the head segment is then sent again from its start.
+	if len(data) < cursorSize-1 {
+		data = append(data, bytes.Repeat([]byte{' '}, cursorSize-1-len(data))...)
+	}
+	data = append(data, '\n')
+	if s.cursorF == nil {
+		if s.cursorF, err = os.OpenFile(filepath.Join(s.dir, cursorFile), os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+			return fmt.Errorf("save cursor: %w", err)
+		}
+	}
+	if _, err := s.cursorF.WriteAt(data, 0); err != nil {
 		return fmt.Errorf("save cursor: %w", err)
 	}
 	return nil
+}
+
+// cursorSize is the size of the cursor file: more than its longest JSON.
+const cursorSize = 96
+
+// detachTail makes seg, which is being dropped, no longer the tail, and
+// returns the tail's file to close (outside mu) if it was; s.mu is held.
+func (s *spool) detachTail(seg *segment) *os.File {
+	if seg != s.tailSeg {
+		return nil
+	}
+	seg.open = false
+	f := s.tail
+	s.tailSeg, s.tail = nil, nil
+	return f
+}
+
+func closeFile(f *os.File) {
+	if f != nil {
+		_ = f.Close()
+	}
+}
+
+// close ends appends to the tail and closes the cursor file; the spool
+// stays on disk.
+func (s *spool) close() {
+	s.closeTail()
+	if s.cursorF != nil {
+		if err := s.cursorF.Close(); err != nil {
+			s.log.Warn("cannot close the webhook spool's cursor file", "err", err)
+		}
+		s.cursorF = nil
+	}
+}
+
+// forget drops a segment's events from memory; s.mu is held.
+func (s *spool) forget(seg *segment) {
+	if seg.entries != nil {
+		s.memBytes -= seg.size
+		seg.entries = nil
+	}
 }
 
 // finishedSegments returns the delivered segments still on disk.
@@ -408,13 +638,16 @@ func (s *spool) dropHead() (int, error) {
 	s.mu.Lock()
 	seg := s.segs[0]
 	s.segs = s.segs[1:]
-	s.bytes -= seg.size
+	s.bytes -= seg.size - seg.sent
+	s.forget(seg)
+	tail := s.detachTail(seg)
 	lost := seg.count - seg.next
 	s.events -= lost
 	s.overflow = true
 	s.changed(s.bytes, s.events)
 	s.mu.Unlock()
 	s.head = nil
+	closeFile(tail)
 	if err := os.Remove(s.segPath(seg.seq)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return lost, fmt.Errorf("remove unreadable segment: %w", err)
 	}
@@ -427,10 +660,17 @@ func (s *spool) dropAll() (int, error) {
 	s.mu.Lock()
 	segs := s.segs
 	n := s.events
-	s.segs, s.bytes, s.events = nil, 0, 0
+	var tail *os.File
+	for _, seg := range segs {
+		if f := s.detachTail(seg); f != nil {
+			tail = f
+		}
+	}
+	s.segs, s.bytes, s.events, s.memBytes = nil, 0, 0, 0
 	s.changed(s.bytes, s.events)
 	s.mu.Unlock()
 	s.head = nil
+	closeFile(tail)
 	var errs []error
 	for _, seg := range segs {
 		if err := os.Remove(s.segPath(seg.seq)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -448,7 +688,7 @@ func (s *spool) dropAll() (int, error) {
 func (s *spool) endOverflow() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.overflow && len(s.segs) == 0 {
+	if s.overflow && s.events == 0 {
 		s.overflow = false
 		return true
 	}

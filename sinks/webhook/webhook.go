@@ -33,8 +33,9 @@ type options struct {
 	// retryAfterMax caps a Retry-After, so that an endpoint asking for
 	// hours does not stall the sink for hours.
 	retryAfterMax time.Duration
-	// secretTTL is how long secrets read from a hub Secret are used
-	// before they are read again.
+	// secretTTL is how long signing secrets and the bearer token (from a
+	// file or a hub Secret) are used before they are read again; a failed
+	// attempt reads them again at once.
 	secretTTL time.Duration
 	now       func() time.Time
 	// jitter returns a random number in [0, n).
@@ -160,7 +161,7 @@ func newSink(cfg config.Sink, deps sinks.Deps, opts options) (*sink, error) {
 	case w.SecretsFile != "" && w.SecretRef != nil:
 		return fail(errors.New("secretsFile and secretRef are mutually exclusive"))
 	case w.SecretsFile != "":
-		f := &fileSecrets{path: w.SecretsFile, log: log}
+		f := &fileSecrets{path: w.SecretsFile, ttl: opts.secretTTL, now: opts.now, log: log}
 		// A bad secrets file is a configuration error: say so now rather
 		// than on every attempt.
 		if _, err := f.keys(context.Background()); err != nil {
@@ -180,7 +181,7 @@ func newSink(cfg config.Sink, deps sinks.Deps, opts options) (*sink, error) {
 		return fail(errors.New("no signing secrets: set secretsFile or secretRef"))
 	}
 	if w.BearerTokenFile != "" {
-		s.token = &tokenFile{path: w.BearerTokenFile}
+		s.token = &tokenFile{path: w.BearerTokenFile, ttl: opts.secretTTL, now: opts.now}
 		if _, err := s.token.token(); err != nil {
 			return fail(err)
 		}
@@ -389,7 +390,7 @@ func (s *sink) enqueue(changes []stream.Change, resync bool) error {
 		}
 		return nil
 	}
-	seg, dropped, first, err := s.spool.write(entries, resync)
+	app, dropped, first, err := s.spool.write(entries, resync)
 	if err != nil {
 		return fmt.Errorf("webhook %s: spool %d events: %w", s.name, len(entries), err)
 	}
@@ -404,12 +405,6 @@ func (s *sink) enqueue(changes []stream.Change, resync bool) error {
 		s.signal()
 		return nil
 	}
-	if err := s.spool.syncDir(); err != nil {
-		if derr := s.spool.discard(seg); derr != nil {
-			s.log.Warn("cannot remove a segment that was not spooled; its events may be sent twice", "err", derr)
-		}
-		return fmt.Errorf("webhook %s: %w", s.name, err)
-	}
 	s.toldMu.Lock()
 	for _, c := range spooled {
 		if _, ok := s.told.Apply(c, now); ok {
@@ -417,7 +412,7 @@ func (s *sink) enqueue(changes []stream.Change, resync bool) error {
 		}
 	}
 	s.toldMu.Unlock()
-	s.spool.publish(seg, resync)
+	s.spool.publish(app, resync)
 	s.signal()
 	return nil
 }
@@ -471,6 +466,7 @@ func (s *sink) Close() error {
 		if serr := errors.Join(s.spool.saveCursor(true), s.saveToldIfDue(true)); serr != nil {
 			err = fmt.Errorf("webhook %s: %w", s.name, serr)
 		}
+		s.spool.close()
 		s.client.CloseIdleConnections()
 		s.m.forget()
 		if uerr := s.unlock(); uerr != nil {

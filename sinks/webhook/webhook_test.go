@@ -3,10 +3,12 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"io"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -165,6 +167,7 @@ func TestSecretsFileReread(t *testing.T) {
 	defer srv.Close()
 	oldSecret, newSecret := newSecret(t), newSecret(t)
 	e := newEnv(t, srv.URL, oldSecret)
+	e.opts.secretTTL = 0 // read before every attempt (TestSecretsFileCache covers the TTL)
 	s := e.start()
 	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "c1", "1")}); err != nil {
 		t.Fatal(err)
@@ -188,6 +191,66 @@ func TestSecretsFileReread(t *testing.T) {
 	}
 	if !strings.Contains(e.logs.String(), "signing secrets changed") {
 		t.Error("the change of secrets was not logged")
+	}
+}
+
+// TestSecretsFileCache: the secrets file and the bearer token file are
+// read at most once per TTL, and again at once after a failed attempt.
+func TestSecretsFileCache(t *testing.T) {
+	dir := t.TempDir()
+	secrets, token := filepath.Join(dir, "secrets"), filepath.Join(dir, "token")
+	first, second := newSecret(t), newSecret(t)
+	write := func(path, data string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(secrets, first+"\n")
+	write(token, "tok-1\n")
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	f := &fileSecrets{path: secrets, ttl: 5 * time.Second, now: clock, log: slog.New(slog.DiscardHandler)}
+	tf := &tokenFile{path: token, ttl: 5 * time.Second, now: clock}
+	read := func() (string, string) {
+		t.Helper()
+		keys, err := f.keys(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := tf.token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base64.StdEncoding.EncodeToString(keys[0]), tok
+	}
+	want := func(secret string) string { return strings.TrimPrefix(secret, "whsec_") }
+	if k, tok := read(); k != want(first) || tok != "tok-1" {
+		t.Fatalf("first read: key %v token %q", k == want(first), tok)
+	}
+	write(secrets, second+"\n")
+	write(token, "tok-2\n")
+	for _, step := range []struct {
+		name    string
+		advance time.Duration
+		stale   bool
+		key     string
+		tok     string
+	}{
+		{"within the TTL: cached", 4 * time.Second, false, first, "tok-1"},
+		{"TTL passed: read again", 2 * time.Second, false, second, "tok-2"},
+		{"failed attempt: read again at once", 0, true, first, "tok-1"},
+	} {
+		if step.stale {
+			write(secrets, first+"\n")
+			write(token, "tok-1\n")
+			f.stale()
+			tf.stale()
+		}
+		now = now.Add(step.advance)
+		if k, tok := read(); k != want(step.key) || tok != step.tok {
+			t.Errorf("%s: got the expected key: %v, token %q, want %q", step.name, k == want(step.key), tok, step.tok)
+		}
 	}
 }
 
@@ -740,6 +803,7 @@ func TestBearerToken(t *testing.T) {
 	tok1, tok2 := newToken(t), newToken(t)
 	e.hide(tok1, tok2)
 	e.cfg.Webhook.BearerTokenFile = e.writeFile("token", tok1+"\n")
+	e.opts.secretTTL = 0 // read before every attempt (TestSecretsFileCache covers the TTL)
 	s := e.start()
 	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
 		t.Fatal(err)
@@ -835,6 +899,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 	e.hide(tok)
 	tokenFile := e.writeFile("token", tok)
 	e.cfg.Webhook.BearerTokenFile = tokenFile
+	e.opts.secretTTL = 0 // files read before every attempt
 	s := e.start()
 	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
 		t.Fatal(err)
@@ -1098,4 +1163,50 @@ func TestToldSurvivesACrashBeforeItIsSaved(t *testing.T) {
 	if _, err := os.Stat(delivered[0]); !os.IsNotExist(err) {
 		t.Errorf("the delivered segment is still there after the restart: %v", err)
 	}
+}
+
+// Batches are appended to one tail segment while events keep coming, and
+// a segment whose last line a crash of the machine cut short loses only
+// that line: the rest is sent, and the endpoint is resynced.
+func TestTailSegmentAndTornLine(t *testing.T) {
+	rc := &receiver{handle: answer(http.StatusBadGateway)}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	e := newEnv(t, srv.URL)
+	a := e.start()
+	var want []string
+	for i := range 4 {
+		c := profile(stream.ProfileUpdated, "ns", "c"+strconv.Itoa(i), "1")
+		if err := a.Deliver(t.Context(), []stream.Change{c}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, bus.EventID(c))
+	}
+	segs, _ := filepath.Glob(filepath.Join(e.spoolDir, "*"+segSuffix))
+	if len(segs) != 1 {
+		t.Fatalf("4 batches made %d segment files, want them appended to one", len(segs))
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The crash: the last event's line is cut short.
+	data, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(segs[0], data[:len(data)-20], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctl := &fakeControl{}
+	b := e.start()
+	b.Attach(ctl)
+	if !strings.Contains(e.logs.String(), "cut short by a crash") {
+		t.Error("the torn segment was not reported")
+	}
+	rc.setHandle(nil)
+	waitFor(t, "the events before the torn line", func() bool { return len(rc.delivered()) == 3 })
+	if got := ids(rc.delivered()); !slices.Equal(got, want[:3]) {
+		t.Errorf("delivered %v, want %v", got, want[:3])
+	}
+	waitFor(t, "a resync for the lost event", func() bool { return ctl.resyncs.Load() == 1 })
 }

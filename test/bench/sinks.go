@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -97,6 +98,11 @@ func (r *sinkRig) sinks(auth string) []config.Sink {
 		{Name: sinkHooks, Type: config.SinkWebhook, Webhook: &config.WebhookSink{
 			URL: r.url, SecretsFile: filepath.Join(r.dir, "whsec"), Spool: config.WebhookSpool{Directory: filepath.Join(r.dir, "spool")}}},
 	}
+}
+
+// only keeps the sinks named.
+func (r *sinkRig) only(all []config.Sink, names []string) []config.Sink {
+	return slices.DeleteFunc(all, func(s config.Sink) bool { return !slices.Contains(names, s.Name) })
 }
 
 // close stops the receiver and removes everything the sinks wrote.
