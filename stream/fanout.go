@@ -167,12 +167,13 @@ func (f *Fanout) SetBusy(busy func() bool) {
 	f.mu.Unlock()
 }
 
-// producerBusy reports what the busy function says; false without one.
+// producerBusy reports what the busy function says; false without one,
+// and once the fan-out is closing, so that Close delivers what is queued.
 func (f *Fanout) producerBusy() bool {
 	f.mu.RLock()
-	busy := f.busy
+	busy, closed := f.busy, f.closed
 	f.mu.RUnlock()
-	return busy != nil && busy()
+	return busy != nil && !closed && busy()
 }
 
 // Add adds a consumer. Its first delivery is a resync, so it starts from

@@ -400,3 +400,29 @@ func TestYieldHoldsWhileProducerBusy(t *testing.T) {
 	busy.Store(false)
 	eventually(t, "the yielding consumer once the producer is done", func() bool { return len(state.names()) == 1 })
 }
+
+// TestCloseDeliversWhatYieldHolds: closing the fan-out ends the yielding,
+// so a held change is delivered before the consumer stops.
+func TestCloseDeliversWhatYieldHolds(t *testing.T) {
+	f, err := NewFanout(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.SetBusy(func() bool { return true })
+	if err := f.Start(ctxT(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	opts := fast("state")
+	opts.Yield, opts.YieldMax = true, time.Hour
+	if err := f.Add(opts, r); err != nil {
+		t.Fatal(err)
+	}
+	f.Notify(change("a", "c1", "1"))
+	if err := f.Close(ctxT(t)); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if got := r.names(); len(got) != 1 {
+		t.Errorf("delivered %v before the consumer stopped, want the held change", got)
+	}
+}

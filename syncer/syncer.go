@@ -105,6 +105,9 @@ type Syncer struct {
 	queue    workqueue.TypedRateLimitingInterface[string]
 	ready    atomic.Bool
 	inflight atomic.Int64
+	// converging is set by Busy when a burst starts and cleared once the
+	// syncer is idle again.
+	converging atomic.Bool
 
 	mu          sync.Mutex
 	conflicts   map[string]string // "ns/name" -> the cluster whose profile it blocks
@@ -345,16 +348,28 @@ func (s *Syncer) Idle() bool {
 // change does.
 const busyBacklog = 8
 
-// Busy reports whether the syncer has a backlog of work: before its caches
-// are synced, or while a queue holds busyBacklog keys or more waiting for
-// a worker. Consumers of the change stream that keep a state wait for it
-// to pass (stream.Options.Yield), so that the hub's own objects converge
-// first.
+// Busy reports whether the syncer is converging: before its caches are
+// synced, and from the moment a queue holds busyBacklog keys or more
+// waiting for a worker until it is idle again (the last keys of a burst,
+// in flight, still count). Consumers of the change stream that keep a
+// state wait for it to pass (stream.Options.Yield), so that the hub's own
+// objects converge first.
 func (s *Syncer) Busy() bool {
 	if !s.ready.Load() {
 		return true
 	}
-	return s.queue.Len() >= busyBacklog || (s.creds != nil && s.creds.queue.Len() >= busyBacklog)
+	if s.queue.Len() >= busyBacklog || (s.creds != nil && s.creds.queue.Len() >= busyBacklog) {
+		s.converging.Store(true)
+		return true
+	}
+	if !s.converging.Load() {
+		return false
+	}
+	if s.Idle() {
+		s.converging.Store(false)
+		return false
+	}
+	return true
 }
 
 func (s *Syncer) worker(ctx context.Context) {

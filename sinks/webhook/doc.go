@@ -30,20 +30,22 @@
 //
 // # Spool
 //
-// The spool is a directory (0700, files 0600) of segment files, one per
-// Deliver or Resync call, named by a 20-digit sequence number so that
-// listing the directory gives their order, each holding the batch's events
-// as JSON lines {id, type, namespace, cluster, spooled, body}. A segment is
-// written whole to a temporary file and renamed into place, so a crash
-// leaves a segment complete or absent, never torn. It is not fsynced: a
-// crash or restart of hubsync loses nothing (the kernel has the pages), and
-// a crash of the machine loses at most what the kernel had not written
-// back, which the resync at the next start repairs by sending the current
-// state again. That is the trade JetStream (sync_interval 2m) and Kafka
-// make by default; an fsync per batch competed with the API server's etcd
-// for the disk and was most of the sink's latency. The events of recent
-// segments (up to 8 MiB) are also kept in memory, so the sender posts them
-// without reading them back; older ones are read from their files. A small
+// The spool is a directory (0700, files 0600) of segment files named by a
+// 20-digit sequence number, so that listing the directory gives their
+// order, each holding events as JSON lines {id, type, namespace, cluster,
+// spooled, body}. Each Deliver or Resync appends its batch to the open tail
+// segment with one write; a new segment starts past 1 MiB, and the tail is
+// closed once the spool has been idle for a second, so that it can be
+// removed. Creating a file per batch cost far more than appending. Appends
+// are not fsynced: a crash or restart of hubsync loses nothing (the kernel
+// has the pages), and a crash of the machine loses at most what the kernel
+// had not written back; a last line cut short is dropped, reported, and
+// the endpoint resynced once the spool has drained. That is the trade
+// JetStream (sync_interval 2m) and Kafka make by default; a file and an
+// fsync per batch competed with the API server's etcd for the disk. The
+// events of recent segments (up to 8 MiB) are also kept in memory, so the
+// sender posts them without reading them back; older ones are read from
+// their files, and such a segment takes no appends. A small
 // cursor file
 // (segment, index), replaced atomically at most every 100 ms while events
 // are sent (and within a second once the spool is idle), says how far the

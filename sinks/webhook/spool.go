@@ -60,16 +60,16 @@ type segment struct {
 	sent int64
 }
 
-// memMax bounds the bytes of segments whose events are also kept in
-// memory, so the sender posts them without reading them back; beyond it
-// (a long outage of the endpoint) they are read from their files.
-const memMax = 8 << 20
+// defaultMemMax bounds the bytes of segments whose events are also kept
+// in memory, so the sender posts them without reading them back; beyond
+// it (a long outage of the endpoint) they are read from their files.
+const defaultMemMax = 8 << 20
 
-// rollBytes is the size past which the tail segment takes no more appends
-// and the next batch starts a new one. Creating a file costs far more than
-// appending to an open one, so the spool does it once per megabyte of
-// events, not once per batch.
-const rollBytes = 1 << 20
+// defaultRollBytes is the size past which the tail segment takes no more
+// appends and the next batch starts a new one. Creating a file costs far
+// more than appending to an open one, so the spool does it once per
+// megabyte of events, not once per batch.
+const defaultRollBytes = 1 << 20
 
 // cursor is how far the head segment has been delivered.
 type cursor struct {
@@ -116,8 +116,9 @@ type spool struct {
 	// sink.saveToldIfDue).
 	finished []uint64
 
-	// memBytes is the size of the segments whose entries are in memory.
-	memBytes int64
+	// memBytes is the size of the segments whose entries are in memory,
+	// at most memMax; rollBytes bounds the tail (see the defaults).
+	memBytes, memMax, rollBytes int64
 	// tailSeg is the open tail segment, tail its file, open for appending;
 	// both nil when there is none. Only the writer (Deliver and Resync,
 	// one at a time) opens, appends to and closes the tail; tailSeg is
@@ -135,7 +136,7 @@ type spool struct {
 // atomic writes should make impossible) are removed and set overflow, so
 // the endpoint is resynced instead of silently missing them.
 func openSpool(dir string, maxBytes int64, log *slog.Logger, replay func(entry)) (*spool, error) {
-	s := &spool{dir: dir, max: maxBytes, log: log, changed: func(int64, int) {}}
+	s := &spool{dir: dir, max: maxBytes, log: log, changed: func(int64, int) {}, memMax: defaultMemMax, rollBytes: defaultRollBytes}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read spool %s: %w", dir, err)
@@ -326,9 +327,9 @@ func (s *spool) write(entries []entry, resync bool) (app *appended, dropped, fir
 		s.mu.Unlock()
 		return nil, true, first, nil
 	}
-	inMem := s.memBytes+size <= memMax
+	inMem := s.memBytes+size <= s.memMax
 	tail, tailFile := s.tailSeg, s.tail
-	appendable := tail != nil && tailFile != nil && inMem && tail.size+size <= rollBytes
+	appendable := tail != nil && tailFile != nil && inMem && tail.size+size <= s.rollBytes
 	var seq uint64
 	if !appendable {
 		seq = s.nextSeq

@@ -1210,3 +1210,62 @@ func TestTailSegmentAndTornLine(t *testing.T) {
 	}
 	waitFor(t, "a resync for the lost event", func() bool { return ctl.resyncs.Load() == 1 })
 }
+
+// Past the memory bound a batch gets a segment file of its own, read back
+// from disk to be sent; past the roll size the tail gives way to a new
+// segment. Either way every event goes, in order.
+func TestSpoolBeyondMemoryAndRoll(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		memMax, roll     int64
+		wantSegs         int
+		wantInMemAtStart bool
+	}{
+		{name: "nothing in memory: a file per batch", memMax: 1, roll: 1 << 20, wantSegs: 4},
+		{name: "tail rolls after each batch", memMax: 1 << 20, roll: 1, wantSegs: 4, wantInMemAtStart: true},
+		{name: "one tail", memMax: 1 << 20, roll: 1 << 20, wantSegs: 1, wantInMemAtStart: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := &receiver{handle: answer(http.StatusBadGateway)}
+			srv := httptest.NewServer(rc)
+			defer srv.Close()
+			e := newEnv(t, srv.URL)
+			s := e.start()
+			s.spool.mu.Lock()
+			s.spool.memMax, s.spool.rollBytes = tc.memMax, tc.roll
+			s.spool.mu.Unlock()
+			var want []string
+			for i := range 4 {
+				batch := []stream.Change{
+					profile(stream.ProfileUpdated, "ns", "a", strconv.Itoa(10+i)),
+					profile(stream.ProfileUpdated, "ns", "b", strconv.Itoa(10+i)),
+				}
+				if err := s.Deliver(t.Context(), batch); err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range batch {
+					want = append(want, bus.EventID(c))
+				}
+			}
+			segs, _ := filepath.Glob(filepath.Join(e.spoolDir, "*"+segSuffix))
+			if len(segs) != tc.wantSegs {
+				t.Errorf("%d segment files, want %d", len(segs), tc.wantSegs)
+			}
+			s.spool.mu.Lock()
+			inMem := s.spool.segs[0].entries != nil
+			s.spool.mu.Unlock()
+			if inMem != tc.wantInMemAtStart {
+				t.Errorf("head segment in memory: %v, want %v", inMem, tc.wantInMemAtStart)
+			}
+			rc.setHandle(nil)
+			waitFor(t, "every event", func() bool { return len(rc.delivered()) >= len(want) })
+			if got := ids(rc.delivered()); !slices.Equal(got, want) {
+				t.Errorf("delivered, in order:\n%v\nwant\n%v", got, want)
+			}
+			waitFor(t, "no segments left after delivery", func() bool {
+				segs, _ := filepath.Glob(filepath.Join(e.spoolDir, "*"+segSuffix))
+				return len(segs) == 0
+			})
+		})
+	}
+}
