@@ -67,8 +67,8 @@
 // them after a crash). Resync spools the whole snapshot (its events carry
 // stable ids, so the receiver dedupes), then a credential.removed or
 // profile.deleted for everything the endpoint was told of that the
-// snapshot no longer has. told.json is rewritten (atomically) at most once
-// a second and on Close, not with every batch: with thousands of clusters
+// snapshot no longer has. told.json is rewritten (atomically) at most every
+// 5 seconds and on Close, not with every batch: with thousands of clusters
 // that rewrite dominated the sink's cost. It never misses an event the
 // endpoint may have received, because a delivered segment stays on disk
 // until a save of told.json covers it, and opening the spool replays every

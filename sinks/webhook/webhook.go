@@ -91,8 +91,8 @@ type sink struct {
 	// are spooled, and saved to toldPath at most every toldSaveEvery (see
 	// saveToldIfDue): a segment is deleted only once a save covers it, and
 	// opening the spool replays every segment on disk, so what was told is
-	// never lost, while a burst of small batches costs one save a second
-	// rather than one per batch.
+	// never lost, while a burst of small batches costs one save every few
+	// seconds rather than one per batch.
 	toldMu        sync.Mutex
 	told          stream.Records
 	toldDirty     bool
