@@ -150,6 +150,16 @@ func newServedEnv(t *testing.T) (*receiver, *env) {
 	return rc, newEnv(t, srv.URL)
 }
 
+// newAnsweringEnv is newServedEnv for a receiver that answers every
+// request with code until the test sets another handler.
+func newAnsweringEnv(t *testing.T, code int) (*receiver, *env) {
+	t.Helper()
+	rc := &receiver{handle: answer(code)}
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+	return rc, newEnv(t, srv.URL)
+}
+
 func newEnv(t testing.TB, url string, secrets ...string) *env {
 	t.Helper()
 	dir := t.TempDir()

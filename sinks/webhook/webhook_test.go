@@ -445,10 +445,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestGoneDisables(t *testing.T) {
-	rc := &receiver{handle: answer(http.StatusGone)}
-	srv := httptest.NewServer(rc)
-	defer srv.Close()
-	e := newEnv(t, srv.URL)
+	rc, e := newAnsweringEnv(t, http.StatusGone)
 	s := e.start()
 	if v := e.metric("hubsync_webhook_disabled", nil); v != 0 {
 		t.Fatalf("disabled = %v at start", v)
@@ -529,10 +526,7 @@ func TestRedirectNotFollowed(t *testing.T) {
 // Events spooled while the endpoint is down survive a restart and are
 // sent first, in order, once each.
 func TestSpoolSurvivesRestart(t *testing.T) {
-	rc := &receiver{handle: answer(http.StatusBadGateway)}
-	srv := httptest.NewServer(rc)
-	defer srv.Close()
-	e := newEnv(t, srv.URL)
+	rc, e := newAnsweringEnv(t, http.StatusBadGateway)
 	a := e.start()
 	var want []string
 	for i := range 5 {
@@ -619,10 +613,7 @@ func TestSpoolResumesAtCursor(t *testing.T) {
 }
 
 func TestSpoolFullRequestsResync(t *testing.T) {
-	rc := &receiver{handle: answer(http.StatusServiceUnavailable)}
-	srv := httptest.NewServer(rc)
-	defer srv.Close()
-	e := newEnv(t, srv.URL)
+	rc, e := newAnsweringEnv(t, http.StatusServiceUnavailable)
 	e.cfg.Webhook.Spool.MaxBytes = 3000
 	ctl := &fakeControl{}
 	s := e.start()
@@ -753,10 +744,7 @@ func TestResyncAnnouncesRemovals(t *testing.T) {
 // A told record must cover events still in the spool even if told.json
 // did not get them (a crash between the two writes).
 func TestToldRebuiltFromSpool(t *testing.T) {
-	rc := &receiver{handle: answer(http.StatusInternalServerError)}
-	srv := httptest.NewServer(rc)
-	defer srv.Close()
-	e := newEnv(t, srv.URL)
+	rc, e := newAnsweringEnv(t, http.StatusInternalServerError)
 	a := e.start()
 	if err := a.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
 		t.Fatal(err)
@@ -1043,10 +1031,7 @@ func typesOf(evs []bus.Event) []string {
 
 // Failed attempts are spaced by the exponential backoff.
 func TestBackoffBetweenAttempts(t *testing.T) {
-	rc := &receiver{handle: answer(http.StatusInternalServerError)}
-	srv := httptest.NewServer(rc)
-	defer srv.Close()
-	e := newEnv(t, srv.URL)
+	rc, e := newAnsweringEnv(t, http.StatusInternalServerError)
 	e.opts.retryBase, e.opts.retryMax = 40*time.Millisecond, 160*time.Millisecond
 	e.opts.jitter = func(int64) int64 { return 0 } // half of each delay
 	s := e.start()
@@ -1169,10 +1154,7 @@ func TestToldSurvivesACrashBeforeItIsSaved(t *testing.T) {
 // a segment whose last line a crash of the machine cut short loses only
 // that line: the rest is sent, and the endpoint is resynced.
 func TestTailSegmentAndTornLine(t *testing.T) {
-	rc := &receiver{handle: answer(http.StatusBadGateway)}
-	srv := httptest.NewServer(rc)
-	defer srv.Close()
-	e := newEnv(t, srv.URL)
+	rc, e := newAnsweringEnv(t, http.StatusBadGateway)
 	a := e.start()
 	var want []string
 	for i := range 4 {
@@ -1226,10 +1208,7 @@ func TestSpoolBeyondMemoryAndRoll(t *testing.T) {
 		{name: "one tail", memMax: 1 << 20, roll: 1 << 20, wantSegs: 1, wantInMemAtStart: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rc := &receiver{handle: answer(http.StatusBadGateway)}
-			srv := httptest.NewServer(rc)
-			defer srv.Close()
-			e := newEnv(t, srv.URL)
+			rc, e := newAnsweringEnv(t, http.StatusBadGateway)
 			s := e.start()
 			s.spool.mu.Lock()
 			s.spool.memMax, s.spool.rollBytes = tc.memMax, tc.roll
