@@ -61,6 +61,7 @@ func main() {
 	events := flag.Int("events", 220, "hub changes timed from the write to the event at a subscriber")
 	logPath := flag.String("log", "", "file for hubsync's log (default: discarded)")
 	flag.StringVar(&cpuProfileDir, "cpuprofile", "", "directory for a CPU profile of hubsync during each initial sync (serves pprof)")
+	flag.IntVar(&cpuProfileSeconds, "cpuprofile-seconds", 15, "how long each CPU profile covers from hubsync's start")
 	flag.IntVar(&initialPairs, "initial-pairs", 4, "pairs of initial syncs with the bus off and on (even numbers balance the order)")
 	flag.IntVar(&sinkPairs, "sink-pairs", 4, "pairs of initial syncs with the bus on, without and with three sinks")
 	flag.BoolVar(&initialOnly, "initial-only", false, "stop after the initial syncs with the bus off and on")
@@ -85,10 +86,11 @@ const sets = 4
 
 // Diagnosis switches (flags).
 var (
-	cpuProfileDir string
-	initialOnly   bool
-	initialPairs  int
-	sinkPairs     int
+	cpuProfileDir     string
+	cpuProfileSeconds int
+	initialOnly       bool
+	initialPairs      int
+	sinkPairs         int
 	// benchSinks names the sinks of the initial syncs with sinks.
 	benchSinks []string
 )
@@ -387,7 +389,7 @@ func cpuProfile(path string) func(*fleet.Daemon) error {
 			var resp *http.Response
 			err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 				var err error
-				resp, err = http.Get("http://" + d.Address + "/debug/pprof/profile?seconds=15")
+				resp, err = http.Get("http://" + d.Address + "/debug/pprof/profile?seconds=" + strconv.Itoa(cpuProfileSeconds))
 				return err == nil, nil
 			})
 			if err != nil {
