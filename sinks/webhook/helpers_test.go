@@ -21,6 +21,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/stream"
@@ -214,6 +215,28 @@ func (e *env) writeFile(name, content string) string {
 		e.t.Fatal(err)
 	}
 	return p
+}
+
+// segments lists the segment files of the env's spool directory.
+func (e *env) segments() []string {
+	segs, _ := filepath.Glob(filepath.Join(e.spoolDir, "*"+segSuffix))
+	return segs
+}
+
+// deliverAll hands each batch to s in turn and returns the ids of their
+// events, in order.
+func deliverAll(t *testing.T, s *sink, batches ...[]stream.Change) []string {
+	t.Helper()
+	var ids []string
+	for _, batch := range batches {
+		if err := s.Deliver(t.Context(), batch); err != nil {
+			t.Fatalf("Deliver: %v", err)
+		}
+		for _, c := range batch {
+			ids = append(ids, bus.EventID(c))
+		}
+	}
+	return ids
 }
 
 // start makes a sink from the env's configuration; it is closed when the

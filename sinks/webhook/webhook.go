@@ -53,12 +53,12 @@ func defaultOptions() options {
 	}
 }
 
-// toldSaveEvery is how often what the endpoint was told is saved while it
+// defaultToldSaveEvery is how often what the endpoint was told is saved while it
 // changes. The file holds a record per (namespace, cluster), so a save
 // costs in proportion to the fleet (1.6 MB and an fsync for 4000
 // profiles): once a second was a steady load on the disk during an initial
 // sync. Until a save, delivered segments stay on disk.
-const toldSaveEvery = 5 * time.Second
+const defaultToldSaveEvery = 5 * time.Second
 
 // errClosed is returned by Deliver and Resync after Close.
 var errClosed = errors.New("webhook sink closed")
@@ -158,7 +158,7 @@ func newSink(cfg config.Sink, deps sinks.Deps, opts options) (*sink, error) {
 		name: cfg.Name, url: w.URL, logURL: redactURL(w.URL), source: deps.Source,
 		timeout: w.Timeout.Duration, types: slices.Clone(cfg.Filter.EventTypes),
 		log: log, opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{}),
-		toldSaveEvery: toldSaveEvery,
+		toldSaveEvery: defaultToldSaveEvery,
 	}
 	if s.timeout <= 0 {
 		s.timeout = config.DefaultWebhookTimeout

@@ -528,19 +528,14 @@ func TestRedirectNotFollowed(t *testing.T) {
 func TestSpoolSurvivesRestart(t *testing.T) {
 	rc, e := newAnsweringEnv(t, http.StatusBadGateway)
 	a := e.start()
-	var want []string
+	var batches [][]stream.Change
 	for i := range 5 {
-		batch := []stream.Change{
+		batches = append(batches, []stream.Change{
 			profile(stream.ProfileUpdated, "ns", "a", strconv.Itoa(10+i)),
 			credential(stream.CredentialRotated, "ns", "b", "msa", strconv.Itoa(20+i)),
-		}
-		if err := a.Deliver(t.Context(), batch); err != nil {
-			t.Fatalf("Deliver while the endpoint is down: %v", err)
-		}
-		for _, c := range batch {
-			want = append(want, bus.EventID(c))
-		}
+		})
 	}
+	want := deliverAll(t, a, batches...)
 	waitFor(t, "a few failed attempts", func() bool { return len(rc.all()) >= 3 })
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
@@ -574,8 +569,7 @@ func TestSpoolSurvivesRestart(t *testing.T) {
 	// Delivered segments go once what the endpoint was told is saved
 	// after them, within a second.
 	waitFor(t, "no segments left after delivery", func() bool {
-		segs, _ := filepath.Glob(filepath.Join(e.spoolDir, "*"+segSuffix))
-		return len(segs) == 0
+		return len(e.segments()) == 0
 	})
 }
 
@@ -1156,15 +1150,12 @@ func TestToldSurvivesACrashBeforeItIsSaved(t *testing.T) {
 func TestTailSegmentAndTornLine(t *testing.T) {
 	rc, e := newAnsweringEnv(t, http.StatusBadGateway)
 	a := e.start()
-	var want []string
+	var batches [][]stream.Change
 	for i := range 4 {
-		c := profile(stream.ProfileUpdated, "ns", "c"+strconv.Itoa(i), "1")
-		if err := a.Deliver(t.Context(), []stream.Change{c}); err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, bus.EventID(c))
+		batches = append(batches, []stream.Change{profile(stream.ProfileUpdated, "ns", "c"+strconv.Itoa(i), "1")})
 	}
-	segs, _ := filepath.Glob(filepath.Join(e.spoolDir, "*"+segSuffix))
+	want := deliverAll(t, a, batches...)
+	segs := e.segments()
 	if len(segs) != 1 {
 		t.Fatalf("4 batches made %d segment files, want them appended to one", len(segs))
 	}
@@ -1213,21 +1204,15 @@ func TestSpoolBeyondMemoryAndRoll(t *testing.T) {
 			s.spool.mu.Lock()
 			s.spool.memMax, s.spool.rollBytes = tc.memMax, tc.roll
 			s.spool.mu.Unlock()
-			var want []string
+			var batches [][]stream.Change
 			for i := range 4 {
-				batch := []stream.Change{
+				batches = append(batches, []stream.Change{
 					profile(stream.ProfileUpdated, "ns", "a", strconv.Itoa(10+i)),
 					profile(stream.ProfileUpdated, "ns", "b", strconv.Itoa(10+i)),
-				}
-				if err := s.Deliver(t.Context(), batch); err != nil {
-					t.Fatal(err)
-				}
-				for _, c := range batch {
-					want = append(want, bus.EventID(c))
-				}
+				})
 			}
-			segs, _ := filepath.Glob(filepath.Join(e.spoolDir, "*"+segSuffix))
-			if len(segs) != tc.wantSegs {
+			want := deliverAll(t, s, batches...)
+			if segs := e.segments(); len(segs) != tc.wantSegs {
 				t.Errorf("%d segment files, want %d", len(segs), tc.wantSegs)
 			}
 			s.spool.mu.Lock()
@@ -1242,8 +1227,7 @@ func TestSpoolBeyondMemoryAndRoll(t *testing.T) {
 				t.Errorf("delivered, in order:\n%v\nwant\n%v", got, want)
 			}
 			waitFor(t, "no segments left after delivery", func() bool {
-				segs, _ := filepath.Glob(filepath.Join(e.spoolDir, "*"+segSuffix))
-				return len(segs) == 0
+				return len(e.segments()) == 0
 			})
 		})
 	}
