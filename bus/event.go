@@ -53,6 +53,8 @@ type EventData struct {
 	Profile *stream.ProfileSummary `json:"profile,omitempty"`
 	// Credential is set for credential.* events.
 	Credential *stream.CredentialSummary `json:"credential,omitempty"`
+	// Tunnel is set for tunnel.* events.
+	Tunnel *stream.TunnelSummary `json:"tunnel,omitempty"`
 }
 
 // EventID is the CloudEvents id of a change and its JetStream Nats-Msg-Id:
@@ -129,6 +131,13 @@ func NewEvent(c stream.Change, source string) (Event, error) {
 				ManagedServiceAccount: strings.TrimPrefix(c.Name, c.Cluster+"-"),
 				Secret:                c.Name,
 			}
+		}
+	case "tunnel":
+		e.Data.Tunnel = c.Tunnel
+		if e.Data.Tunnel == nil {
+			// The verb is the state: io.hubsync.tunnel.ready says ready.
+			_, verb, _ := strings.Cut(strings.TrimPrefix(c.Type, TypePrefix), ".")
+			e.Data.Tunnel = &stream.TunnelSummary{State: verb, Since: c.Time.UTC()}
 		}
 	}
 	return e, nil

@@ -24,6 +24,12 @@ const (
 	CredentialRotated     = "io.hubsync.credential.rotated"
 	CredentialRemoved     = "io.hubsync.credential.removed"
 	AccessProviderUpdated = "io.hubsync.accessprovider.updated"
+	// TunnelReady: the cluster's warm connection in the tunnel pool is
+	// open and its probe succeeds.
+	TunnelReady = "io.hubsync.tunnel.ready"
+	// TunnelFailing: the cluster cannot be reached through the pool; the
+	// pool is redialing with backoff.
+	TunnelFailing = "io.hubsync.tunnel.failing"
 )
 
 // Types lists every change type, in the order of the contract.
@@ -31,6 +37,7 @@ var Types = []string{
 	ProfileCreated, ProfileUpdated, ProfileDeleted,
 	CredentialSynced, CredentialRotated, CredentialRemoved,
 	AccessProviderUpdated,
+	TunnelReady, TunnelFailing,
 }
 
 // Change is one change hubsync made (or, in a snapshot, the current state)
@@ -53,6 +60,8 @@ type Change struct {
 	Profile *ProfileSummary
 	// Credential is set for credential changes.
 	Credential *CredentialSummary
+	// Tunnel is set for tunnel changes.
+	Tunnel *TunnelSummary
 	// ClusterLabels are the ManagedCluster's labels when the change was
 	// made, for consumers that select clusters by label. They are not part
 	// of the published event.
@@ -108,6 +117,24 @@ type CredentialSummary struct {
 	ResourceVersion       string     `json:"resourceVersion,omitempty"`
 	Fingerprint           string     `json:"fingerprint,omitempty"`
 	Expiration            *time.Time `json:"expiration,omitempty"`
+}
+
+// TunnelSummary is a tunnel pool entry's state. A tunnel change is about a
+// cluster, not a profile: the pool sends one per namespace that has a
+// profile for the cluster, Name is the cluster, and ResourceVersion is
+// the pool's sequence number of the transition.
+type TunnelSummary struct {
+	// State is ready or failing.
+	State string `json:"state"`
+	// Reason says why a failing tunnel fails.
+	Reason string `json:"reason,omitempty"`
+	// Transport is konnectivity or direct.
+	Transport string `json:"transport,omitempty"`
+	// Since is when the entry entered the state.
+	Since time.Time `json:"since"`
+	// ProbeMillis is the last successful probe's round trip in
+	// milliseconds (ready only).
+	ProbeMillis float64 `json:"probeMillis,omitempty"`
 }
 
 // Notifier receives every change. Notify must not block: reconciliation

@@ -1,0 +1,191 @@
+package tunnel
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
+)
+
+// Transports a pool can use to reach managed clusters.
+const (
+	// TransportKonnectivity dials through the hub's konnectivity
+	// proxy-server (gRPC mode) and the agent the cluster registered.
+	TransportKonnectivity = "konnectivity"
+	// TransportDirect dials the cluster's API server itself.
+	TransportDirect = "direct"
+)
+
+// Dialer opens the byte stream to one cluster's API server: a TCP
+// connection, or a tunnel that behaves like one. The pool does TLS and
+// HTTP/2 on top.
+type Dialer interface {
+	// Dial connects to address (host:port) for cluster. Cancelling ctx
+	// aborts the dial; it does not close a connection already returned.
+	Dial(ctx context.Context, cluster, address string) (net.Conn, error)
+}
+
+// DirectDialer dials the address over TCP.
+type DirectDialer struct {
+	net.Dialer
+}
+
+// Dial connects to address over TCP.
+func (d *DirectDialer) Dial(ctx context.Context, _, address string) (net.Conn, error) {
+	return d.DialContext(ctx, "tcp", address)
+}
+
+// KonnectivityConfig says how to reach the hub's proxy-server.
+type KonnectivityConfig struct {
+	// Address is the proxy-server's gRPC address for clients (host:port,
+	// port 8090 in cluster-proxy's deployment).
+	Address string
+	// CAFile verifies the proxy-server's certificate; CertFile and KeyFile
+	// are hubsync's client certificate (mutual TLS). They are read on
+	// every dial, so rotated files take effect without a restart.
+	CAFile, CertFile, KeyFile string
+	// ServerName is the name in the proxy-server's certificate; default
+	// the host of Address.
+	ServerName string
+}
+
+// KonnectivityDialer opens one single-use konnectivity tunnel per dial:
+// a gRPC connection to the proxy-server and one DIAL_REQ that the agent
+// registered for the address's host answers. The pool runs one long-lived
+// HTTP/2 connection over each such tunnel, so one tunnel per cluster
+// serves every request to it.
+type KonnectivityDialer struct {
+	cfg KonnectivityConfig
+
+	mu     sync.Mutex
+	loaded *tlsFiles
+}
+
+type tlsFiles struct {
+	ca, cert, key []byte
+	tls           *tls.Config
+}
+
+// NewKonnectivityDialer checks the configuration and the files now, so a
+// wrong path is reported at start rather than as every cluster failing.
+func NewKonnectivityDialer(cfg KonnectivityConfig) (*KonnectivityDialer, error) {
+	if _, _, err := net.SplitHostPort(cfg.Address); err != nil {
+		return nil, fmt.Errorf("konnectivity address %q: %w", cfg.Address, err)
+	}
+	d := &KonnectivityDialer{cfg: cfg}
+	if _, err := d.tlsConfig(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// tlsConfig returns the mutual-TLS configuration for the proxy-server,
+// rebuilt when a file changed.
+func (d *KonnectivityDialer) tlsConfig() (*tls.Config, error) {
+	read := func(what, path string) ([]byte, error) {
+		if path == "" {
+			return nil, nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("konnectivity %s: %w", what, err)
+		}
+		return b, nil
+	}
+	ca, err := read("CA file", d.cfg.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := read("certificate file", d.cfg.CertFile)
+	if err != nil {
+		return nil, err
+	}
+	key, err := read("key file", d.cfg.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l := d.loaded; l != nil && string(l.ca) == string(ca) && string(l.cert) == string(cert) && string(l.key) == string(key) {
+		return l.tls, nil
+	}
+	host, _, _ := net.SplitHostPort(d.cfg.Address)
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
+	if d.cfg.ServerName != "" {
+		c.ServerName = d.cfg.ServerName
+	}
+	if len(ca) > 0 {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(ca) {
+			return nil, fmt.Errorf("konnectivity CA file %s holds no PEM certificate", d.cfg.CAFile)
+		}
+		c.RootCAs = pool
+	}
+	if len(cert) > 0 || len(key) > 0 {
+		pair, err := tls.X509KeyPair(cert, key)
+		if err != nil {
+			// The error names neither file's content.
+			return nil, fmt.Errorf("konnectivity client certificate %s / key %s: %w", d.cfg.CertFile, d.cfg.KeyFile, err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	}
+	d.loaded = &tlsFiles{ca: ca, cert: cert, key: key, tls: c}
+	return c, nil
+}
+
+// Dial opens a tunnel to address through the proxy-server. The returned
+// connection owns the tunnel: closing it ends the tunnel and its gRPC
+// connection.
+func (d *KonnectivityDialer) Dial(ctx context.Context, _, address string) (net.Conn, error) {
+	tc, err := d.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	// The tunnel lives until the connection is closed; ctx bounds only
+	// the dial.
+	tunnelCtx, cancel := context.WithCancel(context.Background())
+	t, err := konnectivity.CreateSingleUseGrpcTunnelWithContext(ctx, tunnelCtx, d.cfg.Address,
+		grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("konnectivity proxy-server %s: %w", d.cfg.Address, err)
+	}
+	c, err := t.DialContext(ctx, "tcp", address)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("konnectivity dial %s: %w", address, err)
+	}
+	return &tunnelConn{Conn: c, cancel: cancel}, nil
+}
+
+// closeGrace bounds how long closing a tunnel waits for the proxy-server
+// to confirm (konnectivity-client waits up to 10 s for a CLOSE_RSP that a
+// dead agent never sends); then the tunnel's context ends it.
+const closeGrace = 2 * time.Second
+
+// tunnelConn ends its tunnel's context on Close, so that no goroutine or
+// gRPC connection of a single-use tunnel outlives the connection.
+type tunnelConn struct {
+	net.Conn
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+func (c *tunnelConn) Close() error {
+	var err error
+	c.once.Do(func() {
+		t := time.AfterFunc(closeGrace, c.cancel)
+		err = c.Conn.Close()
+		t.Stop()
+		c.cancel()
+	})
+	return err
+}

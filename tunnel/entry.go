@@ -1,0 +1,395 @@
+package tunnel
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// entry is one cluster's warm connection and the goroutine that keeps it.
+type entry struct {
+	p       *Pool
+	cluster string
+	ctx     context.Context
+	cancel  context.CancelFunc
+	// kick wakes the goroutine: the target changed, or a user found the
+	// connection unusable.
+	kick chan struct{}
+
+	mu      sync.Mutex
+	target  Target
+	state   State
+	reason  string
+	since   time.Time
+	latency time.Duration
+	probed  time.Time
+	dials   int
+	cc      *http2.ClientConn
+	// ccTarget is the target the current connection was made for.
+	ccTarget Target
+}
+
+func newEntry(p *Pool, cluster string, t Target) *entry {
+	ctx, cancel := context.WithCancel(p.ctx)
+	return &entry{
+		p: p, cluster: cluster, ctx: ctx, cancel: cancel,
+		kick:   make(chan struct{}, 1),
+		target: t, state: StateConnecting, since: time.Now(),
+	}
+}
+
+func (e *entry) stop() { e.cancel() }
+
+func (e *entry) wake() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// setTarget records a new target; a change that needs another connection
+// wakes the goroutine, which makes the new one before closing the old.
+func (e *entry) setTarget(t Target) {
+	e.mu.Lock()
+	redial := !e.target.sameConnection(t)
+	e.target = t
+	e.mu.Unlock()
+	if redial {
+		e.wake()
+	}
+}
+
+func (e *entry) status() Status {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Status{
+		Cluster: e.cluster, State: e.state, Reason: e.reason, Since: e.since,
+		ProbeLatency: e.latency, LastProbe: e.probed, Address: e.target.Address,
+		Credential: e.target.TokenFingerprint, Dials: e.dials,
+	}
+}
+
+// use returns the connection for a request and the token to add.
+func (e *entry) use() (*http2.ClientConn, string, Status) {
+	e.mu.Lock()
+	cc, token := e.cc, e.target.Token
+	e.mu.Unlock()
+	return cc, token, e.status()
+}
+
+// set moves the entry to a state; a change of state is announced.
+func (e *entry) set(s State, reason string) {
+	e.mu.Lock()
+	changed := e.state != s
+	if changed {
+		e.since = time.Now()
+	}
+	e.state, e.reason = s, reason
+	e.mu.Unlock()
+	if !changed {
+		return
+	}
+	st := e.status()
+	log := e.p.log.With("cluster", e.cluster, "address", st.Address)
+	switch s {
+	case StateReady:
+		log.Info("tunnel ready", "probe", st.ProbeLatency.Round(time.Microsecond))
+	case StateFailing:
+		log.Warn("tunnel failing", "reason", reason)
+	}
+	e.p.m.transitions.WithLabelValues(string(s)).Inc()
+	e.p.announce(st)
+}
+
+// run keeps the entry's connection until ctx ends.
+func (e *entry) run(ctx context.Context) {
+	defer e.swap(nil, Target{})
+	b := backoff{base: e.p.opts.BackoffBase, max: e.p.opts.BackoffMax}
+	for ctx.Err() == nil {
+		e.mu.Lock()
+		t := e.target
+		e.mu.Unlock()
+		if t.Err != nil {
+			e.swap(nil, Target{})
+			e.set(StateFailing, t.Err.Error())
+			e.sleep(ctx, 0)
+			continue
+		}
+		cc, dead, err := e.connect(ctx, t)
+		if err == nil {
+			var latency time.Duration
+			if latency, err = e.probe(ctx, cc, t); err != nil {
+				_ = cc.Close()
+			} else {
+				b.reset()
+				e.mu.Lock()
+				e.latency = latency
+				e.mu.Unlock()
+				e.swap(cc, t)
+				e.set(StateReady, "")
+				reason := e.keep(ctx, cc, dead)
+				if reason == "" {
+					// The target changed: dial the new one while the old
+					// connection keeps serving.
+					continue
+				}
+				err = errors.New(reason)
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		e.swap(nil, Target{})
+		e.set(StateFailing, err.Error())
+		e.sleep(ctx, b.next())
+	}
+}
+
+// sleep waits d (0: until woken), or until the entry is woken or stopped.
+func (e *entry) sleep(ctx context.Context, d time.Duration) {
+	var timer <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-ctx.Done():
+	case <-e.kick:
+	case <-timer:
+	}
+}
+
+// keep probes a ready connection until it fails (the reason is returned)
+// or the target needs a new connection ("" is returned).
+func (e *entry) keep(ctx context.Context, cc *http2.ClientConn, dead <-chan struct{}) string {
+	for {
+		// ±20% jitter spreads the probes of clusters that joined together.
+		d := time.Duration(float64(e.p.opts.ProbeInterval) * (0.8 + 0.4*rand.Float64()))
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "stopped"
+		case <-dead:
+			t.Stop()
+			return "connection lost"
+		case <-e.kick:
+			t.Stop()
+			e.mu.Lock()
+			same := e.ccTarget.sameConnection(e.target)
+			e.mu.Unlock()
+			if same && cc.CanTakeNewRequest() {
+				continue
+			}
+			if !same {
+				return ""
+			}
+			return "the API server closed the connection (GOAWAY)"
+		case <-t.C:
+		}
+		e.mu.Lock()
+		target := e.target
+		e.mu.Unlock()
+		latency, err := e.probe(ctx, cc, target)
+		if err != nil {
+			return err.Error()
+		}
+		e.mu.Lock()
+		e.latency = latency
+		e.mu.Unlock()
+	}
+}
+
+// swap makes cc the entry's connection and retires the previous one: it
+// may finish its requests (watches too) for RetireGrace, then it closes.
+func (e *entry) swap(cc *http2.ClientConn, t Target) {
+	e.mu.Lock()
+	old := e.cc
+	e.cc, e.ccTarget = cc, t
+	e.mu.Unlock()
+	if old == nil || old == cc {
+		return
+	}
+	e.p.wg.Add(1)
+	go func() {
+		defer e.p.wg.Done()
+		ctx, cancel := context.WithTimeout(e.ctx, e.p.opts.RetireGrace)
+		defer cancel()
+		// Shutdown waits for open streams; a stopped entry (ctx done)
+		// closes at once.
+		if err := old.Shutdown(ctx); err != nil {
+			_ = old.Close()
+		}
+	}()
+}
+
+// connect dials the target, does TLS with HTTP/2 and returns the HTTP/2
+// connection and a channel closed when the connection breaks.
+func (e *entry) connect(ctx context.Context, t Target) (*http2.ClientConn, <-chan struct{}, error) {
+	p := e.p
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	defer func() { <-p.sem }()
+	ctx, cancel := context.WithTimeout(ctx, p.opts.DialTimeout)
+	defer cancel()
+	start := time.Now()
+	e.mu.Lock()
+	e.dials++
+	e.mu.Unlock()
+	raw, err := p.opts.Dialer.Dial(ctx, e.cluster, t.Address)
+	if err != nil {
+		p.m.dials.WithLabelValues("error").Inc()
+		return nil, nil, fmt.Errorf("dial %s: %w", t.Address, err)
+	}
+	w := newWatchedConn(raw)
+	tc := tls.Client(w, tlsConfig(t))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = w.Close()
+		p.m.dials.WithLabelValues("error").Inc()
+		return nil, nil, fmt.Errorf("TLS handshake with %s: %w", t.Address, err)
+	}
+	if proto := tc.ConnectionState().NegotiatedProtocol; proto != http2.NextProtoTLS {
+		_ = tc.Close()
+		p.m.dials.WithLabelValues("error").Inc()
+		return nil, nil, fmt.Errorf("the API server at %s does not offer HTTP/2 (ALPN %q)", t.Address, proto)
+	}
+	cc, err := p.h2.NewClientConn(tc)
+	if err != nil {
+		_ = tc.Close()
+		p.m.dials.WithLabelValues("error").Inc()
+		return nil, nil, fmt.Errorf("HTTP/2 with %s: %w", t.Address, err)
+	}
+	p.m.dials.WithLabelValues("ok").Inc()
+	p.m.dialSeconds.Observe(time.Since(start).Seconds())
+	return cc, w.dead, nil
+}
+
+func tlsConfig(t Target) *tls.Config {
+	c := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		ServerName: t.ServerName,
+		NextProtos: []string{http2.NextProtoTLS},
+	}
+	if len(t.CA) > 0 {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(t.CA)
+		c.RootCAs = pool
+	}
+	return c
+}
+
+// probe sends one authenticated GET of the probe path.
+func (e *entry) probe(ctx context.Context, cc *http2.ClientConn, t Target) (time.Duration, error) {
+	p := e.p
+	ctx, cancel := context.WithTimeout(ctx, p.opts.ProbeTimeout)
+	defer cancel()
+	if !cc.CanTakeNewRequest() {
+		return 0, errors.New("the API server closed the connection (GOAWAY)")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+hostForRequest(t)+p.opts.ProbePath, nil)
+	if err != nil {
+		return 0, fmt.Errorf("probe: %w", err)
+	}
+	if t.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+t.Token)
+	}
+	req.Header.Set("User-Agent", "hubsync-tunnel-probe")
+	start := time.Now()
+	resp, err := cc.RoundTrip(req)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		_ = resp.Body.Close()
+	}
+	took := time.Since(start)
+	e.mu.Lock()
+	e.probed = time.Now()
+	e.mu.Unlock()
+	switch {
+	case err != nil:
+		p.m.probes.WithLabelValues("error").Inc()
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("probe GET %s: no answer within %s", p.opts.ProbePath, p.opts.ProbeTimeout)
+		}
+		return 0, fmt.Errorf("probe GET %s: %w", p.opts.ProbePath, err)
+	case resp.StatusCode != http.StatusOK:
+		p.m.probes.WithLabelValues("error").Inc()
+		return 0, fmt.Errorf("probe GET %s: %s", p.opts.ProbePath, resp.Status)
+	}
+	p.m.probes.WithLabelValues("ok").Inc()
+	p.m.probeSeconds.Observe(took.Seconds())
+	return took, nil
+}
+
+// hostForRequest is the :authority of requests: the TLS name when there
+// is one, else the dialed address.
+func hostForRequest(t Target) string {
+	if t.ServerName != "" {
+		return t.ServerName
+	}
+	return t.Address
+}
+
+// watchedConn closes dead on its first read or write error, so that a
+// tunnel closed by the proxy-server or the agent is noticed at once.
+type watchedConn struct {
+	net.Conn
+	dead chan struct{}
+	once sync.Once
+}
+
+func newWatchedConn(c net.Conn) *watchedConn {
+	return &watchedConn{Conn: c, dead: make(chan struct{})}
+}
+
+func (c *watchedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil {
+		c.die()
+	}
+	return n, err
+}
+
+func (c *watchedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if err != nil {
+		c.die()
+	}
+	return n, err
+}
+
+func (c *watchedConn) Close() error {
+	c.die()
+	return c.Conn.Close()
+}
+
+func (c *watchedConn) die() { c.once.Do(func() { close(c.dead) }) }
+
+// backoff is an exponential backoff with full jitter over its upper half.
+type backoff struct {
+	base, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.base
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur/2 + rand.N(b.cur/2+1)
+}
+
+func (b *backoff) reset() { b.cur = 0 }

@@ -1,0 +1,342 @@
+package tunnel
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hubsync/hubsync/stream"
+)
+
+// testCA issues serving certificates.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+func (ca *testCA) serving(t *testing.T, names ...string) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: names[0]},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// fakeAPIServer is an HTTPS server with HTTP/2 that answers /version with
+// its name and can be stopped and started again on the same address.
+type fakeAPIServer struct {
+	t    *testing.T
+	name string
+	addr string
+	cert tls.Certificate
+
+	mu     sync.Mutex
+	srv    *http.Server
+	tokens []string
+	// conns counts open connections; opened counts every connection.
+	conns, opened atomic.Int32
+	status        atomic.Int32 // answer of /version; 0: 200
+}
+
+func newFakeAPIServer(t *testing.T, ca *testCA, name string) *fakeAPIServer {
+	t.Helper()
+	s := &fakeAPIServer{t: t, name: name, addr: "127.0.0.1:0", cert: ca.serving(t, "127.0.0.1", name)}
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *fakeAPIServer) start() {
+	s.t.Helper()
+	var ln net.Listener
+	var err error
+	// The port of a stopped server may take a moment to be free again.
+	for i := 0; i < 100; i++ {
+		if ln, err = net.Listen("tcp", s.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		s.t.Fatalf("listen %s: %v", s.addr, err)
+	}
+	s.addr = ln.Addr().String()
+	srv := &http.Server{
+		Handler: http.HandlerFunc(s.serve),
+		TLSConfig: &tls.Config{
+			Certificates: []tls.Certificate{s.cert},
+			NextProtos:   []string{"h2"},
+		},
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			switch st {
+			case http.StateNew:
+				s.conns.Add(1)
+				s.opened.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				s.conns.Add(-1)
+			}
+		},
+		ErrorLog: nil,
+	}
+	srv.SetKeepAlivesEnabled(true)
+	s.mu.Lock()
+	s.srv = srv
+	s.mu.Unlock()
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+}
+
+func (s *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.tokens = append(s.tokens, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+	s.mu.Unlock()
+	if code := s.status.Load(); code != 0 && r.URL.Path == "/version" {
+		w.WriteHeader(int(code))
+		return
+	}
+	fmt.Fprintf(w, `{"server":%q,"path":%q,"proto":%q}`, s.name, r.URL.Path, r.Proto)
+}
+
+// stop closes the listener and every connection at once.
+func (s *fakeAPIServer) stop() {
+	s.mu.Lock()
+	srv := s.srv
+	s.srv = nil
+	s.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
+	}
+}
+
+// shutdown stops gracefully: HTTP/2 clients get a GOAWAY.
+func (s *fakeAPIServer) shutdown() {
+	s.mu.Lock()
+	srv := s.srv
+	s.srv = nil
+	s.mu.Unlock()
+	if srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
+}
+
+func (s *fakeAPIServer) seenTokens() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.tokens...)
+}
+
+// recorder collects the changes the pool notifies.
+type recorder struct {
+	mu      sync.Mutex
+	changes []stream.Change
+}
+
+func (r *recorder) Notify(c stream.Change) {
+	r.mu.Lock()
+	r.changes = append(r.changes, c)
+	r.mu.Unlock()
+}
+
+func (r *recorder) list() []stream.Change {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]stream.Change(nil), r.changes...)
+}
+
+// count returns how many changes of type typ were notified for ns/cluster.
+func (r *recorder) count(typ, ns, cluster string) int {
+	n := 0
+	for _, c := range r.list() {
+		if c.Type == typ && c.Namespace == ns && c.Cluster == cluster {
+			n++
+		}
+	}
+	return n
+}
+
+// countingDialer dials directly and records how many dials run at once.
+type countingDialer struct {
+	DirectDialer
+	delay         time.Duration
+	now, peak     atomic.Int32
+	total, failed atomic.Int32
+}
+
+func (d *countingDialer) Dial(ctx context.Context, cluster, address string) (net.Conn, error) {
+	n := d.now.Add(1)
+	defer d.now.Add(-1)
+	for {
+		p := d.peak.Load()
+		if n <= p || d.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	d.total.Add(1)
+	if d.delay > 0 {
+		select {
+		case <-time.After(d.delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	c, err := d.DirectDialer.Dial(ctx, cluster, address)
+	if err != nil {
+		d.failed.Add(1)
+	}
+	return c, err
+}
+
+// newTestPool returns a started pool with fast probes and backoff.
+func newTestPool(t *testing.T, tune func(*Options)) (*Pool, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	opts := Options{
+		Dialer: &DirectDialer{}, Transport: TransportDirect,
+		ProbeInterval: 100 * time.Millisecond, ProbeTimeout: time.Second, DialTimeout: 2 * time.Second,
+		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, RetireGrace: time.Second,
+		Notifier: rec, Log: testLogger(t),
+	}
+	if tune != nil {
+		tune(&opts)
+	}
+	p, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.Start(ctx)
+	t.Cleanup(func() {
+		cancel()
+		p.Close()
+	})
+	return p, rec
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func target(s *fakeAPIServer, ca *testCA, token string) *Target {
+	return &Target{Address: s.addr, ServerName: s.name, CA: ca.pem, Token: token, TokenFingerprint: "sha256:test"}
+}
+
+// eventually polls cond until it holds or 10 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func state(p *Pool, cluster string) State {
+	st, ok := p.Status(cluster)
+	if !ok {
+		return ""
+	}
+	return st.State
+}
+
+// get sends GET path to the cluster through the pool and returns the body.
+func get(t *testing.T, p *Pool, cluster, path string, header http.Header) (string, error) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "https://"+cluster+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := p.RoundTripper(cluster).RoundTrip(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// goroutines returns the number of goroutines once it has been stable
+// for a moment (goroutines that are ending need a little while).
+func settledGoroutines(t *testing.T, atMost int) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	n := runtime.NumGoroutine()
+	for n > atMost && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		n = runtime.NumGoroutine()
+	}
+	return n
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("cannot count file descriptors: %v", err)
+	}
+	return len(ents)
+}

@@ -1,0 +1,97 @@
+package tunnel
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	dials        *prometheus.CounterVec
+	probes       *prometheus.CounterVec
+	requests     *prometheus.CounterVec
+	transitions  *prometheus.CounterVec
+	dialSeconds  prometheus.Histogram
+	probeSeconds prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer, statuses func() []Status) (*metrics, error) {
+	m := &metrics{
+		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hubsync_tunnel_dials_total",
+			Help: "Connections dialed by the tunnel pool (tunnel, TLS and HTTP/2), by result.",
+		}, []string{"result"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hubsync_tunnel_probes_total",
+			Help: "Probes of tunnel pool entries, by result.",
+		}, []string{"result"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hubsync_tunnel_requests_total",
+			Help: "Requests sent through the tunnel pool's round trippers, by result (probes excluded).",
+		}, []string{"result"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hubsync_tunnel_transitions_total",
+			Help: "Tunnel pool entries entering a state.",
+		}, []string{"state"}),
+		dialSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hubsync_tunnel_dial_seconds",
+			Help:    "Time to dial a pool entry: tunnel, TLS and HTTP/2 handshakes.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}),
+		probeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hubsync_tunnel_probe_seconds",
+			Help:    "Round trip of successful probes of pool entries.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 15),
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.dials, m.probes, m.requests, m.transitions, m.dialSeconds, m.probeSeconds, &stateCollector{statuses}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+var (
+	stateDesc = prometheus.NewDesc("hubsync_tunnel_state",
+		"1 for each pool entry, labelled with its cluster and current state (connecting, ready, failing).",
+		[]string{"cluster", "state"}, nil)
+	stateSecondsDesc = prometheus.NewDesc("hubsync_tunnel_state_seconds",
+		"How long each pool entry has been in its current state.",
+		[]string{"cluster"}, nil)
+	probeLatencyDesc = prometheus.NewDesc("hubsync_tunnel_probe_latency_seconds",
+		"Each ready pool entry's last successful probe round trip.",
+		[]string{"cluster"}, nil)
+	entriesDesc = prometheus.NewDesc("hubsync_tunnel_entries",
+		"Pool entries by state.",
+		[]string{"state"}, nil)
+)
+
+// stateCollector reports every entry's state when scraped.
+type stateCollector struct{ statuses func() []Status }
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- stateDesc
+	ch <- stateSecondsDesc
+	ch <- probeLatencyDesc
+	ch <- entriesDesc
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := map[State]int{StateConnecting: 0, StateReady: 0, StateFailing: 0}
+	now := time.Now()
+	for _, s := range c.statuses() {
+		counts[s.State]++
+		ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, 1, s.Cluster, string(s.State))
+		ch <- prometheus.MustNewConstMetric(stateSecondsDesc, prometheus.GaugeValue, now.Sub(s.Since).Seconds(), s.Cluster)
+		if s.State == StateReady && s.ProbeLatency > 0 {
+			ch <- prometheus.MustNewConstMetric(probeLatencyDesc, prometheus.GaugeValue, s.ProbeLatency.Seconds(), s.Cluster)
+		}
+	}
+	for st, n := range counts {
+		ch <- prometheus.MustNewConstMetric(entriesDesc, prometheus.GaugeValue, float64(n), string(st))
+	}
+}

@@ -1,0 +1,533 @@
+// Package tunnel keeps one warm connection per managed cluster: a tunnel
+// (through the hub's konnectivity proxy-server, or a direct TCP
+// connection), TLS to the cluster's API server and one long-lived HTTP/2
+// connection over it that multiplexes every request to that cluster.
+//
+// Entries are dialed when a cluster joins (it has a ClusterProfile in any
+// consumer namespace, or matches a configured selector) and closed when it
+// leaves. Each entry is probed on an interval with jitter, redialed with
+// exponential backoff after a failure, a GOAWAY or a dead connection, and
+// reports its state (connecting, ready, failing) through metrics, Statuses
+// and tunnel events on the change stream. Code inside hubsync reaches a
+// cluster through RoundTripper and waits for it with WaitReady.
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http2"
+
+	"github.com/hubsync/hubsync/stream"
+)
+
+// State is where a pool entry stands.
+type State string
+
+// Entry states.
+const (
+	// StateConnecting: dialing for the first time since the entry was
+	// created; nothing is known yet.
+	StateConnecting State = "connecting"
+	// StateReady: the connection is open and the last probe succeeded.
+	StateReady State = "ready"
+	// StateFailing: the last dial or probe failed, or the connection
+	// died; the entry is redialing with backoff. Reason says why.
+	StateFailing State = "failing"
+)
+
+// Errors of RoundTripper and WaitReady; test them with errors.Is.
+var (
+	// ErrNotServed: the pool has no entry for the cluster.
+	ErrNotServed = errors.New("cluster is not served by the tunnel pool")
+	// ErrNotReady: the cluster's entry has no usable connection now.
+	ErrNotReady = errors.New("cluster's tunnel is not ready")
+)
+
+// Target is where and how to reach one cluster's API server.
+type Target struct {
+	// Address is the host:port dialed (through the tunnel, or directly).
+	Address string
+	// ServerName is the name verified in the API server's certificate.
+	ServerName string
+	// CA is the PEM bundle that verifies the API server; empty uses the
+	// system's roots.
+	CA []byte
+	// Token authenticates probes, and requests sent through RoundTripper
+	// without an Authorization header of their own. Never logged.
+	Token string
+	// TokenFingerprint identifies Token in statuses; never the token.
+	TokenFingerprint string
+	// Err says why the cluster cannot be dialed (for example no API
+	// server URL in direct mode); the entry reports it as failing.
+	Err error
+}
+
+// sameConnection reports whether a connection made for t also serves o.
+func (t Target) sameConnection(o Target) bool {
+	return t.Address == o.Address && t.ServerName == o.ServerName && string(t.CA) == string(o.CA) &&
+		(t.Err == nil) == (o.Err == nil)
+}
+
+// Options configure a Pool. Zero values take the defaults.
+type Options struct {
+	// Dialer opens the byte stream to a cluster; required.
+	Dialer Dialer
+	// Transport names the dialer in statuses and events (konnectivity,
+	// direct).
+	Transport string
+	// ProbePath is fetched with GET to probe an entry. Default /version.
+	ProbePath string
+	// ProbeInterval is the time between probes of a ready entry, with
+	// ±20% jitter. Default 10s.
+	ProbeInterval time.Duration
+	// ProbeTimeout bounds one probe. Default 5s.
+	ProbeTimeout time.Duration
+	// DialTimeout bounds one dial with its TLS handshake. Default 10s.
+	DialTimeout time.Duration
+	// BackoffBase and BackoffMax bound the exponential backoff between
+	// failed dials of one entry. Defaults 1s and 30s.
+	BackoffBase, BackoffMax time.Duration
+	// MaxDials bounds the dials in progress across the pool, so that
+	// thousands of clusters joining at once never stampede the
+	// proxy-server. Default 32.
+	MaxDials int
+	// RetireGrace is how long a replaced connection may finish its
+	// requests (watches included) before it is closed. Default 1m.
+	RetireGrace time.Duration
+	// Notifier receives tunnel.ready and tunnel.failing changes, one per
+	// consumer namespace that has a profile for the cluster.
+	Notifier stream.Notifier
+	// Log receives the pool's lines.
+	Log *slog.Logger
+	// Registerer registers the pool's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Defaults.
+const (
+	DefaultProbePath     = "/version"
+	DefaultProbeInterval = 10 * time.Second
+	DefaultProbeTimeout  = 5 * time.Second
+	DefaultDialTimeout   = 10 * time.Second
+	DefaultBackoffBase   = time.Second
+	DefaultBackoffMax    = 30 * time.Second
+	DefaultMaxDials      = 32
+	DefaultRetireGrace   = time.Minute
+)
+
+func (o *Options) setDefaults() {
+	set := func(p *time.Duration, v time.Duration) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	if o.ProbePath == "" {
+		o.ProbePath = DefaultProbePath
+	}
+	set(&o.ProbeInterval, DefaultProbeInterval)
+	set(&o.ProbeTimeout, DefaultProbeTimeout)
+	set(&o.DialTimeout, DefaultDialTimeout)
+	set(&o.BackoffBase, DefaultBackoffBase)
+	set(&o.BackoffMax, DefaultBackoffMax)
+	set(&o.RetireGrace, DefaultRetireGrace)
+	if o.BackoffMax < o.BackoffBase {
+		o.BackoffMax = o.BackoffBase
+	}
+	if o.MaxDials <= 0 {
+		o.MaxDials = DefaultMaxDials
+	}
+	if o.Notifier == nil {
+		o.Notifier = stream.Nop{}
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Pool holds one entry per served cluster.
+type Pool struct {
+	opts Options
+	log  *slog.Logger
+	m    *metrics
+	h2   *http2.Transport
+	sem  chan struct{}
+	// epoch and seq make the resourceVersion of tunnel changes: unique
+	// per transition, across restarts too.
+	epoch string
+	seq   atomic.Uint64
+
+	mu      sync.Mutex
+	ctx     context.Context // set by Start; entries run under it
+	closed  bool
+	entries map[string]*entry
+	// namespaces holds, per cluster, the consumer namespaces that have a
+	// profile for it (from the change stream).
+	namespaces map[string]map[string]bool
+	// selected holds the clusters a configured selector matches.
+	selected map[string]bool
+	// targets holds what the sources know of each cluster.
+	targets map[string]Target
+	// changed is closed and replaced whenever an entry is added or
+	// changes state (WaitReady waits on it).
+	changed chan struct{}
+
+	wg sync.WaitGroup // entry goroutines and retiring connections
+}
+
+// New returns a pool; Start runs it.
+func New(opts Options) (*Pool, error) {
+	if opts.Dialer == nil {
+		return nil, errors.New("tunnel pool: no dialer")
+	}
+	opts.setDefaults()
+	p := &Pool{
+		opts: opts, log: opts.Log,
+		sem:        make(chan struct{}, opts.MaxDials),
+		epoch:      strconv.FormatInt(time.Now().UnixNano(), 36),
+		entries:    map[string]*entry{},
+		namespaces: map[string]map[string]bool{},
+		selected:   map[string]bool{},
+		targets:    map[string]Target{},
+		changed:    make(chan struct{}),
+		h2: &http2.Transport{
+			// A connection that says nothing for this long is pinged;
+			// without an answer it is closed, and the entry redials.
+			ReadIdleTimeout: 30 * time.Second,
+			PingTimeout:     10 * time.Second,
+		},
+	}
+	m, err := newMetrics(opts.Registerer, p.Statuses)
+	if err != nil {
+		return nil, err
+	}
+	p.m = m
+	return p, nil
+}
+
+// Start lets the pool dial: entries known already start now, later ones
+// when they join. Cancelling ctx stops every entry; Close waits for them.
+func (p *Pool) Start(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ctx != nil || p.closed {
+		return
+	}
+	p.ctx = ctx
+	for c := range p.targets {
+		p.reconcileLocked(c)
+	}
+	for c := range p.namespaces {
+		p.reconcileLocked(c)
+	}
+	for c := range p.selected {
+		p.reconcileLocked(c)
+	}
+}
+
+// Close stops every entry and closes every connection, waiting until they
+// are gone.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	for c, e := range p.entries {
+		e.stop()
+		delete(p.entries, c)
+	}
+	p.signalLocked()
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// SetTarget records where a cluster is (nil: the cluster is gone) and
+// starts, updates or stops its entry.
+func (p *Pool) SetTarget(cluster string, t *Target) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t == nil {
+		delete(p.targets, cluster)
+	} else {
+		p.targets[cluster] = *t
+	}
+	p.reconcileLocked(cluster)
+}
+
+// SetSelected records whether a configured selector matches the cluster.
+func (p *Pool) SetSelected(cluster string, selected bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if selected {
+		p.selected[cluster] = true
+	} else {
+		delete(p.selected, cluster)
+	}
+	p.reconcileLocked(cluster)
+}
+
+// reconcileLocked makes the cluster's entry match what is wanted.
+func (p *Pool) reconcileLocked(cluster string) {
+	t, known := p.targets[cluster]
+	want := known && (len(p.namespaces[cluster]) > 0 || p.selected[cluster])
+	e := p.entries[cluster]
+	switch {
+	case p.ctx == nil || p.closed:
+		return
+	case !want && e != nil:
+		e.stop()
+		delete(p.entries, cluster)
+		p.log.Info("tunnel closed: cluster left the pool", "cluster", cluster)
+		p.signalLocked()
+	case want && e == nil:
+		e = newEntry(p, cluster, t)
+		p.entries[cluster] = e
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			e.run(e.ctx)
+		}()
+		p.signalLocked()
+	case want:
+		e.setTarget(t)
+	}
+}
+
+func (p *Pool) signalLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func (p *Pool) signal() {
+	p.mu.Lock()
+	p.signalLocked()
+	p.mu.Unlock()
+}
+
+func (p *Pool) entry(cluster string) *entry {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.entries[cluster]
+}
+
+// ConsumerOptions are the pool's options as a consumer of the change
+// stream: it wants profile changes only, at once.
+func (p *Pool) ConsumerOptions() stream.Options {
+	return stream.Options{
+		Name: "tunnel", Type: "tunnel",
+		Filter: func(c stream.Change) bool {
+			switch c.Type {
+			case stream.ProfileCreated, stream.ProfileUpdated, stream.ProfileDeleted, stream.AccessProviderUpdated:
+				return true
+			}
+			return false
+		},
+		Log: p.log,
+	}
+}
+
+// Deliver learns which namespaces have profiles for which clusters.
+func (p *Pool) Deliver(_ context.Context, changes []stream.Change) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	touched := map[string]bool{}
+	for _, c := range changes {
+		if p.applyLocked(c) {
+			touched[c.Cluster] = true
+		}
+	}
+	for c := range touched {
+		p.reconcileLocked(c)
+	}
+	return nil
+}
+
+// applyLocked records one profile change; a namespace that newly has the
+// cluster learns its tunnel's current state.
+func (p *Pool) applyLocked(c stream.Change) bool {
+	ns := p.namespaces[c.Cluster]
+	if c.Type == stream.ProfileDeleted {
+		if !ns[c.Namespace] {
+			return false
+		}
+		delete(ns, c.Namespace)
+		if len(ns) == 0 {
+			delete(p.namespaces, c.Cluster)
+		}
+		return true
+	}
+	if ns[c.Namespace] {
+		return false
+	}
+	if ns == nil {
+		ns = map[string]bool{}
+		p.namespaces[c.Cluster] = ns
+	}
+	ns[c.Namespace] = true
+	if e := p.entries[c.Cluster]; e != nil {
+		if st := e.status(); st.State != StateConnecting {
+			p.notify(st, []string{c.Namespace})
+		}
+	}
+	return true
+}
+
+// Resync replaces what the pool knows of profiles with the snapshot.
+func (p *Pool) Resync(_ context.Context, snapshot []stream.Change) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.namespaces
+	p.namespaces = map[string]map[string]bool{}
+	for _, c := range snapshot {
+		if c.Type != stream.ProfileDeleted && c.Cluster != "" {
+			if p.namespaces[c.Cluster] == nil {
+				p.namespaces[c.Cluster] = map[string]bool{}
+			}
+			p.namespaces[c.Cluster][c.Namespace] = true
+		}
+	}
+	for c := range old {
+		p.reconcileLocked(c)
+	}
+	for c, ns := range p.namespaces {
+		p.reconcileLocked(c)
+		// Namespaces that were not told before hear the current state.
+		var fresh []string
+		for n := range ns {
+			if !old[c][n] {
+				fresh = append(fresh, n)
+			}
+		}
+		if e := p.entries[c]; e != nil && len(fresh) > 0 {
+			if st := e.status(); st.State != StateConnecting {
+				p.notify(st, fresh)
+			}
+		}
+	}
+	return nil
+}
+
+// announce publishes an entry's new state to every namespace that has the
+// cluster.
+func (p *Pool) announce(st Status) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.entries[st.Cluster] == nil {
+		return
+	}
+	p.notify(st, slices.Sorted(maps.Keys(p.namespaces[st.Cluster])))
+	p.signalLocked()
+}
+
+func (p *Pool) notify(st Status, namespaces []string) {
+	typ := stream.TunnelReady
+	if st.State == StateFailing {
+		typ = stream.TunnelFailing
+	}
+	summary := &stream.TunnelSummary{
+		State: string(st.State), Reason: st.Reason, Transport: p.opts.Transport,
+		Since: st.Since.UTC(),
+	}
+	if st.ProbeLatency > 0 {
+		summary.ProbeMillis = float64(st.ProbeLatency.Microseconds()) / 1000
+	}
+	rv := fmt.Sprintf("%s-%d", p.epoch, p.seq.Add(1))
+	for _, ns := range namespaces {
+		p.opts.Notifier.Notify(stream.Change{
+			Type: typ, Namespace: ns, Cluster: st.Cluster, Name: st.Cluster,
+			ResourceVersion: rv, Time: st.Since, Tunnel: summary,
+		})
+	}
+}
+
+// Status is one entry's state.
+type Status struct {
+	Cluster string `json:"cluster"`
+	State   State  `json:"state"`
+	// Reason says why the entry is failing; empty otherwise.
+	Reason string `json:"reason,omitempty"`
+	// Since is when the entry entered its state.
+	Since time.Time `json:"since"`
+	// ProbeLatency is the last successful probe's round trip.
+	ProbeLatency time.Duration `json:"probeLatency,omitempty"`
+	// LastProbe is when the last probe ended, successful or not.
+	LastProbe time.Time `json:"lastProbe,omitzero"`
+	// Address is the host:port dialed.
+	Address string `json:"address,omitempty"`
+	// Credential is the fingerprint of the token probes use; empty when
+	// there is none.
+	Credential string `json:"credential,omitempty"`
+	// Dials counts the connections made for the entry.
+	Dials int `json:"dials"`
+}
+
+// Statuses returns every entry's status, sorted by cluster.
+func (p *Pool) Statuses() []Status {
+	p.mu.Lock()
+	es := slices.Collect(maps.Values(p.entries))
+	p.mu.Unlock()
+	out := make([]Status, 0, len(es))
+	for _, e := range es {
+		out = append(out, e.status())
+	}
+	slices.SortFunc(out, func(a, b Status) int { return cmpString(a.Cluster, b.Cluster) })
+	return out
+}
+
+// Status returns one cluster's status.
+func (p *Pool) Status(cluster string) (Status, bool) {
+	e := p.entry(cluster)
+	if e == nil {
+		return Status{}, false
+	}
+	return e.status(), true
+}
+
+// WaitReady waits until the cluster's entry is ready, or ctx ends. The
+// error then says what the entry was doing.
+func (p *Pool) WaitReady(ctx context.Context, cluster string) error {
+	for {
+		p.mu.Lock()
+		e, changed := p.entries[cluster], p.changed
+		p.mu.Unlock()
+		var st Status
+		if e != nil {
+			st = e.status()
+			if st.State == StateReady {
+				return nil
+			}
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			if e == nil {
+				return fmt.Errorf("cluster %s: %w", cluster, ErrNotServed)
+			}
+			return fmt.Errorf("cluster %s: %w (%s%s)", cluster, ErrNotReady, st.State, reasonSuffix(st.Reason))
+		}
+	}
+}
+
+func reasonSuffix(r string) string {
+	if r == "" {
+		return ""
+	}
+	return ": " + r
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,339 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hubsync/hubsync/bus"
+	"github.com/hubsync/hubsync/stream"
+)
+
+func profile(ns, cluster string) stream.Change {
+	return stream.Change{Type: stream.ProfileCreated, Namespace: ns, Cluster: cluster, Name: cluster, ResourceVersion: "1", Time: time.Now()}
+}
+
+func TestEntriesWarmWithoutRequestsAndReachTheRightServer(t *testing.T) {
+	ca := newTestCA(t)
+	a := newFakeAPIServer(t, ca, "cluster-a")
+	b := newFakeAPIServer(t, ca, "cluster-b")
+	p, rec := newTestPool(t, nil)
+	p.SetTarget("a", target(a, ca, "token-a"))
+	p.SetTarget("b", target(b, ca, "token-b"))
+	// A target alone does not make an entry: the cluster needs a profile
+	// (or a selector).
+	if _, ok := p.Status("a"); ok {
+		t.Fatal("entry for a cluster without profile or selector")
+	}
+	if err := p.Deliver(context.Background(), []stream.Change{profile("team1", "a"), profile("team2", "a"), profile("team1", "b")}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []string{"a", "b"} {
+		if err := p.WaitReady(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Ready means connected and probed before anyone asked.
+	if a.opened.Load() != 1 || len(a.seenTokens()) == 0 {
+		t.Fatalf("cluster-a: %d connections, %d requests before any request; want 1 connection and a probe", a.opened.Load(), len(a.seenTokens()))
+	}
+	for _, tok := range a.seenTokens() {
+		if tok != "token-a" {
+			t.Fatalf("probe of cluster-a carried token %q, want the cluster's token", tok)
+		}
+	}
+	body, err := get(t, p, "a", "/api", nil)
+	if err != nil || !strings.Contains(body, `"server":"cluster-a"`) || !strings.Contains(body, `"proto":"HTTP/2.0"`) {
+		t.Fatalf("GET through a: %q, %v", body, err)
+	}
+	body, err = get(t, p, "b", "/api", http.Header{"Authorization": {"Bearer own"}})
+	if err != nil || !strings.Contains(body, `"server":"cluster-b"`) {
+		t.Fatalf("GET through b: %q, %v", body, err)
+	}
+	if toks := b.seenTokens(); toks[len(toks)-1] != "own" {
+		t.Fatalf("a request's own Authorization was replaced: %q", toks[len(toks)-1])
+	}
+	// Many concurrent requests share the one connection.
+	errs := make(chan error, 64)
+	for range 64 {
+		go func() { _, err := get(t, p, "a", "/api", nil); errs <- err }()
+	}
+	for range 64 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := a.opened.Load(); n != 1 {
+		t.Fatalf("cluster-a saw %d connections, want 1 shared by every request", n)
+	}
+	// One ready event per namespace that has the cluster, valid against
+	// the published schema.
+	eventually(t, "ready events", func() bool {
+		return rec.count(stream.TunnelReady, "team1", "a") == 1 && rec.count(stream.TunnelReady, "team2", "a") == 1 &&
+			rec.count(stream.TunnelReady, "team1", "b") == 1
+	})
+	for _, c := range rec.list() {
+		data, err := bus.Encode(c, "hubsync/test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bus.ValidateEvent(data); err != nil {
+			t.Fatalf("event %s: %v\n%s", c.Type, err, data)
+		}
+	}
+	// A namespace that gets the cluster later hears its current state.
+	if err := p.Deliver(context.Background(), []stream.Change{profile("team3", "b")}); err != nil {
+		t.Fatal(err)
+	}
+	if rec.count(stream.TunnelReady, "team3", "b") != 1 {
+		t.Fatal("a namespace that newly has the cluster was not told its tunnel is ready")
+	}
+}
+
+func TestNotServedAndNotReadyFailAtOnce(t *testing.T) {
+	ca := newTestCA(t)
+	p, _ := newTestPool(t, nil)
+	if _, err := get(t, p, "nope", "/api", nil); !errors.Is(err, ErrNotServed) {
+		t.Fatalf("unknown cluster: %v, want ErrNotServed", err)
+	}
+	// A cluster whose server does not exist: failing, and requests fail
+	// at once with the reason.
+	dead := newFakeAPIServer(t, ca, "dead")
+	dead.stop()
+	p.SetTarget("d", target(dead, ca, ""))
+	p.SetSelected("d", true)
+	eventually(t, "failing", func() bool { return state(p, "d") == StateFailing })
+	start := time.Now()
+	_, err := get(t, p, "d", "/api", nil)
+	if !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), dead.addr) {
+		t.Fatalf("request to a failing cluster: %v, want ErrNotReady with the reason", err)
+	}
+	if time.Since(start) > time.Second {
+		t.Fatalf("request to a failing cluster took %s; it must not wait", time.Since(start))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := p.WaitReady(ctx, "d"); !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "failing") {
+		t.Fatalf("WaitReady: %v", err)
+	}
+}
+
+func TestFailingAndRecovering(t *testing.T) {
+	tests := []struct {
+		name  string
+		fault func(s *fakeAPIServer)
+		heal  func(s *fakeAPIServer)
+		want  string // in the failing reason
+	}{
+		{name: "server killed", fault: (*fakeAPIServer).stop, heal: (*fakeAPIServer).start, want: "connection"},
+		{name: "graceful shutdown (GOAWAY)", fault: (*fakeAPIServer).shutdown, heal: (*fakeAPIServer).start, want: ""},
+		{name: "probe refused", fault: func(s *fakeAPIServer) { s.status.Store(http.StatusUnauthorized) },
+			heal: func(s *fakeAPIServer) { s.status.Store(0) }, want: "401 Unauthorized"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ca := newTestCA(t)
+			s := newFakeAPIServer(t, ca, "flaky")
+			other := newFakeAPIServer(t, ca, "steady")
+			p, rec := newTestPool(t, nil)
+			p.SetTarget("flaky", target(s, ca, "t"))
+			p.SetTarget("steady", target(other, ca, "t"))
+			if err := p.Deliver(context.Background(), []stream.Change{profile("ns", "flaky"), profile("ns", "steady")}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "both ready", func() bool { return state(p, "flaky") == StateReady && state(p, "steady") == StateReady })
+			steadySince, _ := p.Status("steady")
+			tt.fault(s)
+			eventually(t, "failing", func() bool { return state(p, "flaky") == StateFailing })
+			st, _ := p.Status("flaky")
+			if !strings.Contains(st.Reason, tt.want) {
+				t.Fatalf("reason %q, want it to mention %q", st.Reason, tt.want)
+			}
+			if rec.count(stream.TunnelFailing, "ns", "flaky") != 1 {
+				t.Fatal("no tunnel.failing event")
+			}
+			tt.heal(s)
+			eventually(t, "ready again", func() bool { return state(p, "flaky") == StateReady })
+			if rec.count(stream.TunnelReady, "ns", "flaky") != 2 {
+				t.Fatalf("%d tunnel.ready events, want 2", rec.count(stream.TunnelReady, "ns", "flaky"))
+			}
+			if body, err := get(t, p, "flaky", "/api", nil); err != nil || !strings.Contains(body, "flaky") {
+				t.Fatalf("after recovery: %q, %v", body, err)
+			}
+			// The other cluster never noticed.
+			now, _ := p.Status("steady")
+			if now.State != StateReady || !now.Since.Equal(steadySince.Since) || now.Dials != 1 {
+				t.Fatalf("steady cluster disturbed: %+v", now)
+			}
+		})
+	}
+}
+
+func TestLeavingClosesTheConnection(t *testing.T) {
+	ca := newTestCA(t)
+	s := newFakeAPIServer(t, ca, "c")
+	p, _ := newTestPool(t, nil)
+	p.SetTarget("c", target(s, ca, ""))
+	if err := p.Deliver(context.Background(), []stream.Change{profile("ns1", "c"), profile("ns2", "c")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ready", func() bool { return state(p, "c") == StateReady })
+	del := profile("ns1", "c")
+	del.Type = stream.ProfileDeleted
+	if err := p.Deliver(context.Background(), []stream.Change{del}); err != nil {
+		t.Fatal(err)
+	}
+	if state(p, "c") != StateReady || s.conns.Load() != 1 {
+		t.Fatal("the cluster left the pool while a namespace still has it")
+	}
+	// A resync without the cluster: it leaves, and its connection closes.
+	if err := p.Resync(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.Status("c"); ok {
+		t.Fatal("entry still there after the cluster left")
+	}
+	eventually(t, "connection closed", func() bool { return s.conns.Load() == 0 })
+	// Back by selector, then gone from the hub.
+	p.SetSelected("c", true)
+	eventually(t, "ready by selector", func() bool { return state(p, "c") == StateReady })
+	p.SetTarget("c", nil)
+	eventually(t, "closed with the cluster", func() bool { return s.conns.Load() == 0 })
+}
+
+func TestNewTargetIsDialedBeforeTheOldConnectionCloses(t *testing.T) {
+	ca := newTestCA(t)
+	oldSrv := newFakeAPIServer(t, ca, "c")
+	newSrv := newFakeAPIServer(t, ca, "c")
+	p, rec := newTestPool(t, nil)
+	p.SetTarget("c", target(oldSrv, ca, ""))
+	p.SetSelected("c", true)
+	if err := p.Deliver(context.Background(), []stream.Change{profile("ns", "c")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ready", func() bool { return state(p, "c") == StateReady })
+	// A token rotation alone keeps the connection.
+	tgt := target(oldSrv, ca, "rotated")
+	p.SetTarget("c", tgt)
+	eventually(t, "rotated token used", func() bool {
+		toks := oldSrv.seenTokens()
+		return toks[len(toks)-1] == "rotated"
+	})
+	if oldSrv.opened.Load() != 1 {
+		t.Fatal("a token rotation redialed")
+	}
+	// A new address (or CA): the entry dials it, stays ready throughout,
+	// and retires the old connection.
+	p.SetTarget("c", target(newSrv, ca, "rotated"))
+	eventually(t, "new connection", func() bool { return newSrv.opened.Load() == 1 })
+	eventually(t, "old connection closed", func() bool { return oldSrv.conns.Load() == 0 })
+	if state(p, "c") != StateReady || rec.count(stream.TunnelFailing, "ns", "c") != 0 {
+		t.Fatal("the entry failed while moving to a new target")
+	}
+}
+
+func TestDialsAreBounded(t *testing.T) {
+	ca := newTestCA(t)
+	s := newFakeAPIServer(t, ca, "shared")
+	d := &countingDialer{delay: 20 * time.Millisecond}
+	p, _ := newTestPool(t, func(o *Options) { o.Dialer = d; o.MaxDials = 3 })
+	const n = 40
+	for i := range n {
+		c := "c" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		p.SetTarget(c, target(s, ca, ""))
+		p.SetSelected(c, true)
+	}
+	eventually(t, "all ready", func() bool {
+		ready := 0
+		for _, st := range p.Statuses() {
+			if st.State == StateReady {
+				ready++
+			}
+		}
+		return ready == n
+	})
+	if peak := d.peak.Load(); peak > 3 || peak < 2 {
+		t.Fatalf("%d dials at once, want at most MaxDials (3) and some concurrency", peak)
+	}
+}
+
+func TestMetricsAndStatuses(t *testing.T) {
+	ca := newTestCA(t)
+	s := newFakeAPIServer(t, ca, "m")
+	reg := prometheus.NewRegistry()
+	p, _ := newTestPool(t, func(o *Options) { o.Registerer = reg })
+	p.SetTarget("m", target(s, ca, "secret-token"))
+	p.SetSelected("m", true)
+	eventually(t, "ready", func() bool { return state(p, "m") == StateReady })
+	if n := testutil.ToFloat64(p.m.dials.WithLabelValues("ok")); n != 1 {
+		t.Fatalf("dials ok = %v", n)
+	}
+	want := `
+# HELP hubsync_tunnel_entries Pool entries by state.
+# TYPE hubsync_tunnel_entries gauge
+hubsync_tunnel_entries{state="connecting"} 0
+hubsync_tunnel_entries{state="failing"} 0
+hubsync_tunnel_entries{state="ready"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "hubsync_tunnel_entries"); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+		if strings.Contains(mf.String(), "secret-token") {
+			t.Fatalf("metric %s carries the token", mf.GetName())
+		}
+	}
+	for _, n := range []string{"hubsync_tunnel_state", "hubsync_tunnel_state_seconds", "hubsync_tunnel_probe_latency_seconds", "hubsync_tunnel_probe_seconds", "hubsync_tunnel_dial_seconds"} {
+		if !slices.Contains(names, n) {
+			t.Fatalf("metric %s missing from %v", n, names)
+		}
+	}
+	st, _ := p.Status("m")
+	if st.ProbeLatency <= 0 || st.LastProbe.IsZero() || st.Credential != "sha256:test" || st.Address != s.addr {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// After many clusters come and go, nothing of theirs is left running.
+func TestNoLeakAfterManyCycles(t *testing.T) {
+	ca := newTestCA(t)
+	s := newFakeAPIServer(t, ca, "cycle")
+	p, _ := newTestPool(t, nil)
+	warm := func() {
+		p.SetTarget("x", target(s, ca, ""))
+		p.SetSelected("x", true)
+		eventually(t, "ready", func() bool { return state(p, "x") == StateReady })
+		if _, err := get(t, p, "x", "/api", nil); err != nil {
+			t.Fatal(err)
+		}
+		p.SetTarget("x", nil)
+		eventually(t, "closed", func() bool { return s.conns.Load() == 0 })
+	}
+	warm() // the first cycle starts what lives as long as the process
+	baseG := settledGoroutines(t, 0)
+	baseFD := openFDs(t)
+	for range 100 {
+		warm()
+	}
+	if g := settledGoroutines(t, baseG); g > baseG {
+		t.Fatalf("goroutines: %d after 100 cycles, %d before", g, baseG)
+	}
+	if fd := openFDs(t); fd > baseFD {
+		t.Fatalf("open file descriptors: %d after 100 cycles, %d before", fd, baseFD)
+	}
+}

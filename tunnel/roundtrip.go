@@ -1,0 +1,65 @@
+package tunnel
+
+import (
+	"fmt"
+	"net/http"
+)
+
+// RoundTripper returns an http.RoundTripper that sends requests to the
+// cluster's API server over its warm connection, whatever the request
+// URL's host. A request without an Authorization header gets the pool's
+// token for the cluster (the configured ManagedServiceAccount's); one with
+// its own is sent as it is. When the cluster is not served or not ready,
+// the request fails at once with an error wrapping ErrNotServed or
+// ErrNotReady: it never waits for a connection (use WaitReady for that).
+//
+// The transport follows the entry: after a redial, the next request uses
+// the new connection.
+func (p *Pool) RoundTripper(cluster string) http.RoundTripper {
+	return &roundTripper{p: p, cluster: cluster}
+}
+
+type roundTripper struct {
+	p       *Pool
+	cluster string
+}
+
+func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	e := rt.p.entry(rt.cluster)
+	if e == nil {
+		closeBody(req)
+		return nil, fmt.Errorf("cluster %s: %w", rt.cluster, ErrNotServed)
+	}
+	cc, token, st := e.use()
+	if cc == nil || st.State != StateReady {
+		closeBody(req)
+		return nil, fmt.Errorf("cluster %s: %w (%s%s)", rt.cluster, ErrNotReady, st.State, reasonSuffix(st.Reason))
+	}
+	if !cc.CanTakeNewRequest() {
+		// GOAWAY or closing: let the entry replace the connection now
+		// rather than at its next probe.
+		e.wake()
+		closeBody(req)
+		return nil, fmt.Errorf("cluster %s: %w (connection closing, redialing)", rt.cluster, ErrNotReady)
+	}
+	if token != "" && req.Header.Get("Authorization") == "" {
+		req = req.Clone(req.Context())
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		rt.p.m.requests.WithLabelValues("error").Inc()
+		if !cc.CanTakeNewRequest() {
+			e.wake()
+		}
+		return nil, err
+	}
+	rt.p.m.requests.WithLabelValues("ok").Inc()
+	return resp, nil
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}

@@ -1,0 +1,265 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"text/template"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
+	clusterinformers "open-cluster-management.io/api/client/cluster/informers/externalversions"
+	clusterlisters "open-cluster-management.io/api/client/cluster/listers/cluster/v1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+
+	"github.com/hubsync/hubsync/syncer"
+)
+
+// DefaultDialAddress is cluster-proxy's: its agent on each managed cluster
+// registers host=<cluster>, and a Service named <cluster> there points at
+// the API server.
+const DefaultDialAddress = "{{.ClusterName}}:443"
+
+// DefaultKonnectivityServerName is the name verified in the API server's
+// certificate when it is reached through konnectivity: every kube-apiserver
+// serves it for in-cluster clients.
+const DefaultKonnectivityServerName = "kubernetes.default.svc"
+
+// AddressData are the fields a dial address template can use.
+type AddressData struct {
+	// ClusterName is the ManagedCluster's name.
+	ClusterName string
+	// ServerHost is host:port of the cluster's first
+	// spec.managedClusterClientConfigs URL (port 443 when it has none).
+	ServerHost string
+	// ServerHostname is that URL's host without the port.
+	ServerHostname string
+}
+
+// ParseDialAddress parses a dial address template.
+func ParseDialAddress(tmpl string) (*template.Template, error) {
+	t, err := template.New("dialAddress").Option("missingkey=error").Parse(tmpl)
+	if err != nil {
+		return nil, fmt.Errorf("dial address template: %w", err)
+	}
+	return t, nil
+}
+
+// SourceOptions say how the pool's targets are derived from the hub.
+type SourceOptions struct {
+	// Transport is TransportKonnectivity or TransportDirect.
+	Transport string
+	// DialAddress is the template of the address dialed through
+	// konnectivity; default DefaultDialAddress.
+	DialAddress string
+	// ServerName overrides the name verified in the API server's
+	// certificate (default: DefaultKonnectivityServerName through
+	// konnectivity, the URL's host when direct).
+	ServerName string
+	// ManagedServiceAccount names the ManagedServiceAccount whose hub
+	// token Secret (<cluster>/<name>) authenticates probes and requests;
+	// empty: probes go without a token.
+	ManagedServiceAccount string
+	// Selector adds clusters with no profile to the pool; nil adds none.
+	Selector labels.Selector
+	// ResyncPeriod of the informers.
+	ResyncPeriod time.Duration
+}
+
+// Source keeps the pool's targets in step with ManagedClusters and the
+// ManagedServiceAccount's token Secrets.
+type Source struct {
+	pool     *Pool
+	opts     SourceOptions
+	tmpl     *template.Template
+	log      *slog.Logger
+	clusters clusterlisters.ManagedClusterLister
+	secrets  corelisters.SecretLister
+	synced   []cache.InformerSynced
+	start    []func(<-chan struct{})
+}
+
+// NewSource sets up the informers; Run starts them.
+func NewSource(cc clusterclient.Interface, kube kubernetes.Interface, opts SourceOptions, pool *Pool, log *slog.Logger) (*Source, error) {
+	switch opts.Transport {
+	case TransportKonnectivity, TransportDirect:
+	default:
+		return nil, fmt.Errorf("tunnel transport %q: want %s or %s", opts.Transport, TransportKonnectivity, TransportDirect)
+	}
+	if opts.DialAddress == "" {
+		opts.DialAddress = DefaultDialAddress
+	}
+	tmpl, err := ParseDialAddress(opts.DialAddress)
+	if err != nil {
+		return nil, err
+	}
+	s := &Source{pool: pool, opts: opts, tmpl: tmpl, log: log}
+	ci := clusterinformers.NewSharedInformerFactory(cc, opts.ResyncPeriod)
+	mcs := ci.Cluster().V1().ManagedClusters()
+	s.clusters = mcs.Lister()
+	handler := func(key func(any) string) cache.ResourceEventHandlerFuncs {
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { s.sync(key(obj)) },
+			UpdateFunc: func(_, obj any) { s.sync(key(obj)) },
+			DeleteFunc: func(obj any) {
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				s.sync(key(obj))
+			},
+		}
+	}
+	clusterName := func(obj any) string {
+		if mc, ok := obj.(*clusterv1.ManagedCluster); ok {
+			return mc.Name
+		}
+		return ""
+	}
+	if _, err := mcs.Informer().AddEventHandler(handler(clusterName)); err != nil {
+		return nil, err
+	}
+	s.synced = append(s.synced, mcs.Informer().HasSynced)
+	s.start = append(s.start, ci.Start)
+	if opts.ManagedServiceAccount != "" {
+		// Only the ManagedServiceAccount's token Secrets: one per cluster,
+		// in the cluster's namespace on the hub.
+		ki := kubeinformers.NewSharedInformerFactoryWithOptions(kube, opts.ResyncPeriod,
+			kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+				lo.LabelSelector = labels.SelectorFromSet(labels.Set{syncer.LabelIsManagedServiceAccount: "true"}).String()
+				lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.ManagedServiceAccount).String()
+			}))
+		secs := ki.Core().V1().Secrets()
+		s.secrets = secs.Lister()
+		secretNS := func(obj any) string {
+			if sec, ok := obj.(*corev1.Secret); ok {
+				return sec.Namespace
+			}
+			return ""
+		}
+		if _, err := secs.Informer().AddEventHandler(handler(secretNS)); err != nil {
+			return nil, err
+		}
+		s.synced = append(s.synced, secs.Informer().HasSynced)
+		s.start = append(s.start, ki.Start)
+	}
+	return s, nil
+}
+
+// Run starts the informers and waits for their caches.
+func (s *Source) Run(ctx context.Context) error {
+	for _, start := range s.start {
+		start(ctx.Done())
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
+		return errors.New("tunnel pool: informer caches did not sync")
+	}
+	return nil
+}
+
+// sync recomputes one cluster's target.
+func (s *Source) sync(cluster string) {
+	if cluster == "" {
+		return
+	}
+	mc, err := s.clusters.Get(cluster)
+	if err != nil || mc.DeletionTimestamp != nil {
+		if err != nil && !apierrors.IsNotFound(err) {
+			s.log.Warn("tunnel pool: reading ManagedCluster", "cluster", cluster, "err", err)
+		}
+		s.pool.SetSelected(cluster, false)
+		s.pool.SetTarget(cluster, nil)
+		return
+	}
+	var sec *corev1.Secret
+	if s.secrets != nil {
+		sec, _ = s.secrets.Secrets(cluster).Get(s.opts.ManagedServiceAccount)
+	}
+	t := s.target(mc, sec)
+	s.pool.SetTarget(cluster, &t)
+	s.pool.SetSelected(cluster, s.opts.Selector != nil && s.opts.Selector.Matches(labels.Set(mc.Labels)))
+}
+
+// target derives where and how to reach the cluster.
+func (s *Source) target(mc *clusterv1.ManagedCluster, sec *corev1.Secret) Target {
+	var t Target
+	var u *url.URL
+	var caBundle []byte
+	for _, c := range mc.Spec.ManagedClusterClientConfigs {
+		if c.URL == "" {
+			continue
+		}
+		parsed, err := url.Parse(c.URL)
+		if err != nil || parsed.Host == "" {
+			t.Err = fmt.Errorf("ManagedCluster's API server URL %q is not a URL", c.URL)
+			return t
+		}
+		u, caBundle = parsed, c.CABundle
+		break
+	}
+	var msaCA []byte
+	if sec != nil {
+		if tok := strings.TrimSpace(string(sec.Data[syncer.TokenKey])); tok != "" {
+			t.Token = tok
+			t.TokenFingerprint = syncer.TokenFingerprint([]byte(tok))
+		}
+		msaCA = sec.Data[syncer.CAKey]
+	}
+	data := AddressData{ClusterName: mc.Name}
+	if u != nil {
+		data.ServerHostname = u.Hostname()
+		port := u.Port()
+		if port == "" {
+			port = "443"
+		}
+		data.ServerHost = net.JoinHostPort(data.ServerHostname, port)
+	}
+	switch s.opts.Transport {
+	case TransportDirect:
+		if u == nil {
+			t.Err = errors.New("direct transport: the ManagedCluster has no spec.managedClusterClientConfigs URL")
+			return t
+		}
+		t.Address, t.ServerName = data.ServerHost, data.ServerHostname
+		// The registration agent reports the CA of the URL it reports.
+		t.CA = firstNonEmpty(caBundle, msaCA)
+	default:
+		var b strings.Builder
+		if err := s.tmpl.Execute(&b, data); err != nil {
+			t.Err = fmt.Errorf("dial address template: %w", err)
+			return t
+		}
+		addr := b.String()
+		if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "" {
+			t.Err = fmt.Errorf("dial address %q is not host:port (does the ManagedCluster have a spec.managedClusterClientConfigs URL?)", addr)
+			return t
+		}
+		t.Address, t.ServerName = addr, DefaultKonnectivityServerName
+		// Through konnectivity the agent reaches the in-cluster API
+		// server, whose CA the ManagedServiceAccount's Secret carries.
+		t.CA = firstNonEmpty(msaCA, caBundle)
+	}
+	if s.opts.ServerName != "" {
+		t.ServerName = s.opts.ServerName
+	}
+	return t
+}
+
+func firstNonEmpty(a, b []byte) []byte {
+	if len(a) > 0 {
+		return a
+	}
+	return b
+}
