@@ -65,6 +65,8 @@ type Config struct {
 	// Sinks are the other targets every change is delivered to. They can
 	// be added, changed and removed while hubsync runs (see Reloadable).
 	Sinks []Sink `json:"sinks,omitempty"`
+	// Tunnel configures the warm per-cluster tunnel pool.
+	Tunnel Tunnel `json:"tunnel"`
 }
 
 // Bus configures where cluster-access events go: an external NATS, or,
@@ -354,6 +356,7 @@ func (c *Config) SetDefaults() {
 		c.Credentials.Coalesce.Duration = DefaultCoalesce
 	}
 	c.setSinkDefaults()
+	c.setTunnelDefaults()
 }
 
 // Load reads, defaults and validates a configuration file. The error lists
@@ -491,6 +494,7 @@ func (c *Config) validate() field.ErrorList {
 	}
 	errs = append(errs, c.validateAccessProviders()...)
 	errs = append(errs, c.validateBus()...)
+	errs = append(errs, c.validateTunnel()...)
 	errs = append(errs, c.validateSinks()...)
 	if c.Credentials.Workers > 1024 {
 		errs = append(errs, field.Invalid(field.NewPath("credentials", "workers"), c.Credentials.Workers, "must be at most 1024"))

@@ -47,6 +47,7 @@ func TestDefaults(t *testing.T) {
 		},
 		Credentials: Credentials{Workers: 16, Coalesce: dur(100 * time.Millisecond)},
 		Bus:         defaultBus(),
+		Tunnel:      defaultTunnel(),
 	}
 	d := Default()
 	if !reflect.DeepEqual(*d, want) {
@@ -177,6 +178,7 @@ bus:
 			KVBucket: "access", BufferSize: 500, BatchWindow: &metav1.Duration{},
 			Embedded: BusEmbedded{Listen: "127.0.0.1:4222", DataDir: "/var/lib/hubsync/nats"},
 		},
+		Tunnel: defaultTunnel(),
 	}
 	c, err := Parse([]byte(doc))
 	if err != nil {

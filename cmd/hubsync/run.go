@@ -41,6 +41,7 @@ import (
 	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/tunnel"
 )
 
 func runCommand(ctx context.Context, args []string, stderr io.Writer) error {
@@ -138,12 +139,29 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ro RunOption
 	if err != nil {
 		return err
 	}
+	// The tunnel pool, when configured: one more consumer of the stream
+	// (profiles say which clusters to keep warm) and a producer of
+	// tunnel events.
+	var pool *tunnel.Pool
+	var poolSource *tunnel.Source
+	if cfg.Tunnel.Enabled {
+		if pool, poolSource, err = newTunnelPool(cfg, clusters, kube, fan, log.With("component", "tunnel"), reg); err != nil {
+			return err
+		}
+		if err := fan.Add(pool.ConsumerOptions(), pool); err != nil {
+			return err
+		}
+	}
+	var tunnelStatuses func() []tunnel.Status
+	if pool != nil {
+		tunnelStatuses = pool.Statuses
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	serverErr := make(chan error, 1)
 	if cfg.Server.Address != config.ServerOff {
-		srv, ln, err := newServer(cfg.Server.Address, cfg.Server.Pprof, reg, fan.Statuses, func() (bool, string) {
+		srv, ln, err := newServer(cfg.Server.Address, cfg.Server.Pprof, reg, fan.Statuses, tunnelStatuses, func() (bool, string) {
 			s := current.Load()
 			switch {
 			case s == nil:
@@ -230,6 +248,15 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ro RunOption
 		fan.SetBusy(s.Busy)
 		if err := fan.Start(ctx, s.Snapshot); err != nil {
 			return err
+		}
+		if pool != nil {
+			defer pool.Close()
+			if err := poolSource.Run(ctx); err != nil {
+				return err
+			}
+			pool.Start(ctx)
+			log.Info("tunnel pool started", "transport", cfg.Tunnel.Transport, "managedServiceAccount", cfg.Tunnel.ManagedServiceAccount,
+				"probeInterval", cfg.Tunnel.ProbeInterval.Duration)
 		}
 		return s.Run(ctx)
 	}
@@ -381,7 +408,8 @@ func missingAPIs(kube kubernetes.Interface, required map[string][]string) ([]str
 	return missing, nil
 }
 
-func newServer(addr string, withPprof bool, reg *prometheus.Registry, sinkStatuses func() []stream.Status, ready func() (bool, string)) (*http.Server, net.Listener, error) {
+func newServer(addr string, withPprof bool, reg *prometheus.Registry, sinkStatuses func() []stream.Status,
+	tunnelStatuses func() []tunnel.Status, ready func() (bool, string)) (*http.Server, net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen on %s: %w", addr, err)
@@ -410,6 +438,10 @@ func newServer(addr string, withPprof bool, reg *prometheus.Registry, sinkStatus
 				}
 				fmt.Fprintf(w, "sink %s (%s): %s, %d queued\n", s.Name, s.Type, state, s.QueueDepth)
 			}
+		}
+		// Nor does a cluster that cannot be reached.
+		if r.URL.Query().Has("verbose") && tunnelStatuses != nil {
+			writeTunnelStatuses(w, tunnelStatuses(), time.Now())
 		}
 	})
 	if withPprof {

@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/tunnel"
 )
 
 func TestServerEndpoints(t *testing.T) {
@@ -30,6 +32,16 @@ func TestServerEndpoints(t *testing.T) {
 		{name: "a failing sink does not make hubsync unready", ready: true, path: "/readyz?verbose", want: http.StatusOK,
 			body: "sink hooks (webhook): failing (3 attempts): POST https://hooks.example/: 503, 0 queued\n"},
 		{name: "sinks are listed only when asked for", ready: true, path: "/readyz", want: http.StatusOK, body: "ok\n"},
+		{name: "a failing tunnel does not make hubsync unready", ready: true, path: "/readyz?verbose", want: http.StatusOK,
+			body: "tunnel c2: failing for 1m0s: dial c2:443: No agent available\n"},
+		{name: "tunnel summary", ready: true, path: "/readyz?verbose", want: http.StatusOK, body: "tunnels: 1 ready, 1 failing, 0 connecting\n"},
+	}
+	now := time.Now()
+	tunnels := func() []tunnel.Status {
+		return []tunnel.Status{
+			{Cluster: "c1", State: tunnel.StateReady, Since: now.Add(-time.Hour), ProbeLatency: 2 * time.Millisecond},
+			{Cluster: "c2", State: tunnel.StateFailing, Since: now.Add(-time.Minute), Reason: "dial c2:443: No agent available"},
+		}
 	}
 	statuses := func() []stream.Status {
 		return []stream.Status{
@@ -39,7 +51,7 @@ func TestServerEndpoints(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv, ln, err := newServer("127.0.0.1:0", tt.pprof, prometheus.NewRegistry(), statuses, func() (bool, string) {
+			srv, ln, err := newServer("127.0.0.1:0", tt.pprof, prometheus.NewRegistry(), statuses, tunnels, func() (bool, string) {
 				if tt.ready {
 					return true, "ok"
 				}
@@ -62,7 +74,7 @@ func TestServerEndpoints(t *testing.T) {
 			if tt.body != "" && !strings.Contains(string(body), tt.body) {
 				t.Errorf("GET %s: body %q lacks %q", tt.path, body, tt.body)
 			}
-			if tt.path == "/readyz" && strings.Contains(string(body), "sink ") {
+			if tt.path == "/readyz" && (strings.Contains(string(body), "sink ") || strings.Contains(string(body), "tunnel")) {
 				t.Errorf("GET /readyz lists sinks unasked: %q", body)
 			}
 		})

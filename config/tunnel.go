@@ -1,0 +1,195 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"text/template"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Tunnel transports.
+const (
+	TunnelKonnectivity = "konnectivity"
+	TunnelDirect       = "direct"
+)
+
+// Tunnel configures the warm tunnel pool: one long-lived connection per
+// managed cluster hubsync serves (a cluster with a ClusterProfile in any
+// consumer namespace, or matching ClusterSelector). Off by default.
+// Changes take effect at the next start.
+type Tunnel struct {
+	// Enabled turns the pool on.
+	Enabled bool `json:"enabled,omitempty"`
+	// Transport is konnectivity (default: through the hub's
+	// proxy-server, as OCM cluster-proxy deploys it) or direct (the
+	// cluster's own API server URL and CA from its ManagedCluster).
+	Transport string `json:"transport,omitempty"`
+	// Konnectivity says how to reach the proxy-server.
+	Konnectivity Konnectivity `json:"konnectivity"`
+	// ManagedServiceAccount names the ManagedServiceAccount whose token
+	// (the hub Secret <cluster>/<name>) authenticates probes and the
+	// pool's requests; empty: probes go without a token (/version is
+	// public on a default API server).
+	ManagedServiceAccount string `json:"managedServiceAccount,omitempty"`
+	// ClusterSelector adds clusters that have no profile; nil adds none.
+	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
+	// ServerName overrides the name verified in the API server's
+	// certificate (default kubernetes.default.svc through konnectivity,
+	// the URL's host when direct).
+	ServerName string `json:"serverName,omitempty"`
+	// ProbePath is fetched with GET to probe each entry. Default /version.
+	ProbePath string `json:"probePath,omitempty"`
+	// ProbeInterval between probes of a ready entry (±20% jitter).
+	// Default 10s.
+	ProbeInterval metav1.Duration `json:"probeInterval,omitempty"`
+	// ProbeTimeout bounds one probe. Default 5s.
+	ProbeTimeout metav1.Duration `json:"probeTimeout,omitempty"`
+	// DialTimeout bounds one dial with its TLS handshake. Default 10s.
+	DialTimeout metav1.Duration `json:"dialTimeout,omitempty"`
+	// Backoff bounds the exponential backoff between failed dials of one
+	// entry. Defaults 1s and 30s.
+	Backoff Retry `json:"backoff"`
+	// MaxConcurrentDials bounds the dials in progress across the pool.
+	// Default 32.
+	MaxConcurrentDials int `json:"maxConcurrentDials,omitempty"`
+}
+
+// Konnectivity is the hub's konnectivity proxy-server, in gRPC mode with
+// mutual TLS.
+type Konnectivity struct {
+	// Address is the proxy-server's client address, host:port (port 8090
+	// in cluster-proxy's deployment).
+	Address string `json:"address,omitempty"`
+	// CAFile verifies the proxy-server; CertFile and KeyFile are
+	// hubsync's client certificate. Re-read on every dial.
+	CAFile   string `json:"caFile,omitempty"`
+	CertFile string `json:"certFile,omitempty"`
+	KeyFile  string `json:"keyFile,omitempty"`
+	// ServerName is the name in the proxy-server's certificate; default
+	// the host of Address.
+	ServerName string `json:"serverName,omitempty"`
+	// DialAddress is the template of the address each cluster is dialed
+	// at through the tunnel: default cluster-proxy's "{{.ClusterName}}:443"
+	// (agents register host=<cluster>). Fields: .ClusterName, .ServerHost
+	// (host:port of the ManagedCluster's API server URL) and
+	// .ServerHostname.
+	DialAddress string `json:"dialAddress,omitempty"`
+}
+
+// Tunnel defaults.
+const (
+	DefaultTunnelProbePath   = "/version"
+	DefaultTunnelDialAddress = "{{.ClusterName}}:443"
+	DefaultTunnelMaxDials    = 32
+)
+
+func (c *Config) setTunnelDefaults() {
+	t := &c.Tunnel
+	if t.Transport == "" {
+		t.Transport = TunnelKonnectivity
+	}
+	if t.ProbePath == "" {
+		t.ProbePath = DefaultTunnelProbePath
+	}
+	if t.Konnectivity.DialAddress == "" {
+		t.Konnectivity.DialAddress = DefaultTunnelDialAddress
+	}
+	setDur := func(p *metav1.Duration, v time.Duration) {
+		if p.Duration == 0 {
+			p.Duration = v
+		}
+	}
+	setDur(&t.ProbeInterval, 10*time.Second)
+	setDur(&t.ProbeTimeout, 5*time.Second)
+	setDur(&t.DialTimeout, 10*time.Second)
+	setDur(&t.Backoff.BaseDelay, time.Second)
+	setDur(&t.Backoff.MaxDelay, 30*time.Second)
+	if t.MaxConcurrentDials == 0 {
+		t.MaxConcurrentDials = DefaultTunnelMaxDials
+	}
+}
+
+func (c *Config) validateTunnel() field.ErrorList {
+	var errs field.ErrorList
+	t := c.Tunnel
+	p := field.NewPath("tunnel")
+	positive := func(name string, d metav1.Duration) {
+		if d.Duration <= 0 {
+			errs = append(errs, field.Invalid(p.Child(name), d.Duration.String(), "must be positive"))
+		}
+	}
+	positive("probeInterval", t.ProbeInterval)
+	positive("probeTimeout", t.ProbeTimeout)
+	positive("dialTimeout", t.DialTimeout)
+	positive("backoff.baseDelay", t.Backoff.BaseDelay)
+	if t.Backoff.MaxDelay.Duration < t.Backoff.BaseDelay.Duration {
+		errs = append(errs, field.Invalid(p.Child("backoff", "maxDelay"), t.Backoff.MaxDelay.Duration.String(), "must be at least tunnel.backoff.baseDelay"))
+	}
+	if t.ProbeTimeout.Duration > t.ProbeInterval.Duration && t.ProbeInterval.Duration > 0 {
+		errs = append(errs, field.Invalid(p.Child("probeTimeout"), t.ProbeTimeout.Duration.String(), "must not exceed tunnel.probeInterval"))
+	}
+	if t.MaxConcurrentDials < 1 || t.MaxConcurrentDials > 10000 {
+		errs = append(errs, field.Invalid(p.Child("maxConcurrentDials"), t.MaxConcurrentDials, "must be from 1 to 10000"))
+	}
+	if !strings.HasPrefix(t.ProbePath, "/") {
+		errs = append(errs, field.Invalid(p.Child("probePath"), t.ProbePath, "must start with /"))
+	}
+	if t.ManagedServiceAccount != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(t.ManagedServiceAccount) {
+			errs = append(errs, field.Invalid(p.Child("managedServiceAccount"), t.ManagedServiceAccount, msg))
+		}
+	}
+	if t.ClusterSelector != nil {
+		if _, err := metav1.LabelSelectorAsSelector(t.ClusterSelector); err != nil {
+			errs = append(errs, field.Invalid(p.Child("clusterSelector"), t.ClusterSelector, err.Error()))
+		}
+	}
+	k := p.Child("konnectivity")
+	switch t.Transport {
+	case TunnelDirect:
+	case TunnelKonnectivity:
+		if !t.Enabled {
+			break
+		}
+		if t.Konnectivity.Address == "" {
+			errs = append(errs, field.Required(k.Child("address"), "the proxy-server's client address (host:port) is required with transport konnectivity"))
+		} else if _, _, err := net.SplitHostPort(t.Konnectivity.Address); err != nil {
+			errs = append(errs, field.Invalid(k.Child("address"), t.Konnectivity.Address, err.Error()))
+		}
+		if (t.Konnectivity.CertFile == "") != (t.Konnectivity.KeyFile == "") {
+			errs = append(errs, field.Invalid(k.Child("keyFile"), t.Konnectivity.KeyFile, "certFile and keyFile go together"))
+		}
+		if t.Konnectivity.CAFile == "" || t.Konnectivity.CertFile == "" {
+			errs = append(errs, field.Required(k.Child("caFile"), "the proxy-server requires mutual TLS: set caFile, certFile and keyFile"))
+		}
+	default:
+		errs = append(errs, field.NotSupported(p.Child("transport"), t.Transport, []string{TunnelKonnectivity, TunnelDirect}))
+	}
+	if err := checkDialAddress(t.Konnectivity.DialAddress); err != nil {
+		errs = append(errs, field.Invalid(k.Child("dialAddress"), t.Konnectivity.DialAddress, err.Error()))
+	}
+	return errs
+}
+
+// checkDialAddress renders a dial address template for a sample cluster
+// and checks that it makes host:port.
+func checkDialAddress(tmpl string) error {
+	tp, err := template.New("dialAddress").Option("missingkey=error").Parse(tmpl)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	sample := struct{ ClusterName, ServerHost, ServerHostname string }{"cluster1", "api.cluster1.example:6443", "api.cluster1.example"}
+	if err := tp.Execute(&b, sample); err != nil {
+		return fmt.Errorf("%w (fields: .ClusterName, .ServerHost, .ServerHostname)", err)
+	}
+	if host, port, err := net.SplitHostPort(b.String()); err != nil || host == "" || port == "" {
+		return fmt.Errorf("renders %q for cluster1, not host:port", b.String())
+	}
+	return nil
+}
