@@ -10,8 +10,11 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 # Prints the directory holding kube-apiserver and etcd, building them first
 # when the cache (~/.cache/hubsync by default) does not have this version.
 ASSETS    := bash test/tools/build-kube-binaries.sh
+# Prints the directory holding the konnectivity proxy-server and agent,
+# building them first (~2 min) when the cache does not have them.
+KONN      := bash test/tools/build-konnectivity.sh
 
-.PHONY: all build test unit e2e argocd-proof demo bench kube-binaries fmt vet check clean
+.PHONY: all build test unit e2e argocd-proof demo bench kube-binaries konnectivity-binaries fmt vet check clean
 
 all: build
 
@@ -20,6 +23,9 @@ build:
 
 kube-binaries:
 	@$(ASSETS) >/dev/null
+
+konnectivity-binaries:
+	@$(KONN) >/dev/null
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); \
@@ -33,10 +39,11 @@ check: fmt vet
 # Fast tests of pure logic first, then end-to-end tests against a real
 # kube-apiserver + etcd.
 unit:
-	$(GO) test -race -count=1 ./config/... ./stream/... ./syncer/... ./bus/... ./sinks/... ./cmd/...
+	$(GO) test -race -count=1 ./config/... ./stream/... ./syncer/... ./bus/... ./sinks/... ./tunnel/... ./cmd/...
 
-e2e: kube-binaries
-	KUBEBUILDER_ASSETS=$$($(ASSETS) 2>/dev/null) $(GO) test -race -count=1 -p 1 -timeout 30m ./test/...
+e2e: kube-binaries konnectivity-binaries
+	KUBEBUILDER_ASSETS=$$($(ASSETS) 2>/dev/null) KONNECTIVITY_ASSETS=$$($(KONN) 2>/dev/null) \
+		$(GO) test -race -count=1 -p 1 -timeout 30m ./test/...
 
 # Argo CD v3.2.0's own code reads the Secrets the argocd sink writes and
 # reaches a real kube-apiserver through them. A module of its own: Argo CD
@@ -48,13 +55,13 @@ test: check unit e2e argocd-proof
 
 # The main job on an embedded default: a real API server, a simulated
 # fleet, hubsync, and what it does as the fleet changes.
-demo: build kube-binaries
-	KUBEBUILDER_ASSETS=$$($(ASSETS) 2>/dev/null) $(GO) run ./test/demo --hubsync $(BIN)/hubsync $(DEMO_FLAGS)
+demo: build kube-binaries konnectivity-binaries
+	KUBEBUILDER_ASSETS=$$($(ASSETS) 2>/dev/null) KONNECTIVITY_ASSETS=$$($(KONN) 2>/dev/null) $(GO) run ./test/demo --hubsync $(BIN)/hubsync $(DEMO_FLAGS)
 
 # Performance figures, each as a ratio against a floor measured in the
 # same run.
-bench: build kube-binaries
-	KUBEBUILDER_ASSETS=$$($(ASSETS) 2>/dev/null) $(GO) run ./test/bench --hubsync $(BIN)/hubsync $(BENCH_FLAGS)
+bench: build kube-binaries konnectivity-binaries
+	KUBEBUILDER_ASSETS=$$($(ASSETS) 2>/dev/null) KONNECTIVITY_ASSETS=$$($(KONN) 2>/dev/null) $(GO) run ./test/bench --hubsync $(BIN)/hubsync $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(BIN)

@@ -37,6 +37,8 @@ type entry struct {
 	cc      *http2.ClientConn
 	// ccTarget is the target the current connection was made for.
 	ccTarget Target
+	// swapped is closed and replaced whenever cc changes.
+	swapped chan struct{}
 }
 
 func newEntry(p *Pool, cluster string, t Target) *entry {
@@ -45,6 +47,7 @@ func newEntry(p *Pool, cluster string, t Target) *entry {
 		p: p, cluster: cluster, ctx: ctx, cancel: cancel,
 		kick:   make(chan struct{}, 1),
 		target: t, state: StateConnecting, since: time.Now(),
+		swapped: make(chan struct{}),
 	}
 }
 
@@ -79,12 +82,13 @@ func (e *entry) status() Status {
 	}
 }
 
-// use returns the connection for a request and the token to add.
-func (e *entry) use() (*http2.ClientConn, string, Status) {
+// use returns the connection for a request, the token to add, and a
+// channel closed when the connection is replaced.
+func (e *entry) use() (*http2.ClientConn, string, <-chan struct{}, Status) {
 	e.mu.Lock()
-	cc, token := e.cc, e.target.Token
+	cc, token, swapped := e.cc, e.target.Token, e.swapped
 	e.mu.Unlock()
-	return cc, token, e.status()
+	return cc, token, swapped, e.status()
 }
 
 // set moves the entry to a state; a change of state is announced.
@@ -115,6 +119,8 @@ func (e *entry) set(s State, reason string) {
 func (e *entry) run(ctx context.Context) {
 	defer e.swap(nil, Target{})
 	b := backoff{base: e.p.opts.BackoffBase, max: e.p.opts.BackoffMax}
+	// lastQuick is when a lost connection was last redialed at once.
+	var lastQuick time.Time
 	for ctx.Err() == nil {
 		e.mu.Lock()
 		t := e.target
@@ -129,6 +135,7 @@ func (e *entry) run(ctx context.Context) {
 		if err == nil {
 			var latency time.Duration
 			if latency, err = e.probe(ctx, cc, t); err != nil {
+				e.p.own(cc, nil)
 				_ = cc.Close()
 			} else {
 				b.reset()
@@ -137,10 +144,18 @@ func (e *entry) run(ctx context.Context) {
 				e.mu.Unlock()
 				e.swap(cc, t)
 				e.set(StateReady, "")
-				reason := e.keep(ctx, cc, dead)
+				reason, redial := e.keep(ctx, cc, dead)
 				if reason == "" {
-					// The target changed: dial the new one while the old
-					// connection keeps serving.
+					// The target changed, or a GOAWAY came: dial a new
+					// connection while the old one finishes its streams.
+					continue
+				}
+				// A connection that was fine a moment ago gets one
+				// immediate redial before the cluster is reported failing
+				// (a load balancer reset, an API server closing idle
+				// connections); not twice within a probe interval.
+				if redial && time.Since(lastQuick) > e.p.opts.ProbeInterval {
+					lastQuick = time.Now()
 					continue
 				}
 				err = errors.New(reason)
@@ -170,9 +185,10 @@ func (e *entry) sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// keep probes a ready connection until it fails (the reason is returned)
-// or the target needs a new connection ("" is returned).
-func (e *entry) keep(ctx context.Context, cc *http2.ClientConn, dead <-chan struct{}) string {
+// keep probes a ready connection until it fails (the reason is returned;
+// redial says the connection was lost rather than found failing) or needs
+// replacing: a new target or a GOAWAY ("" is returned).
+func (e *entry) keep(ctx context.Context, cc *http2.ClientConn, dead <-chan struct{}) (reason string, redial bool) {
 	for {
 		// ±20% jitter spreads the probes of clusters that joined together.
 		d := time.Duration(float64(e.p.opts.ProbeInterval) * (0.8 + 0.4*rand.Float64()))
@@ -180,10 +196,10 @@ func (e *entry) keep(ctx context.Context, cc *http2.ClientConn, dead <-chan stru
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return "stopped"
+			return "stopped", false
 		case <-dead:
 			t.Stop()
-			return "connection lost"
+			return "connection lost", true
 		case <-e.kick:
 			t.Stop()
 			e.mu.Lock()
@@ -192,18 +208,21 @@ func (e *entry) keep(ctx context.Context, cc *http2.ClientConn, dead <-chan stru
 			if same && cc.CanTakeNewRequest() {
 				continue
 			}
-			if !same {
-				return ""
-			}
-			return "the API server closed the connection (GOAWAY)"
+			// A new target, or a GOAWAY (an API server going away, or
+			// rebalancing with --goaway-chance): dial a new connection
+			// while this one finishes what it carries.
+			return "", false
 		case <-t.C:
 		}
 		e.mu.Lock()
 		target := e.target
 		e.mu.Unlock()
+		if !cc.CanTakeNewRequest() {
+			return "", false
+		}
 		latency, err := e.probe(ctx, cc, target)
 		if err != nil {
-			return err.Error()
+			return err.Error(), false
 		}
 		e.mu.Lock()
 		e.latency = latency
@@ -217,6 +236,10 @@ func (e *entry) swap(cc *http2.ClientConn, t Target) {
 	e.mu.Lock()
 	old := e.cc
 	e.cc, e.ccTarget = cc, t
+	if old != cc {
+		close(e.swapped)
+		e.swapped = make(chan struct{})
+	}
 	e.mu.Unlock()
 	if old == nil || old == cc {
 		return
@@ -224,6 +247,7 @@ func (e *entry) swap(cc *http2.ClientConn, t Target) {
 	e.p.wg.Add(1)
 	go func() {
 		defer e.p.wg.Done()
+		defer e.p.own(old, nil)
 		ctx, cancel := context.WithTimeout(e.ctx, e.p.opts.RetireGrace)
 		defer cancel()
 		// Shutdown waits for open streams; a stopped entry (ctx done)
@@ -273,6 +297,7 @@ func (e *entry) connect(ctx context.Context, t Target) (*http2.ClientConn, <-cha
 		p.m.dials.WithLabelValues("error").Inc()
 		return nil, nil, fmt.Errorf("HTTP/2 with %s: %w", t.Address, err)
 	}
+	p.own(cc, e)
 	p.m.dials.WithLabelValues("ok").Inc()
 	p.m.dialSeconds.Observe(time.Since(start).Seconds())
 	return cc, w.dead, nil

@@ -87,6 +87,8 @@ type fakeAPIServer struct {
 
 	mu     sync.Mutex
 	srv    *http.Server
+	ln     net.Listener
+	cur    *chanListener
 	tokens []string
 	// conns counts open connections; opened counts every connection.
 	conns, opened atomic.Int32
@@ -116,6 +118,63 @@ func (s *fakeAPIServer) start() {
 		s.t.Fatalf("listen %s: %v", s.addr, err)
 	}
 	s.addr = ln.Addr().String()
+	s.mu.Lock()
+	s.ln = ln
+	s.mu.Unlock()
+	// One accept loop hands connections to the current server, so that
+	// goaway can replace the server while the address keeps answering.
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			cl := s.cur
+			s.mu.Unlock()
+			if cl == nil {
+				_ = c.Close()
+				continue
+			}
+			select {
+			case cl.ch <- c:
+			case <-cl.done:
+				_ = c.Close()
+			}
+		}
+	}()
+	s.serveOn(newChanListener(ln.Addr()))
+}
+
+// chanListener is a listener fed by the accept loop.
+type chanListener struct {
+	addr net.Addr
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newChanListener(addr net.Addr) *chanListener {
+	return &chanListener{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return l.addr }
+
+func (s *fakeAPIServer) serveOn(cl *chanListener) {
 	srv := &http.Server{
 		Handler: http.HandlerFunc(s.serve),
 		TLSConfig: &tls.Config{
@@ -131,13 +190,11 @@ func (s *fakeAPIServer) start() {
 				s.conns.Add(-1)
 			}
 		},
-		ErrorLog: nil,
 	}
-	srv.SetKeepAlivesEnabled(true)
 	s.mu.Lock()
-	s.srv = srv
+	s.srv, s.cur = srv, cl
 	s.mu.Unlock()
-	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	go func() { _ = srv.ServeTLS(cl, "", "") }()
 }
 
 func (s *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
@@ -154,10 +211,11 @@ func (s *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 // stop closes the listener and every connection at once.
 func (s *fakeAPIServer) stop() {
 	s.mu.Lock()
-	srv := s.srv
-	s.srv = nil
+	srv, ln := s.srv, s.ln
+	s.srv, s.ln, s.cur = nil, nil, nil
 	s.mu.Unlock()
 	if srv != nil {
+		_ = ln.Close()
 		_ = srv.Close()
 	}
 }
@@ -165,14 +223,29 @@ func (s *fakeAPIServer) stop() {
 // shutdown stops gracefully: HTTP/2 clients get a GOAWAY.
 func (s *fakeAPIServer) shutdown() {
 	s.mu.Lock()
-	srv := s.srv
-	s.srv = nil
+	srv, ln := s.srv, s.ln
+	s.srv, s.ln, s.cur = nil, nil, nil
 	s.mu.Unlock()
 	if srv != nil {
+		_ = ln.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}
+}
+
+// goaway hands the address to a new server and shuts the old one down:
+// clients get a GOAWAY while the address keeps answering, as with an API
+// server's --goaway-chance or a rolling restart behind a load balancer.
+func (s *fakeAPIServer) goaway() {
+	s.mu.Lock()
+	old := s.srv
+	addr := s.ln.Addr()
+	s.mu.Unlock()
+	s.serveOn(newChanListener(addr))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = old.Shutdown(ctx)
 }
 
 func (s *fakeAPIServer) seenTokens() []string {

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -182,6 +183,37 @@ type Pool struct {
 	changed chan struct{}
 
 	wg sync.WaitGroup // entry goroutines and retiring connections
+
+	ownersMu sync.Mutex
+	owners   map[*http2.ClientConn]*entry
+}
+
+// deadNotifier is the HTTP/2 transport's connection pool. The pool dials
+// its own connections, so GetClientConn is never used; MarkDead is how
+// the transport reports a GOAWAY or a broken connection.
+type deadNotifier struct{ p *Pool }
+
+func (d deadNotifier) GetClientConn(*http.Request, string) (*http2.ClientConn, error) {
+	return nil, http2.ErrNoCachedConn
+}
+
+func (d deadNotifier) MarkDead(cc *http2.ClientConn) {
+	d.p.ownersMu.Lock()
+	e := d.p.owners[cc]
+	d.p.ownersMu.Unlock()
+	if e != nil {
+		e.wake()
+	}
+}
+
+func (p *Pool) own(cc *http2.ClientConn, e *entry) {
+	p.ownersMu.Lock()
+	defer p.ownersMu.Unlock()
+	if e == nil {
+		delete(p.owners, cc)
+	} else {
+		p.owners[cc] = e
+	}
 }
 
 // New returns a pool; Start runs it.
@@ -199,12 +231,16 @@ func New(opts Options) (*Pool, error) {
 		selected:   map[string]bool{},
 		targets:    map[string]Target{},
 		changed:    make(chan struct{}),
-		h2: &http2.Transport{
-			// A connection that says nothing for this long is pinged;
-			// without an answer it is closed, and the entry redials.
-			ReadIdleTimeout: 30 * time.Second,
-			PingTimeout:     10 * time.Second,
-		},
+		owners:     map[*http2.ClientConn]*entry{},
+	}
+	p.h2 = &http2.Transport{
+		// A connection that says nothing for this long is pinged;
+		// without an answer it is closed, and the entry redials.
+		ReadIdleTimeout: 30 * time.Second,
+		PingTimeout:     10 * time.Second,
+		// The transport tells its pool when a connection gets a GOAWAY
+		// or dies: the entry then replaces it at once.
+		ConnPool: deadNotifier{p},
 	}
 	m, err := newMetrics(opts.Registerer, p.Statuses)
 	if err != nil {

@@ -178,6 +178,32 @@ func TestFailingAndRecovering(t *testing.T) {
 	}
 }
 
+// A GOAWAY from a server that keeps answering is a reason to move to a
+// new connection, not a failure.
+func TestGoAwayMovesToANewConnectionWithoutFailing(t *testing.T) {
+	ca := newTestCA(t)
+	s := newFakeAPIServer(t, ca, "g")
+	p, rec := newTestPool(t, func(o *Options) { o.ProbeInterval = time.Hour })
+	p.SetTarget("g", target(s, ca, ""))
+	if err := p.Deliver(context.Background(), []stream.Change{profile("ns", "g")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ready", func() bool { return state(p, "g") == StateReady })
+	for i := range 3 {
+		s.goaway()
+		// No probe runs (the interval is an hour): the transport's
+		// report of the GOAWAY makes the entry redial.
+		eventually(t, "new connection", func() bool { return s.opened.Load() == int32(i+2) })
+		if body, err := get(t, p, "g", "/api", nil); err != nil || !strings.Contains(body, `"server":"g"`) {
+			t.Fatalf("after GOAWAY %d: %q, %v", i+1, body, err)
+		}
+	}
+	eventually(t, "old connections closed", func() bool { return s.conns.Load() == 1 })
+	if n := rec.count(stream.TunnelFailing, "ns", "g"); n != 0 || state(p, "g") != StateReady {
+		t.Fatalf("GOAWAY reported as failing (%d events, state %s)", n, state(p, "g"))
+	}
+}
+
 func TestLeavingClosesTheConnection(t *testing.T) {
 	ca := newTestCA(t)
 	s := newFakeAPIServer(t, ca, "c")

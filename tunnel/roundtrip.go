@@ -3,6 +3,7 @@ package tunnel
 import (
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // RoundTripper returns an http.RoundTripper that sends requests to the
@@ -30,17 +31,26 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, fmt.Errorf("cluster %s: %w", rt.cluster, ErrNotServed)
 	}
-	cc, token, st := e.use()
+	cc, token, swapped, st := e.use()
 	if cc == nil || st.State != StateReady {
 		closeBody(req)
 		return nil, fmt.Errorf("cluster %s: %w (%s%s)", rt.cluster, ErrNotReady, st.State, reasonSuffix(st.Reason))
 	}
 	if !cc.CanTakeNewRequest() {
-		// GOAWAY or closing: let the entry replace the connection now
-		// rather than at its next probe.
+		// GOAWAY: the entry is dialing a new connection while this one
+		// finishes its streams. Wait for it, at most a dial's time.
 		e.wake()
-		closeBody(req)
-		return nil, fmt.Errorf("cluster %s: %w (connection closing, redialing)", rt.cluster, ErrNotReady)
+		timer := time.NewTimer(rt.p.opts.DialTimeout)
+		defer timer.Stop()
+		select {
+		case <-swapped:
+		case <-timer.C:
+		case <-req.Context().Done():
+		}
+		if cc, token, _, st = e.use(); cc == nil || st.State != StateReady || !cc.CanTakeNewRequest() {
+			closeBody(req)
+			return nil, fmt.Errorf("cluster %s: %w (%s%s)", rt.cluster, ErrNotReady, st.State, reasonSuffix(st.Reason))
+		}
 	}
 	if token != "" && req.Header.Get("Authorization") == "" {
 		req = req.Clone(req.Context())

@@ -1,0 +1,290 @@
+// Package konnectivity runs the real konnectivity proxy-server and agents
+// (sigs.k8s.io/apiserver-network-proxy v0.34.0, built from pinned modules
+// by test/tools/build-konnectivity.sh) the way OCM cluster-proxy deploys
+// them: the server in gRPC mode with mutual TLS for clients and agents and
+// the destHost strategy, one agent per managed cluster identified by
+// host=<address>.
+package konnectivity
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hubsync/hubsync/test/pki"
+)
+
+// BinDir returns the directory holding proxy-server and proxy-agent:
+// $KONNECTIVITY_ASSETS when set, else the output of the repository's
+// cached builder.
+func BinDir() (string, error) {
+	if dir := os.Getenv("KONNECTIVITY_ASSETS"); dir != "" {
+		return dir, nil
+	}
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command("bash", filepath.Join(root, "test", "tools", "build-konnectivity.sh"))
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build konnectivity: %w\n%s", err, stderr.String())
+	}
+	return strings.TrimSpace(stdout.String()), nil
+}
+
+// process is a binary that can be stopped and started again with the
+// same arguments.
+type process struct {
+	name string
+	bin  string
+	args []string
+	log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *process) start() error {
+	logs, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		_ = logs.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	p.cmd, p.done = cmd, make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		_ = logs.Close()
+		close(p.done)
+	}()
+	return nil
+}
+
+// kill ends the process at once (SIGKILL), as a crash or a lost node
+// would.
+func (p *process) kill() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+	p.cmd = nil
+}
+
+func (p *process) running() bool {
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Server is a running proxy-server.
+type Server struct {
+	// ClientAddress is the gRPC address for clients such as hubsync;
+	// AgentAddress the one agents connect to.
+	ClientAddress, AgentAddress string
+	// CAFile, CertFile and KeyFile are a client's mutual-TLS files.
+	CAFile, CertFile, KeyFile string
+
+	dir   string
+	ca    *pki.CA
+	proc  process
+	ports []int
+}
+
+// StartServer starts a proxy-server on loopback with a fresh CA, keeping
+// its files in dir.
+func StartServer(ctx context.Context, dir string) (*Server, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	ca, err := pki.NewCA("konnectivity-ca")
+	if err != nil {
+		return nil, err
+	}
+	caFile, err := ca.WriteCA(dir, "ca")
+	if err != nil {
+		return nil, err
+	}
+	serving, err := ca.Serving("127.0.0.1", "localhost")
+	if err != nil {
+		return nil, err
+	}
+	cert, key, err := serving.Write(dir, "proxy-server")
+	if err != nil {
+		return nil, err
+	}
+	client, err := ca.Client("hubsync")
+	if err != nil {
+		return nil, err
+	}
+	clientCert, clientKey, err := client.Write(dir, "hubsync")
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(4)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		ClientAddress: "127.0.0.1:" + strconv.Itoa(ports[0]), AgentAddress: "127.0.0.1:" + strconv.Itoa(ports[1]),
+		CAFile: caFile, CertFile: clientCert, KeyFile: clientKey, dir: dir, ca: ca, ports: ports,
+	}
+	s.proc = process{name: "proxy-server", bin: filepath.Join(bin, "proxy-server"), log: filepath.Join(dir, "proxy-server.log"), args: []string{
+		"--mode=grpc", "--uds-name=",
+		"--server-bind-address=127.0.0.1", "--server-port=" + strconv.Itoa(ports[0]),
+		"--server-cert=" + cert, "--server-key=" + key, "--server-ca-cert=" + caFile,
+		"--agent-bind-address=127.0.0.1", "--agent-port=" + strconv.Itoa(ports[1]),
+		"--cluster-cert=" + cert, "--cluster-key=" + key, "--cluster-ca-cert=" + caFile,
+		"--health-bind-address=127.0.0.1", "--health-port=" + strconv.Itoa(ports[2]),
+		"--admin-bind-address=127.0.0.1", "--admin-port=" + strconv.Itoa(ports[3]),
+		"--proxy-strategies=destHost", "--server-count=1", "--server-id=hubsync-test",
+		"--keepalive-time=30s", "--frontend-keepalive-time=30s",
+	}}
+	if err := s.Start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Start starts the server (again, after Kill) on the same ports and waits
+// until it accepts connections.
+func (s *Server) Start(ctx context.Context) error {
+	if err := s.proc.start(); err != nil {
+		return err
+	}
+	return waitListening(ctx, s.proc, s.ClientAddress, s.AgentAddress)
+}
+
+// Kill stops the server at once.
+func (s *Server) Kill() { s.proc.kill() }
+
+// Log is the server's log file.
+func (s *Server) Log() string { return s.proc.log }
+
+// Agent is a running proxy-agent.
+type Agent struct {
+	ID    string
+	Hosts []string
+	proc  process
+}
+
+// StartAgent starts an agent that serves hosts (its host= identifiers)
+// and reaches them directly; it reconnects to a restarted server within
+// about a second.
+func (s *Server) StartAgent(id string, hosts ...string) (*Agent, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	pair, err := s.ca.Client("agent-" + id)
+	if err != nil {
+		return nil, err
+	}
+	cert, key, err := pair.Write(s.dir, "agent-"+id)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(hosts))
+	for i, h := range hosts {
+		ids[i] = "host=" + h
+	}
+	a := &Agent{ID: id, Hosts: hosts}
+	a.proc = process{name: "proxy-agent " + id, bin: filepath.Join(bin, "proxy-agent"), log: filepath.Join(s.dir, "agent-"+id+".log"), args: []string{
+		"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(s.ports[1]),
+		"--ca-cert=" + filepath.Join(s.dir, "ca.crt"), "--agent-cert=" + cert, "--agent-key=" + key,
+		"--agent-identifiers=" + strings.Join(ids, "&"), "--agent-id=" + id,
+		"--health-server-host=127.0.0.1", "--health-server-port=" + strconv.Itoa(ports[0]),
+		"--admin-bind-address=127.0.0.1", "--admin-server-port=" + strconv.Itoa(ports[1]),
+		"--sync-interval=100ms", "--sync-interval-cap=1s", "--probe-interval=100ms", "--keepalive-time=30s",
+	}}
+	if err := a.proc.start(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Kill stops the agent at once.
+func (a *Agent) Kill() { a.proc.kill() }
+
+// Start starts the agent again after Kill.
+func (a *Agent) Start() error { return a.proc.start() }
+
+// Running reports whether the agent's process runs.
+func (a *Agent) Running() bool { return a.proc.running() }
+
+// waitListening waits until every address accepts TCP connections.
+func waitListening(ctx context.Context, p process, addrs ...string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for _, addr := range addrs {
+		for {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				_ = c.Close()
+				break
+			}
+			select {
+			case <-p.done:
+				return fmt.Errorf("%s exited; see %s", p.name, p.log)
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s does not listen on %s; see %s", p.name, addr, p.log)
+			}
+		}
+	}
+	return nil
+}
+
+// freePorts picks n free loopback ports from 20000-32000: the
+// proxy-server refuses ports above 49151, where the kernel's ephemeral
+// ports (":0") usually are.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			_ = ln.Close()
+		}
+	}()
+	for tries := 0; len(ports) < n && tries < 1000; tries++ {
+		p := 20000 + rand.IntN(12000)
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		lns = append(lns, ln)
+		ports = append(ports, p)
+	}
+	if len(ports) < n {
+		return nil, fmt.Errorf("no %d free ports in 20000-32000", n)
+	}
+	return ports, nil
+}
