@@ -18,10 +18,15 @@
 //     Secrets for one namespace, a webhook) add to the initial sync, in
 //     back-to-back pairs with the bus on; the webhook's delivery latency
 //     beyond the hub write; and, for single rotations, the time to each
-//     sink type's output, as a ratio to the NATS publish's.
+//     sink type's output, as a ratio to the NATS publish's;
+//   - the tunnel pool, on a real konnectivity proxy-server, agent and
+//     managed kube-apiserver: a small GET's p50/p99 at concurrency 1 and 32
+//     through the warm pool, through a new tunnel per request and
+//     directly; the time to bring 500 simulated clusters to ready; the
+//     memory of a warm entry.
 //
-// --initial-only, --initial-pairs, --sink-pairs, --sinks and --cpuprofile narrow it
-// down for diagnosis.
+// --tunnel-only, --initial-only, --initial-pairs, --sink-pairs, --sinks and
+// --cpuprofile narrow it down for diagnosis.
 package main
 
 import (
@@ -65,6 +70,10 @@ func main() {
 	flag.IntVar(&initialPairs, "initial-pairs", 4, "pairs of initial syncs with the bus off and on (even numbers balance the order)")
 	flag.IntVar(&sinkPairs, "sink-pairs", 4, "pairs of initial syncs with the bus on, without and with three sinks")
 	flag.BoolVar(&initialOnly, "initial-only", false, "stop after the initial syncs with the bus off and on")
+	flag.BoolVar(&tunnelOnly, "tunnel-only", false, "print only the tunnel pool's figures")
+	flag.IntVar(&tunnelRepeats, "tunnel-repeats", 5, "repeats of each tunnel figure")
+	flag.IntVar(&tunnelRequests, "tunnel-requests", 640, "requests per tunnel latency measurement (a multiple of 32)")
+	flag.IntVar(&tunnelClusters, "tunnel-clusters", 500, "simulated clusters brought to ready through the pool")
 	sinkList := flag.String("sinks", "files,argocd,hooks", "the sinks of the sink pairs, for diagnosis: any of files (kubeconfig), argocd, hooks (webhook)")
 	flag.Parse()
 	for _, n := range strings.Split(*sinkList, ",") {
@@ -115,6 +124,12 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		return err
 	}
 	defer cp.Stop()
+	if err := benchTunnel(ctx, cp); err != nil {
+		return fmt.Errorf("tunnel figures: %w", err)
+	}
+	if tunnelOnly {
+		return nil
+	}
 	hub, err := fleet.NewHub(cp.Config)
 	if err != nil {
 		return err
