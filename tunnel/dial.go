@@ -170,7 +170,7 @@ func (d *KonnectivityDialer) Dial(ctx context.Context, _, address string) (net.C
 	c, err := t.DialContext(ctx, "tcp", address)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("konnectivity dial %s: %w", address, err)
+		return nil, fmt.Errorf("konnectivity: %w", err)
 	}
 	return &tunnelConn{Conn: c, cancel: cancel}, nil
 }

@@ -44,6 +44,10 @@ func tailEvents(url string) (*eventTail, error) {
 					Secret      string `json:"secret"`
 					Fingerprint string `json:"fingerprint"`
 				} `json:"credential"`
+				Tunnel *struct {
+					Reason      string  `json:"reason"`
+					ProbeMillis float64 `json:"probeMillis"`
+				} `json:"tunnel"`
 			} `json:"data"`
 		}
 		if json.Unmarshal(m.Data, &e) != nil {
@@ -51,6 +55,10 @@ func tailEvents(url string) (*eventTail, error) {
 		}
 		line := fmt.Sprintf("%-28s %-28s", strings.TrimPrefix(e.Type, "io.hubsync."), e.Subject)
 		switch {
+		case e.Data.Tunnel != nil && e.Data.Tunnel.Reason != "":
+			line += " reason=" + e.Data.Tunnel.Reason
+		case e.Data.Tunnel != nil:
+			line += fmt.Sprintf(" probe=%.1fms", e.Data.Tunnel.ProbeMillis)
 		case e.Data.Credential != nil:
 			line += fmt.Sprintf(" secret=%s fp=%s", e.Data.Credential.Secret, e.Data.Credential.Fingerprint)
 		case e.Data.Profile != nil && e.Data.Profile.Healthy != "":

@@ -2,7 +2,8 @@
 // kube-apiserver + etcd, a simulated OCM fleet, and the hubsync binary. It
 // prints the ClusterProfiles hubsync projects into each consumer namespace,
 // then changes the fleet and prints how hubsync converged and how long it
-// took.
+// took; then the tunnel pool's warm connections through a real konnectivity
+// proxy-server, one of them failing and recovering; credentials; sinks.
 package main
 
 import (
@@ -138,11 +139,17 @@ func run(ctx context.Context, binary string, keep bool) error {
 		return err
 	}
 	defer sinks.close()
+	fmt.Println("   with a real konnectivity proxy-server, two kube-apiservers standing for managed clusters and an agent for each")
+	tunnels, tunnelConf, err := startDemoTunnels(ctx, cp, hub, m, dir)
+	if err != nil {
+		return err
+	}
+	defer tunnels.close()
 	conf := config.Config{AccessProviders: []config.AccessProvider{{
 		Name:     "open-cluster-management",
 		Server:   "https://cluster-proxy-addon-user." + proxyNamespace + ":9092/{{.ClusterName}}",
 		CASecret: &config.SecretKeyRef{Namespace: proxyNamespace, Name: proxyCASecret, Key: "tls.crt"},
-	}}, Sinks: sinks.sinks(binary)}
+	}}, Sinks: sinks.sinks(binary), Tunnel: tunnelConf}
 	d, err := fleet.StartDaemon(ctx, binary, cp.Config, conf, logFile)
 	if err != nil {
 		return err
@@ -216,6 +223,9 @@ func run(ctx context.Context, binary string, keep bool) error {
 		tail.flush(12)
 	}
 
+	if err := tunnels.show(ctx, d, m, tail); err != nil {
+		return err
+	}
 	if err := demoCredentials(ctx, hub, m, tail); err != nil {
 		return err
 	}
