@@ -1,0 +1,84 @@
+package tunnel
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+
+	"github.com/hubsync/hubsync/syncer"
+)
+
+func TestTargetFromTheHub(t *testing.T) {
+	mc := func(url string, ca string) *clusterv1.ManagedCluster {
+		c := &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "edge-1"}}
+		if url != "" {
+			c.Spec.ManagedClusterClientConfigs = []clusterv1.ClientConfig{{URL: url, CABundle: []byte(ca)}}
+		}
+		return c
+	}
+	secret := &corev1.Secret{Data: map[string][]byte{syncer.TokenKey: []byte(" tok \n"), syncer.CAKey: []byte("msa-ca")}}
+	tests := []struct {
+		name       string
+		opts       SourceOptions
+		cluster    *clusterv1.ManagedCluster
+		secret     *corev1.Secret
+		want       Target
+		wantErr    string
+		tokenFound bool
+	}{
+		{name: "konnectivity defaults: cluster-proxy's address, in-cluster name, the MSA's CA",
+			opts: SourceOptions{Transport: TransportKonnectivity}, cluster: mc("https://api.edge-1.example:6443", "mc-ca"), secret: secret,
+			want: Target{Address: "edge-1:443", ServerName: "kubernetes.default.svc", CA: []byte("msa-ca"), Token: "tok"}, tokenFound: true},
+		{name: "konnectivity without an MSA Secret falls back to the cluster's CA bundle",
+			opts: SourceOptions{Transport: TransportKonnectivity}, cluster: mc("https://api.edge-1.example:6443", "mc-ca"),
+			want: Target{Address: "edge-1:443", ServerName: "kubernetes.default.svc", CA: []byte("mc-ca")}},
+		{name: "dial address from the cluster's URL, default port",
+			opts: SourceOptions{Transport: TransportKonnectivity, DialAddress: "{{.ServerHost}}"}, cluster: mc("https://10.0.0.7", ""),
+			want: Target{Address: "10.0.0.7:443", ServerName: "kubernetes.default.svc"}},
+		{name: "dial address from the URL but the cluster has none",
+			opts: SourceOptions{Transport: TransportKonnectivity, DialAddress: "{{.ServerHost}}"}, cluster: mc("", ""),
+			wantErr: "not host:port"},
+		{name: "direct: the URL, its host as the name, the cluster's CA bundle first",
+			opts: SourceOptions{Transport: TransportDirect}, cluster: mc("https://api.edge-1.example:6443", "mc-ca"), secret: secret,
+			want: Target{Address: "api.edge-1.example:6443", ServerName: "api.edge-1.example", CA: []byte("mc-ca"), Token: "tok"}, tokenFound: true},
+		{name: "direct without a URL",
+			opts: SourceOptions{Transport: TransportDirect}, cluster: mc("", ""), wantErr: "no spec.managedClusterClientConfigs URL"},
+		{name: "server name override",
+			opts: SourceOptions{Transport: TransportDirect, ServerName: "api.internal"}, cluster: mc("https://1.2.3.4:6443", "ca"),
+			want: Target{Address: "1.2.3.4:6443", ServerName: "api.internal", CA: []byte("ca")}},
+		{name: "a URL that is not one",
+			opts: SourceOptions{Transport: TransportDirect}, cluster: mc("://nope", ""), wantErr: "is not a URL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.opts.DialAddress == "" {
+				tt.opts.DialAddress = DefaultDialAddress
+			}
+			tmpl, err := ParseDialAddress(tt.opts.DialAddress)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &Source{opts: tt.opts, tmpl: tmpl}
+			got := s.target(tt.cluster, tt.secret)
+			if tt.wantErr != "" {
+				if got.Err == nil || !strings.Contains(got.Err.Error(), tt.wantErr) {
+					t.Fatalf("err %v, want %q", got.Err, tt.wantErr)
+				}
+				return
+			}
+			if got.Err != nil {
+				t.Fatal(got.Err)
+			}
+			if (got.TokenFingerprint != "") != tt.tokenFound || strings.Contains(got.TokenFingerprint, "tok") {
+				t.Fatalf("fingerprint %q", got.TokenFingerprint)
+			}
+			got.TokenFingerprint = ""
+			if got.Address != tt.want.Address || got.ServerName != tt.want.ServerName || string(got.CA) != string(tt.want.CA) || got.Token != tt.want.Token {
+				t.Fatalf("target %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
