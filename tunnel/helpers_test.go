@@ -2,21 +2,13 @@ package tunnel
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,57 +16,35 @@ import (
 	"time"
 
 	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/test/pki"
 )
 
 // testCA issues serving certificates.
 type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
+	*pki.CA
+	pem []byte
 }
 
 func newTestCA(t *testing.T) *testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.NewCA("test-ca")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	return &testCA{CA: ca, pem: ca.PEM}
 }
 
 func (ca *testCA) serving(t *testing.T, names ...string) tls.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	pair, err := ca.Serving(names...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: names[0]},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	for _, n := range names {
-		if ip := net.ParseIP(n); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, n)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	cert, err := tls.X509KeyPair(pair.Cert, pair.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return cert
 }
 
 // fakeAPIServer is an HTTPS server with HTTP/2 that answers /version with
@@ -208,26 +178,28 @@ func (s *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"server":%q,"path":%q,"proto":%q}`, s.name, r.URL.Path, r.Proto)
 }
 
-// stop closes the listener and every connection at once.
-func (s *fakeAPIServer) stop() {
+// take stops accepting and returns the server to stop, if it runs.
+func (s *fakeAPIServer) take() *http.Server {
 	s.mu.Lock()
 	srv, ln := s.srv, s.ln
 	s.srv, s.ln, s.cur = nil, nil, nil
 	s.mu.Unlock()
 	if srv != nil {
 		_ = ln.Close()
+	}
+	return srv
+}
+
+// stop closes the listener and every connection at once.
+func (s *fakeAPIServer) stop() {
+	if srv := s.take(); srv != nil {
 		_ = srv.Close()
 	}
 }
 
 // shutdown stops gracefully: HTTP/2 clients get a GOAWAY.
 func (s *fakeAPIServer) shutdown() {
-	s.mu.Lock()
-	srv, ln := s.srv, s.ln
-	s.srv, s.ln, s.cur = nil, nil, nil
-	s.mu.Unlock()
-	if srv != nil {
-		_ = ln.Close()
+	if srv := s.take(); srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
@@ -389,27 +361,4 @@ func get(t *testing.T, p *Pool, cluster, path string, header http.Header) (strin
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
-}
-
-// goroutines returns the number of goroutines once it has been stable
-// for a moment (goroutines that are ending need a little while).
-func settledGoroutines(t *testing.T, atMost int) int {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	n := runtime.NumGoroutine()
-	for n > atMost && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-		n = runtime.NumGoroutine()
-	}
-	return n
-}
-
-// openFDs counts this process's open file descriptors.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("cannot count file descriptors: %v", err)
-	}
-	return len(ents)
 }

@@ -76,7 +76,9 @@ func (s *sink) run(ctx context.Context) {
 			// Wake up now and then to save what the endpoint was told, and
 			// once the spool has been idle that long, let its tail segment
 			// go.
+			s.toldMu.Lock()
 			nap := s.toldSaveEvery
+			s.toldMu.Unlock()
 			if s.spool.hasTail() {
 				now := s.opts.now()
 				if idleSince.IsZero() {

@@ -86,7 +86,7 @@ type sink struct {
 	callMu sync.Mutex
 	closed bool
 
-	// toldMu guards told and toldDirty. told is what the endpoint has been
+	// toldMu guards told, toldDirty, lastToldSave and toldSaveEvery. told is what the endpoint has been
 	// told, or will be once the spool is sent: it is updated when events
 	// are spooled, and saved to toldPath at most every toldSaveEvery (see
 	// saveToldIfDue): a segment is deleted only once a save covers it, and

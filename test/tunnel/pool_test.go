@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +26,7 @@ import (
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/leak"
 	"github.com/hubsync/hubsync/tunnel"
 )
 
@@ -386,12 +386,12 @@ func TestPoolThroughKonnectivity(t *testing.T) {
 		}
 	}
 	cycle()
-	baseG, baseFD := settle(t, 0), openFDs(t)
+	baseG, baseFD := leak.Baseline(), openFDs(t)
 	start := time.Now()
 	for range 100 {
 		cycle()
 	}
-	g := settle(t, baseG+leakSlack)
+	g := leak.Goroutines(baseG + leakSlack)
 	fd := openFDs(t)
 	t.Logf("100 cycles in %s: goroutines %d -> %d, open fds %d -> %d", time.Since(start).Round(time.Millisecond), baseG, g, baseFD, fd)
 	if g > baseG+leakSlack {
@@ -407,33 +407,11 @@ func TestPoolThroughKonnectivity(t *testing.T) {
 // one per cycle would be 100.
 const leakSlack = 5
 
-// settle returns the goroutine count once it is at most atMost, or after
-// 10 s.
-func settle(t *testing.T, atMost int) int {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	n := runtime.NumGoroutine()
-	for (atMost == 0 || n > atMost) && time.Now().Before(deadline) {
-		if atMost == 0 {
-			// A baseline: wait a moment for goroutines that are ending.
-			prev := n
-			time.Sleep(200 * time.Millisecond)
-			if n = runtime.NumGoroutine(); n == prev {
-				return n
-			}
-			continue
-		}
-		time.Sleep(20 * time.Millisecond)
-		n = runtime.NumGoroutine()
-	}
-	return n
-}
-
 func openFDs(t *testing.T) int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
+	n, err := leak.OpenFDs()
 	if err != nil {
 		t.Fatalf("count file descriptors: %v", err)
 	}
-	return len(ents)
+	return n
 }
