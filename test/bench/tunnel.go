@@ -232,6 +232,13 @@ func benchTunnel(ctx context.Context, cp *controlplane.ControlPlane) error {
 	stop()
 	stopDirect()
 
+	// What the relays cost by themselves: a 64-byte echo round trip over
+	// one open tunnel and over a direct TCP connection, to an echo server
+	// on the managed cluster's host.
+	if err := benchEcho(ctx, kd, ip); err != nil {
+		return err
+	}
+
 	// Many simulated clusters: entries that share the one agent and API
 	// server, each with its own tunnel, TLS and HTTP/2 connection.
 	n := tunnelClusters
@@ -306,4 +313,73 @@ func ratioSpread(r []float64) string {
 	s := slices.Clone(r)
 	slices.Sort(s)
 	return fmt.Sprintf("%.2fx [%.2f-%.2f]", median(s), s[0], s[len(s)-1])
+}
+
+// benchEcho prints the round trip of a 64-byte echo through an open
+// konnectivity tunnel and over plain TCP, p50 over repeats.
+func benchEcho(ctx context.Context, kd tunnel.Dialer, ip string) error {
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	addr := ln.Addr().String()
+	rtt := func(c net.Conn, n int) (time.Duration, error) {
+		msg := make([]byte, 64)
+		buf := make([]byte, 64)
+		lat := make([]time.Duration, 0, n)
+		for range n {
+			start := time.Now()
+			if _, err := c.Write(msg); err != nil {
+				return 0, err
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return 0, err
+			}
+			lat = append(lat, time.Since(start))
+		}
+		slices.Sort(lat)
+		return quantile(lat, 50), nil
+	}
+	var viaTunnel, viaTCP []time.Duration
+	for range tunnelRepeats {
+		tc, err := kd.Dial(ctx, "echo", addr)
+		if err != nil {
+			return err
+		}
+		dc, err := net.Dial("tcp", addr)
+		if err != nil {
+			_ = tc.Close()
+			return err
+		}
+		a, errA := rtt(tc, tunnelRequests)
+		b, errB := rtt(dc, tunnelRequests)
+		_ = tc.Close()
+		_ = dc.Close()
+		if errA != nil || errB != nil {
+			return fmt.Errorf("echo: %v %v", errA, errB)
+		}
+		viaTunnel, viaTCP = append(viaTunnel, a), append(viaTCP, b)
+	}
+	fmt.Printf("64-byte echo round trip, p50: through an open tunnel %s, plain TCP %s: konnectivity's proxy-server and agent add %s per round trip\n",
+		durSpread(viaTunnel), durSpread(viaTCP), (median(sorted(viaTunnel)) - median(sorted(viaTCP))).Round(time.Microsecond))
+	return nil
+}
+
+func sorted(d []time.Duration) []time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s
 }
