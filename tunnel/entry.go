@@ -205,7 +205,7 @@ func (e *entry) keep(ctx context.Context, cc *http2.ClientConn, dead <-chan stru
 			e.mu.Lock()
 			same := e.ccTarget.sameConnection(e.target)
 			e.mu.Unlock()
-			if same && cc.CanTakeNewRequest() {
+			if same && usable(cc) {
 				continue
 			}
 			// A new target, or a GOAWAY (an API server going away, or
@@ -217,7 +217,7 @@ func (e *entry) keep(ctx context.Context, cc *http2.ClientConn, dead <-chan stru
 		e.mu.Lock()
 		target := e.target
 		e.mu.Unlock()
-		if !cc.CanTakeNewRequest() {
+		if !usable(cc) {
 			return "", false
 		}
 		latency, err := e.probe(ctx, cc, target)
@@ -322,8 +322,29 @@ func (e *entry) probe(ctx context.Context, cc *http2.ClientConn, t Target) (time
 	p := e.p
 	ctx, cancel := context.WithTimeout(ctx, p.opts.ProbeTimeout)
 	defer cancel()
-	if !cc.CanTakeNewRequest() {
+	if !usable(cc) {
 		return 0, errors.New("the API server closed the connection (GOAWAY)")
+	}
+	if saturated(cc) {
+		// Every stream is taken (long watches, say): a GET would wait
+		// for one to end. An HTTP/2 PING crosses the same tunnel and
+		// TLS session to the API server without a stream.
+		start := time.Now()
+		err := cc.Ping(ctx)
+		took := time.Since(start)
+		e.mu.Lock()
+		e.probed = time.Now()
+		e.mu.Unlock()
+		if err != nil {
+			p.m.probes.WithLabelValues("error").Inc()
+			if ctx.Err() != nil {
+				return 0, fmt.Errorf("probe PING (every stream busy): no answer within %s", p.opts.ProbeTimeout)
+			}
+			return 0, fmt.Errorf("probe PING (every stream busy): %w", err)
+		}
+		p.m.probes.WithLabelValues("ok").Inc()
+		p.m.probeSeconds.Observe(took.Seconds())
+		return took, nil
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+hostForRequest(t)+p.opts.ProbePath, nil)
 	if err != nil {
@@ -357,6 +378,22 @@ func (e *entry) probe(ctx context.Context, cc *http2.ClientConn, t Target) (time
 	p.m.probes.WithLabelValues("ok").Inc()
 	p.m.probeSeconds.Observe(took.Seconds())
 	return took, nil
+}
+
+// usable reports whether a connection takes new requests: it is not
+// closed and has had no GOAWAY. A connection whose streams are all in use
+// is still usable; a new request waits for a free stream (unlike
+// CanTakeNewRequest, which says false then).
+func usable(cc *http2.ClientConn) bool {
+	st := cc.State()
+	return !st.Closed && !st.Closing
+}
+
+// saturated reports whether every stream the server allows is in use or
+// promised to a request.
+func saturated(cc *http2.ClientConn) bool {
+	st := cc.State()
+	return st.MaxConcurrentStreams > 0 && uint32(st.StreamsActive+st.StreamsReserved+st.StreamsPending) >= st.MaxConcurrentStreams
 }
 
 // hostForRequest is the :authority of requests: the TLS name when there

@@ -63,11 +63,26 @@ type fakeAPIServer struct {
 	// conns counts open connections; opened counts every connection.
 	conns, opened atomic.Int32
 	status        atomic.Int32 // answer of /version; 0: 200
+	// maxStreams, when set before start, limits each connection's
+	// concurrent streams.
+	maxStreams int
+	// block holds requests to /block until it is closed; blocked counts
+	// the requests it holds.
+	block   chan struct{}
+	blocked atomic.Int32
 }
 
 func newFakeAPIServer(t *testing.T, ca *testCA, name string) *fakeAPIServer {
 	t.Helper()
-	s := &fakeAPIServer{t: t, name: name, addr: "127.0.0.1:0", cert: ca.serving(t, "127.0.0.1", name)}
+	return newFakeAPIServerWith(t, ca, name, 0)
+}
+
+// newFakeAPIServerWith starts a server that allows maxStreams concurrent
+// streams per connection (0: Go's default).
+func newFakeAPIServerWith(t *testing.T, ca *testCA, name string, maxStreams int) *fakeAPIServer {
+	t.Helper()
+	s := &fakeAPIServer{t: t, name: name, addr: "127.0.0.1:0", cert: ca.serving(t, "127.0.0.1", name),
+		maxStreams: maxStreams, block: make(chan struct{})}
 	s.start()
 	t.Cleanup(s.stop)
 	return s
@@ -151,6 +166,7 @@ func (s *fakeAPIServer) serveOn(cl *chanListener) {
 			Certificates: []tls.Certificate{s.cert},
 			NextProtos:   []string{"h2"},
 		},
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: s.maxStreams},
 		ConnState: func(_ net.Conn, st http.ConnState) {
 			switch st {
 			case http.StateNew:
@@ -171,6 +187,14 @@ func (s *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.tokens = append(s.tokens, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
 	s.mu.Unlock()
+	if r.URL.Path == "/block" {
+		s.blocked.Add(1)
+		defer s.blocked.Add(-1)
+		select {
+		case <-s.block:
+		case <-r.Context().Done():
+		}
+	}
 	if code := s.status.Load(); code != 0 && r.URL.Path == "/version" {
 		w.WriteHeader(int(code))
 		return

@@ -241,6 +241,9 @@ func New(opts Options) (*Pool, error) {
 		// The transport tells its pool when a connection gets a GOAWAY
 		// or dies: the entry then replaces it at once.
 		ConnPool: deadNotifier{p},
+		// An entry has one connection: when every stream the API server
+		// allows is in use, a request waits for one rather than failing.
+		StrictMaxConcurrentStreams: true,
 	}
 	m, err := newMetrics(opts.Registerer, p.Statuses)
 	if err != nil {

@@ -205,6 +205,38 @@ func TestGoAwayMovesToANewConnectionWithoutFailing(t *testing.T) {
 	}
 }
 
+// A connection whose every stream is busy (long watches) is not a failing
+// one: probes still pass, nothing is redialed or cut, and a further
+// request waits for a stream.
+func TestBusyConnectionIsNotReplaced(t *testing.T) {
+	ca := newTestCA(t)
+	s := newFakeAPIServerWith(t, ca, "busy", 2)
+	p, rec := newTestPool(t, func(o *Options) { o.ProbeInterval = 20 * time.Millisecond; o.ProbeTimeout = 200 * time.Millisecond })
+	p.SetTarget("busy", target(s, ca, ""))
+	if err := p.Deliver(context.Background(), []stream.Change{profile("ns", "busy")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ready", func() bool { return state(p, "busy") == StateReady })
+	done := make(chan error, 3)
+	for range 2 {
+		go func() { _, err := get(t, p, "busy", "/block", nil); done <- err }()
+	}
+	eventually(t, "both streams held", func() bool { return s.blocked.Load() == 2 })
+	go func() { _, err := get(t, p, "busy", "/block", nil); done <- err }()
+	probes := func() float64 { return testutil.ToFloat64(p.m.probes.WithLabelValues("ok")) }
+	before := probes()
+	eventually(t, "probes passing while every stream is busy", func() bool { return probes() >= before+5 })
+	if st, _ := p.Status("busy"); st.State != StateReady || st.Dials != 1 || s.opened.Load() != 1 || rec.count(stream.TunnelFailing, "ns", "busy") != 0 {
+		t.Fatalf("a busy connection was treated as failing: %+v, %d connections", st, s.opened.Load())
+	}
+	close(s.block)
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestLeavingClosesTheConnection(t *testing.T) {
 	ca := newTestCA(t)
 	s := newFakeAPIServer(t, ca, "c")

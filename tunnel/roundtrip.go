@@ -36,7 +36,7 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, fmt.Errorf("cluster %s: %w (%s%s)", rt.cluster, ErrNotReady, st.State, reasonSuffix(st.Reason))
 	}
-	if !cc.CanTakeNewRequest() {
+	if !usable(cc) {
 		// GOAWAY: the entry is dialing a new connection while this one
 		// finishes its streams. Wait for it, at most a dial's time.
 		e.wake()
@@ -47,7 +47,7 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		case <-timer.C:
 		case <-req.Context().Done():
 		}
-		if cc, token, _, st = e.use(); cc == nil || st.State != StateReady || !cc.CanTakeNewRequest() {
+		if cc, token, _, st = e.use(); cc == nil || st.State != StateReady || !usable(cc) {
 			closeBody(req)
 			return nil, fmt.Errorf("cluster %s: %w (%s%s)", rt.cluster, ErrNotReady, st.State, reasonSuffix(st.Reason))
 		}
@@ -59,7 +59,7 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := cc.RoundTrip(req)
 	if err != nil {
 		rt.p.m.requests.WithLabelValues("error").Inc()
-		if !cc.CanTakeNewRequest() {
+		if !usable(cc) {
 			e.wake()
 		}
 		return nil, err
