@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/net/http2"
 )
@@ -91,8 +92,13 @@ func (e *entry) use() (*http2.ClientConn, string, <-chan struct{}, Status) {
 	return cc, token, swapped, e.status()
 }
 
+// maxReason bounds a failing reason (a TLS error can list every name a
+// certificate holds); events allow 1024 bytes.
+const maxReason = 512
+
 // set moves the entry to a state; a change of state is announced.
 func (e *entry) set(s State, reason string) {
+	reason = truncate(reason, maxReason)
 	e.mu.Lock()
 	changed := e.state != s
 	if changed {
@@ -378,6 +384,19 @@ func (e *entry) probe(ctx context.Context, cc *http2.ClientConn, t Target) (time
 	p.m.probes.WithLabelValues("ok").Inc()
 	p.m.probeSeconds.Observe(took.Seconds())
 	return took, nil
+}
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "..."
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }
 
 // usable reports whether a connection takes new requests: it is not

@@ -399,3 +399,21 @@ func TestNoLeakAfterManyCycles(t *testing.T) {
 		t.Fatalf("open file descriptors: %d after 100 cycles, %d before", fd, baseFD)
 	}
 }
+
+func TestTruncate(t *testing.T) {
+	tests := []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly10!", 10, "exactly10!"},
+		{"a long reason", 10, "a long ..."},
+		{"ééééé", 8, "éé..."}, // never half a rune
+	}
+	for _, tt := range tests {
+		if got := truncate(tt.in, tt.n); got != tt.want || len(got) > tt.n {
+			t.Errorf("truncate(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
+		}
+	}
+}
