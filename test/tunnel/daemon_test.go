@@ -2,11 +2,13 @@ package tunnel
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,7 +38,9 @@ func TestDaemonPublishesTunnelState(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/hubsync/hubsync/cmd/hubsync").CombinedOutput(); err != nil {
 		t.Fatalf("build hubsync: %v\n%s", err, out)
 	}
-	const set, ns = "tunnel-daemon", "team-tunnel"
+	// Names unique to the run, so the test can run again in one process.
+	run := runSeq.Add(1)
+	set, ns := fmt.Sprintf("tunnel-daemon-%d", run), fmt.Sprintf("team-tunnel-%d", run)
 	if err := h.CreateExclusiveSet(ctx, set); err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +50,7 @@ func TestDaemonPublishesTunnelState(t *testing.T) {
 	if err := h.Bind(ctx, ns, set, true); err != nil {
 		t.Fatal(err)
 	}
-	d1, d2 := "daemon-c1", "daemon-c2"
+	d1, d2 := fmt.Sprintf("daemon%d-c1", run), fmt.Sprintf("daemon%d-c2", run)
 	joinCluster(t, h, d1, env.managed[0], fleet.ExclusiveSetLabels(set, nil))
 	joinCluster(t, h, d2, env.managed[1], fleet.ExclusiveSetLabels(set, nil))
 
@@ -176,6 +180,8 @@ func TestDaemonPublishesTunnelState(t *testing.T) {
 		}
 	}
 }
+
+var runSeq atomic.Int32
 
 func get(t *testing.T, url string) string {
 	t.Helper()
