@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/net/http2"
+	corev1 "k8s.io/api/core/v1"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 )
 
 // entry is one cluster's warm connection and the goroutine that keeps it.
@@ -100,14 +102,24 @@ const maxReason = 512
 func (e *entry) set(s State, reason string) {
 	reason = truncate(reason, maxReason)
 	e.mu.Lock()
-	changed := e.state != s
+	changed, was := e.state != s, e.state
 	if changed {
 		e.since = time.Now()
 	}
 	e.state, e.reason = s, reason
+	uid := e.target.UID
 	e.mu.Unlock()
 	if !changed {
 		return
+	}
+	if r := e.p.opts.Recorder; r != nil {
+		ref := &corev1.ObjectReference{Kind: "ManagedCluster", APIVersion: clusterv1.GroupVersion.String(), Name: e.cluster, UID: uid}
+		switch {
+		case s == StateFailing:
+			r.Eventf(ref, corev1.EventTypeWarning, "TunnelFailing", "hubsync cannot reach the cluster through its tunnel: %s", reason)
+		case s == StateReady && was == StateFailing:
+			r.Event(ref, corev1.EventTypeNormal, "TunnelReady", "hubsync reaches the cluster through its tunnel again")
+		}
 	}
 	st := e.status()
 	log := e.p.log.With("cluster", e.cluster, "address", st.Address)

@@ -27,6 +27,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http2"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/hubsync/hubsync/stream"
 )
@@ -68,6 +70,8 @@ type Target struct {
 	Token string
 	// TokenFingerprint identifies Token in statuses; never the token.
 	TokenFingerprint string
+	// UID is the ManagedCluster's, for the Events recorded on it.
+	UID types.UID
 	// Err says why the cluster cannot be dialed (for example no API
 	// server URL in direct mode); the entry reports it as failing.
 	Err error
@@ -108,6 +112,10 @@ type Options struct {
 	// Notifier receives tunnel.ready and tunnel.failing changes, one per
 	// consumer namespace that has a profile for the cluster.
 	Notifier stream.Notifier
+	// Recorder, if set, records Kubernetes Events on the ManagedCluster:
+	// TunnelFailing when its entry starts failing, TunnelReady when it
+	// recovers.
+	Recorder record.EventRecorder
 	// Log receives the pool's lines.
 	Log *slog.Logger
 	// Registerer registers the pool's metrics; nil registers none.

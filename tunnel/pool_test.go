@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/stream"
@@ -145,7 +146,8 @@ func TestFailingAndRecovering(t *testing.T) {
 			ca := newTestCA(t)
 			s := newFakeAPIServer(t, ca, "flaky")
 			other := newFakeAPIServer(t, ca, "steady")
-			p, rec := newTestPool(t, nil)
+			events := record.NewFakeRecorder(10)
+			p, rec := newTestPool(t, func(o *Options) { o.Recorder = events })
 			p.SetTarget("flaky", target(s, ca, "t"))
 			p.SetTarget("steady", target(other, ca, "t"))
 			if err := p.Deliver(context.Background(), []stream.Change{profile("ns", "flaky"), profile("ns", "steady")}); err != nil {
@@ -169,6 +171,15 @@ func TestFailingAndRecovering(t *testing.T) {
 			}
 			if body, err := get(t, p, "flaky", "/api", nil); err != nil || !strings.Contains(body, "flaky") {
 				t.Fatalf("after recovery: %q, %v", body, err)
+			}
+			// Kubernetes Events on the ManagedCluster: the failure and the
+			// recovery, not the first ready.
+			var got []string
+			for len(events.Events) > 0 {
+				got = append(got, <-events.Events)
+			}
+			if len(got) != 2 || !strings.HasPrefix(got[0], "Warning TunnelFailing") || !strings.HasPrefix(got[1], "Normal TunnelReady") {
+				t.Fatalf("Kubernetes Events %q, want TunnelFailing then TunnelReady", got)
 			}
 			// The other cluster never noticed.
 			now, _ := p.Status("steady")

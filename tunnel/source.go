@@ -188,6 +188,7 @@ func (s *Source) sync(cluster string) {
 		sec, _ = s.secrets.Secrets(cluster).Get(s.opts.ManagedServiceAccount)
 	}
 	t := s.target(mc, sec)
+	t.UID = mc.UID
 	s.pool.SetTarget(cluster, &t)
 	s.pool.SetSelected(cluster, s.opts.Selector != nil && s.opts.Selector.Matches(labels.Set(mc.Labels)))
 }

@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ro RunOption
 	var pool *tunnel.Pool
 	var poolSource *tunnel.Source
 	if cfg.Tunnel.Enabled {
-		if pool, poolSource, err = newTunnelPool(cfg, clusters, kube, fan, log.With("component", "tunnel"), reg); err != nil {
+		if pool, poolSource, err = newTunnelPool(cfg, clusters, kube, fan, recorder, log.With("component", "tunnel"), reg); err != nil {
 			return err
 		}
 		if err := fan.Add(pool.ConsumerOptions(), pool); err != nil {

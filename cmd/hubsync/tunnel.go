@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
 
 	"github.com/hubsync/hubsync/config"
@@ -20,7 +21,7 @@ import (
 // newTunnelPool builds the tunnel pool and the source of its targets from
 // the configuration.
 func newTunnelPool(cfg *config.Config, clusters clusterclient.Interface, kube kubernetes.Interface, notifier stream.Notifier,
-	log *slog.Logger, reg prometheus.Registerer) (*tunnel.Pool, *tunnel.Source, error) {
+	recorder record.EventRecorder, log *slog.Logger, reg prometheus.Registerer) (*tunnel.Pool, *tunnel.Source, error) {
 	tc := cfg.Tunnel
 	var dialer tunnel.Dialer
 	switch tc.Transport {
@@ -40,7 +41,7 @@ func newTunnelPool(cfg *config.Config, clusters clusterclient.Interface, kube ku
 		Dialer: dialer, Transport: tc.Transport, ProbePath: tc.ProbePath,
 		ProbeInterval: tc.ProbeInterval.Duration, ProbeTimeout: tc.ProbeTimeout.Duration, DialTimeout: tc.DialTimeout.Duration,
 		BackoffBase: tc.Backoff.BaseDelay.Duration, BackoffMax: tc.Backoff.MaxDelay.Duration,
-		MaxDials: tc.MaxConcurrentDials, Notifier: notifier, Log: log, Registerer: reg,
+		MaxDials: tc.MaxConcurrentDials, Notifier: notifier, Recorder: recorder, Log: log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, nil, err

@@ -170,6 +170,21 @@ func TestDaemonPublishesTunnelState(t *testing.T) {
 	if e.Data.Tunnel == nil || e.Data.Tunnel.Reason == "" {
 		t.Fatalf("failing event without a reason: %+v", e.Data)
 	}
+	// Operators see it on the ManagedCluster too.
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		evs, err := h.Kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + d1 + ",reason=TunnelFailing"})
+		if err == nil && len(evs.Items) > 0 {
+			if ev := evs.Items[0]; ev.InvolvedObject.Kind != "ManagedCluster" || ev.InvolvedObject.UID == "" {
+				t.Fatalf("event on %+v, want the ManagedCluster with its uid", ev.InvolvedObject)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no TunnelFailing Event for %s: %v", d1, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err := env.agents[0].Start(); err != nil {
 		t.Fatal(err)
 	}
