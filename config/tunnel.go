@@ -57,6 +57,10 @@ type Tunnel struct {
 	// MaxConcurrentDials bounds the dials in progress across the pool.
 	// Default 32.
 	MaxConcurrentDials int `json:"maxConcurrentDials,omitempty"`
+	// MaxConnectionsPerCluster bounds each cluster's connections: one,
+	// plus overflow connections while every stream of the others is busy
+	// (long watches). Default 4.
+	MaxConnectionsPerCluster int `json:"maxConnectionsPerCluster,omitempty"`
 }
 
 // Konnectivity is the hub's konnectivity proxy-server, in gRPC mode with
@@ -86,6 +90,7 @@ const (
 	DefaultTunnelProbePath   = "/version"
 	DefaultTunnelDialAddress = "{{.ClusterName}}:443"
 	DefaultTunnelMaxDials    = 32
+	DefaultTunnelMaxConns    = 4
 )
 
 func (c *Config) setTunnelDefaults() {
@@ -112,6 +117,9 @@ func (c *Config) setTunnelDefaults() {
 	if t.MaxConcurrentDials == 0 {
 		t.MaxConcurrentDials = DefaultTunnelMaxDials
 	}
+	if t.MaxConnectionsPerCluster == 0 {
+		t.MaxConnectionsPerCluster = DefaultTunnelMaxConns
+	}
 }
 
 func (c *Config) validateTunnel() field.ErrorList {
@@ -135,6 +143,9 @@ func (c *Config) validateTunnel() field.ErrorList {
 	}
 	if t.MaxConcurrentDials < 1 || t.MaxConcurrentDials > 10000 {
 		errs = append(errs, field.Invalid(p.Child("maxConcurrentDials"), t.MaxConcurrentDials, "must be from 1 to 10000"))
+	}
+	if t.MaxConnectionsPerCluster < 1 || t.MaxConnectionsPerCluster > 64 {
+		errs = append(errs, field.Invalid(p.Child("maxConnectionsPerCluster"), t.MaxConnectionsPerCluster, "must be from 1 to 64"))
 	}
 	if !strings.HasPrefix(t.ProbePath, "/") {
 		errs = append(errs, field.Invalid(p.Child("probePath"), t.ProbePath, "must start with /"))

@@ -12,7 +12,7 @@ func defaultTunnel() Tunnel {
 		Konnectivity: Konnectivity{DialAddress: "{{.ClusterName}}:443"},
 		ProbePath:    "/version", ProbeInterval: dur(10 * time.Second), ProbeTimeout: dur(5 * time.Second),
 		DialTimeout: dur(10 * time.Second), Backoff: Retry{BaseDelay: dur(time.Second), MaxDelay: dur(30 * time.Second)},
-		MaxConcurrentDials: 32,
+		MaxConcurrentDials: 32, MaxConnectionsPerCluster: 4,
 	}
 }
 
@@ -42,8 +42,8 @@ tunnel:
 			wantErr: []string{"tunnel.konnectivity.dialAddress", "ClusterName"}},
 		{name: "dial address without a port", doc: konn + "    dialAddress: '{{.ClusterName}}'\n",
 			wantErr: []string{"tunnel.konnectivity.dialAddress", "not host:port"}},
-		{name: "timeouts and bounds", doc: "tunnel: {probeInterval: 1s, probeTimeout: 2s, maxConcurrentDials: -1, probePath: version, backoff: {baseDelay: 10s, maxDelay: 1s}}",
-			wantErr: []string{"tunnel.probeTimeout", "tunnel.maxConcurrentDials", "tunnel.probePath", "tunnel.backoff.maxDelay"}},
+		{name: "timeouts and bounds", doc: "tunnel: {probeInterval: 1s, probeTimeout: 2s, maxConcurrentDials: -1, maxConnectionsPerCluster: 65, probePath: version, backoff: {baseDelay: 10s, maxDelay: 1s}}",
+			wantErr: []string{"tunnel.probeTimeout", "tunnel.maxConcurrentDials", "tunnel.maxConnectionsPerCluster", "tunnel.probePath", "tunnel.backoff.maxDelay"}},
 		{name: "bad selector and MSA name", doc: "tunnel: {managedServiceAccount: Not_Valid, clusterSelector: {matchExpressions: [{key: a, operator: Near}]}}",
 			wantErr: []string{"tunnel.managedServiceAccount", "tunnel.clusterSelector"}},
 	}

@@ -42,6 +42,15 @@ type entry struct {
 	ccTarget Target
 	// swapped is closed and replaced whenever cc changes.
 	swapped chan struct{}
+	// extra holds overflow connections to the same target, made while
+	// every stream of cc and of the extras before them was busy (long
+	// watches); they go when idle, and with cc.
+	extra []*http2.ClientConn
+	// extraDial is non-nil while an overflow connection is being dialed;
+	// it is closed when the dial ends.
+	extraDial chan struct{}
+	// idleSince is when each overflow connection was first seen idle.
+	idleSince map[*http2.ClientConn]time.Time
 }
 
 func newEntry(p *Pool, cluster string, t Target) *entry {
@@ -50,7 +59,8 @@ func newEntry(p *Pool, cluster string, t Target) *entry {
 		p: p, cluster: cluster, ctx: ctx, cancel: cancel,
 		kick:   make(chan struct{}, 1),
 		target: t, state: StateConnecting, since: time.Now(),
-		swapped: make(chan struct{}),
+		swapped:   make(chan struct{}),
+		idleSince: map[*http2.ClientConn]time.Time{},
 	}
 }
 
@@ -78,10 +88,14 @@ func (e *entry) setTarget(t Target) {
 func (e *entry) status() Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	conns := len(e.extra)
+	if e.cc != nil {
+		conns++
+	}
 	return Status{
 		Cluster: e.cluster, State: e.state, Reason: e.reason, Since: e.since,
 		ProbeLatency: e.latency, LastProbe: e.probed, Address: e.target.Address,
-		Credential: e.target.TokenFingerprint, Dials: e.dials,
+		Credential: e.target.TokenFingerprint, Dials: e.dials, Connections: conns,
 	}
 }
 
@@ -238,6 +252,7 @@ func (e *entry) keep(ctx context.Context, cc *http2.ClientConn, dead <-chan stru
 		if !usable(cc) {
 			return "", false
 		}
+		e.pruneExtra(time.Now())
 		latency, err := e.probe(ctx, cc, target)
 		if err != nil {
 			return err.Error(), false
@@ -254,14 +269,27 @@ func (e *entry) swap(cc *http2.ClientConn, t Target) {
 	e.mu.Lock()
 	old := e.cc
 	e.cc, e.ccTarget = cc, t
+	var extra []*http2.ClientConn
 	if old != cc {
 		close(e.swapped)
 		e.swapped = make(chan struct{})
+		// Overflow connections belong to the old connection's target.
+		extra, e.extra = e.extra, nil
+		clear(e.idleSince)
 	}
 	e.mu.Unlock()
+	for _, x := range extra {
+		e.retire(x)
+	}
 	if old == nil || old == cc {
 		return
 	}
+	e.retire(old)
+}
+
+// retire lets a connection finish its requests (watches too) for
+// RetireGrace, then closes it.
+func (e *entry) retire(old *http2.ClientConn) {
 	e.p.wg.Add(1)
 	go func() {
 		defer e.p.wg.Done()
@@ -418,6 +446,140 @@ func truncate(s string, n int) string {
 func usable(cc *http2.ClientConn) bool {
 	st := cc.State()
 	return !st.Closed && !st.Closing
+}
+
+// pick returns the connection for a new request: cc while it has a free
+// stream, else an overflow connection that has one, dialing a new one (one
+// dial at a time) while the entry has fewer than MaxConnsPerCluster. When
+// all are busy and no more may be made, the least busy one is returned and
+// the request waits there for a stream.
+func (e *entry) pick(ctx context.Context, cc *http2.ClientConn) *http2.ClientConn {
+	for {
+		if !saturated(cc) {
+			return cc
+		}
+		e.mu.Lock()
+		if e.cc != cc {
+			// Replaced meanwhile: new requests go to the new connection.
+			next := e.cc
+			e.mu.Unlock()
+			if next == nil {
+				return cc
+			}
+			cc = next
+			continue
+		}
+		live := make([]*http2.ClientConn, 0, len(e.extra))
+		var dead []*http2.ClientConn
+		for _, x := range e.extra {
+			if usable(x) {
+				live = append(live, x)
+			} else {
+				dead = append(dead, x)
+			}
+		}
+		e.extra = live
+		best, bestLoad := cc, load(cc)
+		var free *http2.ClientConn
+		for _, x := range live {
+			if !saturated(x) {
+				free = x
+				break
+			}
+			if l := load(x); l < bestLoad {
+				best, bestLoad = x, l
+			}
+		}
+		full := 1+len(live) >= e.p.opts.MaxConnsPerCluster
+		wait := e.extraDial
+		var done chan struct{}
+		if free == nil && !full && wait == nil {
+			done = make(chan struct{})
+			e.extraDial = done
+		}
+		t := e.ccTarget
+		e.mu.Unlock()
+		for _, x := range dead {
+			e.p.own(x, nil)
+			_ = x.Close()
+		}
+		switch {
+		case free != nil:
+			return free
+		case full:
+			return best
+		case wait != nil:
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return best
+			}
+		}
+		x, _, err := e.connect(ctx, t)
+		e.mu.Lock()
+		e.extraDial = nil
+		close(done)
+		current := e.cc == cc
+		if err == nil && current {
+			e.extra = append(e.extra, x)
+		}
+		n := 1 + len(e.extra)
+		e.mu.Unlock()
+		switch {
+		case err != nil:
+			e.p.log.Warn("tunnel: cannot add a connection to a busy cluster; requests wait for a stream", "cluster", e.cluster, "err", err)
+			return best
+		case !current:
+			e.retire(x)
+			continue
+		}
+		e.p.log.Info("tunnel: every stream busy, added a connection", "cluster", e.cluster, "connections", n)
+		return x
+	}
+}
+
+// pruneExtra closes overflow connections that have had no stream for
+// ExtraIdle (or are no longer usable).
+func (e *entry) pruneExtra(now time.Time) {
+	e.mu.Lock()
+	keep := make([]*http2.ClientConn, 0, len(e.extra))
+	var idle []*http2.ClientConn
+	for _, x := range e.extra {
+		if !usable(x) {
+			idle = append(idle, x)
+			continue
+		}
+		if load(x) > 0 {
+			delete(e.idleSince, x)
+			keep = append(keep, x)
+			continue
+		}
+		since, ok := e.idleSince[x]
+		if !ok {
+			e.idleSince[x] = now
+		}
+		if ok && now.Sub(since) >= e.p.opts.ExtraIdle {
+			idle = append(idle, x)
+			continue
+		}
+		keep = append(keep, x)
+	}
+	e.extra = keep
+	for _, x := range idle {
+		delete(e.idleSince, x)
+	}
+	e.mu.Unlock()
+	for _, x := range idle {
+		e.p.own(x, nil)
+		_ = x.Close()
+	}
+}
+
+// load is how many streams a connection has in use or promised.
+func load(cc *http2.ClientConn) int {
+	st := cc.State()
+	return st.StreamsActive + st.StreamsReserved + st.StreamsPending
 }
 
 // saturated reports whether every stream the server allows is in use or

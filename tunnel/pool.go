@@ -109,6 +109,14 @@ type Options struct {
 	// RetireGrace is how long a replaced connection may finish its
 	// requests (watches included) before it is closed. Default 1m.
 	RetireGrace time.Duration
+	// MaxConnsPerCluster bounds an entry's connections: one, plus
+	// overflow connections made while every stream of the others is busy
+	// (the API server allows 100 per connection by default, and long
+	// watches hold theirs). Default 4.
+	MaxConnsPerCluster int
+	// ExtraIdle is how long an overflow connection may go without a
+	// request before it is closed. Default 1m.
+	ExtraIdle time.Duration
 	// Notifier receives tunnel.ready and tunnel.failing changes, one per
 	// consumer namespace that has a profile for the cluster.
 	Notifier stream.Notifier
@@ -132,6 +140,8 @@ const (
 	DefaultBackoffMax    = 30 * time.Second
 	DefaultMaxDials      = 32
 	DefaultRetireGrace   = time.Minute
+	DefaultMaxConns      = 4
+	DefaultExtraIdle     = time.Minute
 )
 
 func (o *Options) setDefaults() {
@@ -149,6 +159,10 @@ func (o *Options) setDefaults() {
 	set(&o.BackoffBase, DefaultBackoffBase)
 	set(&o.BackoffMax, DefaultBackoffMax)
 	set(&o.RetireGrace, DefaultRetireGrace)
+	set(&o.ExtraIdle, DefaultExtraIdle)
+	if o.MaxConnsPerCluster <= 0 {
+		o.MaxConnsPerCluster = DefaultMaxConns
+	}
 	if o.BackoffMax < o.BackoffBase {
 		o.BackoffMax = o.BackoffBase
 	}
@@ -513,6 +527,9 @@ type Status struct {
 	Credential string `json:"credential,omitempty"`
 	// Dials counts the connections made for the entry.
 	Dials int `json:"dials"`
+	// Connections is how many connections the entry has open: one, and
+	// overflow connections while every stream is busy.
+	Connections int `json:"connections"`
 }
 
 // Statuses returns every entry's status, sorted by cluster.

@@ -222,7 +222,10 @@ func TestGoAwayMovesToANewConnectionWithoutFailing(t *testing.T) {
 func TestBusyConnectionIsNotReplaced(t *testing.T) {
 	ca := newTestCA(t)
 	s := newFakeAPIServerWith(t, ca, "busy", 2)
-	p, rec := newTestPool(t, func(o *Options) { o.ProbeInterval = 20 * time.Millisecond; o.ProbeTimeout = 200 * time.Millisecond })
+	p, rec := newTestPool(t, func(o *Options) {
+		o.ProbeInterval, o.ProbeTimeout = 20*time.Millisecond, 200*time.Millisecond
+		o.MaxConnsPerCluster = 1 // no overflow connection: the third request waits
+	})
 	p.SetTarget("busy", target(s, ca, ""))
 	if err := p.Deliver(context.Background(), []stream.Change{profile("ns", "busy")}); err != nil {
 		t.Fatal(err)
@@ -245,6 +248,64 @@ func TestBusyConnectionIsNotReplaced(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// When every stream is busy, the entry adds connections, up to its
+// bound, and closes them once idle.
+func TestOverflowConnections(t *testing.T) {
+	ca := newTestCA(t)
+	s := newFakeAPIServerWith(t, ca, "o", 2)
+	p, _ := newTestPool(t, func(o *Options) {
+		o.MaxConnsPerCluster, o.ExtraIdle = 2, 50*time.Millisecond
+		o.ProbeInterval = 20 * time.Millisecond
+	})
+	p.SetTarget("o", target(s, ca, ""))
+	p.SetSelected("o", true)
+	eventually(t, "ready", func() bool { return state(p, "o") == StateReady })
+	done := make(chan error, 5)
+	block := func() { _, err := get(t, p, "o", "/block", nil); done <- err }
+	go block()
+	go block()
+	eventually(t, "the first connection's streams held", func() bool { return s.blocked.Load() == 2 })
+	// A request now gets a second connection and is answered at once.
+	if body, err := get(t, p, "o", "/version", nil); err != nil || !strings.Contains(body, `"server":"o"`) {
+		t.Fatalf("request while the first connection is busy: %q, %v", body, err)
+	}
+	if n := s.opened.Load(); n != 2 {
+		t.Fatalf("%d connections, want an overflow connection", n)
+	}
+	go block()
+	go block()
+	eventually(t, "both connections' streams held", func() bool { return s.blocked.Load() == 4 })
+	// At the bound, a request waits for a stream instead of dialing.
+	go block()
+	e := p.entry("o")
+	eventually(t, "the fifth request waiting for a stream", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		n := e.cc.State().StreamsPending
+		for _, x := range e.extra {
+			n += x.State().StreamsPending
+		}
+		return n == 1
+	})
+	if n := s.opened.Load(); n != 2 {
+		t.Fatalf("%d connections, want at most MaxConnsPerCluster (2)", n)
+	}
+	if st, _ := p.Status("o"); st.Connections != 2 {
+		t.Fatalf("status says %d connections, want 2", st.Connections)
+	}
+	close(s.block)
+	for range 5 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Idle, the overflow connection goes; the entry keeps its own.
+	eventually(t, "overflow connection closed", func() bool { return s.conns.Load() == 1 })
+	if st, _ := p.Status("o"); st.State != StateReady || st.Dials != 2 {
+		t.Fatalf("status %+v", st)
 	}
 }
 

@@ -52,6 +52,9 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, fmt.Errorf("cluster %s: %w (%s%s)", rt.cluster, ErrNotReady, st.State, reasonSuffix(st.Reason))
 		}
 	}
+	// Every stream of the connection busy (long watches): an overflow
+	// connection, or the least busy one to wait on.
+	cc = e.pick(req.Context(), cc)
 	if token != "" && req.Header.Get("Authorization") == "" {
 		req = req.Clone(req.Context())
 		req.Header.Set("Authorization", "Bearer "+token)

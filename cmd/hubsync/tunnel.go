@@ -41,7 +41,7 @@ func newTunnelPool(cfg *config.Config, clusters clusterclient.Interface, kube ku
 		Dialer: dialer, Transport: tc.Transport, ProbePath: tc.ProbePath,
 		ProbeInterval: tc.ProbeInterval.Duration, ProbeTimeout: tc.ProbeTimeout.Duration, DialTimeout: tc.DialTimeout.Duration,
 		BackoffBase: tc.Backoff.BaseDelay.Duration, BackoffMax: tc.Backoff.MaxDelay.Duration,
-		MaxDials: tc.MaxConcurrentDials, Notifier: notifier, Recorder: recorder, Log: log, Registerer: reg,
+		MaxDials: tc.MaxConcurrentDials, MaxConnsPerCluster: tc.MaxConnectionsPerCluster, Notifier: notifier, Recorder: recorder, Log: log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -87,7 +87,11 @@ func writeTunnelStatuses(w io.Writer, sts []tunnel.Status, now time.Time) {
 		in := now.Sub(s.Since).Round(time.Second)
 		switch s.State {
 		case tunnel.StateReady:
-			fmt.Fprintf(w, "tunnel %s: ready for %s, probe %s\n", s.Cluster, in, s.ProbeLatency.Round(time.Microsecond))
+			more := ""
+			if s.Connections > 1 {
+				more = fmt.Sprintf(", %d connections (every stream of one was busy)", s.Connections)
+			}
+			fmt.Fprintf(w, "tunnel %s: ready for %s, probe %s%s\n", s.Cluster, in, s.ProbeLatency.Round(time.Microsecond), more)
 		case tunnel.StateFailing:
 			fmt.Fprintf(w, "tunnel %s: failing for %s: %s\n", s.Cluster, in, s.Reason)
 		default:
