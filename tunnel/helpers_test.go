@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,8 @@ type fakeAPIServer struct {
 	ln     net.Listener
 	cur    *chanListener
 	tokens []string
+	// requests holds "<path> <token>" for every request.
+	requests []string
 	// conns counts open connections; opened counts every connection.
 	conns, opened atomic.Int32
 	status        atomic.Int32 // answer of /version; 0: 200
@@ -186,6 +189,7 @@ func (s *fakeAPIServer) serveOn(cl *chanListener) {
 func (s *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.tokens = append(s.tokens, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+	s.requests = append(s.requests, r.URL.Path+" "+strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
 	s.mu.Unlock()
 	if r.URL.Path == "/block" {
 		s.blocked.Add(1)
@@ -242,6 +246,13 @@ func (s *fakeAPIServer) goaway() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = old.Shutdown(ctx)
+}
+
+// saw reports whether a request to path carried token ("" for none).
+func (s *fakeAPIServer) saw(path, token string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.requests, path+" "+token)
 }
 
 func (s *fakeAPIServer) seenTokens() []string {
@@ -368,8 +379,15 @@ func state(p *Pool, cluster string) State {
 	return st.State
 }
 
-// get sends GET path to the cluster through the pool and returns the body.
+// get sends GET path to the cluster through the pool's RoundTripper and
+// returns the body.
 func get(t *testing.T, p *Pool, cluster, path string, header http.Header) (string, error) {
+	t.Helper()
+	return getWith(t, p.RoundTripper(cluster), cluster, path, header)
+}
+
+// getWith sends GET path through rt and returns the body.
+func getWith(t *testing.T, rt http.RoundTripper, cluster, path string, header http.Header) (string, error) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, "https://"+cluster+path, nil)
 	if err != nil {
@@ -378,7 +396,7 @@ func get(t *testing.T, p *Pool, cluster, path string, header http.Header) (strin
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	resp, err := p.RoundTripper(cluster).RoundTrip(req)
+	resp, err := rt.RoundTrip(req)
 	if err != nil {
 		return "", err
 	}

@@ -54,6 +54,9 @@ var (
 	ErrNotServed = errors.New("cluster is not served by the tunnel pool")
 	// ErrNotReady: the cluster's entry has no usable connection now.
 	ErrNotReady = errors.New("cluster's tunnel is not ready")
+	// ErrNoCredential: no ManagedServiceAccount token is known for the
+	// cluster (none configured, or its Secret is missing or empty).
+	ErrNoCredential = errors.New("no ManagedServiceAccount token for the cluster")
 )
 
 // Target is where and how to reach one cluster's API server.
@@ -65,8 +68,8 @@ type Target struct {
 	// CA is the PEM bundle that verifies the API server; empty uses the
 	// system's roots.
 	CA []byte
-	// Token authenticates probes, and requests sent through RoundTripper
-	// without an Authorization header of their own. Never logged.
+	// Token authenticates probes and the requests sent through
+	// AuthenticatedRoundTripper. Never logged.
 	Token string
 	// TokenFingerprint identifies Token in statuses; never the token.
 	TokenFingerprint string

@@ -57,12 +57,23 @@ func TestEntriesWarmWithoutRequestsAndReachTheRightServer(t *testing.T) {
 	if err != nil || !strings.Contains(body, `"server":"cluster-a"`) || !strings.Contains(body, `"proto":"HTTP/2.0"`) {
 		t.Fatalf("GET through a: %q, %v", body, err)
 	}
+	if !a.saw("/api", "") || a.saw("/api", "token-a") {
+		t.Fatal("RoundTripper added a credential to a request without one")
+	}
 	body, err = get(t, p, "b", "/api", http.Header{"Authorization": {"Bearer own"}})
 	if err != nil || !strings.Contains(body, `"server":"cluster-b"`) {
 		t.Fatalf("GET through b: %q, %v", body, err)
 	}
-	if toks := b.seenTokens(); toks[len(toks)-1] != "own" {
-		t.Fatalf("a request's own Authorization was replaced: %q", toks[len(toks)-1])
+	if !b.saw("/api", "own") {
+		t.Fatal("a request's own Authorization was replaced")
+	}
+	// AuthenticatedRoundTripper acts as the ManagedServiceAccount, whatever
+	// the request carried.
+	if _, err := getWith(t, p.AuthenticatedRoundTripper("b"), "b", "/apis", http.Header{"Authorization": {"Bearer own"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !b.saw("/apis", "token-b") || b.saw("/apis", "own") {
+		t.Fatal("AuthenticatedRoundTripper did not replace the request's Authorization with the pool's token")
 	}
 	// Many concurrent requests share the one connection.
 	errs := make(chan error, 64)
@@ -126,6 +137,14 @@ func TestNotServedAndNotReadyFailAtOnce(t *testing.T) {
 	defer cancel()
 	if err := p.WaitReady(ctx, "d"); !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "failing") {
 		t.Fatalf("WaitReady: %v", err)
+	}
+	// A ready cluster without a token: the pool does not act for it.
+	up := newFakeAPIServer(t, ca, "up")
+	p.SetTarget("up", target(up, ca, ""))
+	p.SetSelected("up", true)
+	eventually(t, "ready", func() bool { return state(p, "up") == StateReady })
+	if _, err := getWith(t, p.AuthenticatedRoundTripper("up"), "up", "/api", nil); !errors.Is(err, ErrNoCredential) {
+		t.Fatalf("authenticated request without a token: %v, want ErrNoCredential", err)
 	}
 }
 

@@ -8,11 +8,11 @@ import (
 
 // RoundTripper returns an http.RoundTripper that sends requests to the
 // cluster's API server over its warm connection, whatever the request
-// URL's host. A request without an Authorization header gets the pool's
-// token for the cluster (the configured ManagedServiceAccount's); one with
-// its own is sent as it is. When the cluster is not served or not ready,
-// the request fails at once with an error wrapping ErrNotServed or
-// ErrNotReady: it never waits for a connection (use WaitReady for that).
+// URL's host, exactly as they are: it adds no credential, so a request
+// acts with whatever Authorization it carries (or anonymously). When the
+// cluster is not served or not ready, the request fails at once with an
+// error wrapping ErrNotServed or ErrNotReady: it never waits for a
+// connection (use WaitReady for that).
 //
 // The transport follows the entry: after a redial, the next request uses
 // the new connection.
@@ -20,9 +20,20 @@ func (p *Pool) RoundTripper(cluster string) http.RoundTripper {
 	return &roundTripper{p: p, cluster: cluster}
 }
 
+// AuthenticatedRoundTripper is RoundTripper acting as the pool's
+// ManagedServiceAccount on the cluster: it sets the Authorization header
+// to that token, replacing any the request carries, and fails with
+// ErrNoCredential while the cluster has none. It is for hubsync's own
+// requests; never hand it a request whose caller has not been
+// authenticated and authorised for what it asks.
+func (p *Pool) AuthenticatedRoundTripper(cluster string) http.RoundTripper {
+	return &roundTripper{p: p, cluster: cluster, authenticate: true}
+}
+
 type roundTripper struct {
-	p       *Pool
-	cluster string
+	p            *Pool
+	cluster      string
+	authenticate bool
 }
 
 func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -55,7 +66,11 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	// Every stream of the connection busy (long watches): an overflow
 	// connection, or the least busy one to wait on.
 	cc = e.pick(req.Context(), cc)
-	if token != "" && req.Header.Get("Authorization") == "" {
+	if rt.authenticate {
+		if token == "" {
+			closeBody(req)
+			return nil, fmt.Errorf("cluster %s: %w", rt.cluster, ErrNoCredential)
+		}
 		req = req.Clone(req.Context())
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

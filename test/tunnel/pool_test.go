@@ -140,7 +140,7 @@ func identity(ctx context.Context, p *tunnel.Pool, cluster string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	resp, err := p.RoundTripper(cluster).RoundTrip(req)
+	resp, err := p.AuthenticatedRoundTripper(cluster).RoundTrip(req)
 	if err != nil {
 		return "", err
 	}
