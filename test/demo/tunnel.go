@@ -171,7 +171,14 @@ func (t *demoTunnels) show(ctx context.Context, d *fleet.Daemon, m *model, tail 
 	}
 	fmt.Printf("   %d clusters warm before anyone asked: %s shares %s with every cluster but %s, which has %s to itself\n",
 		len(m.clusters), t.agents[0].ID, t.managed[0].Address, edgeCluster, t.managed[1].Address)
-	sort.Strings(lines)
+	// The summary first, then the clusters in order.
+	sort.Slice(lines, func(i, j int) bool {
+		si, sj := strings.HasPrefix(lines[i], "tunnels:"), strings.HasPrefix(lines[j], "tunnels:")
+		if si != sj {
+			return si
+		}
+		return lines[i] < lines[j]
+	})
 	for _, l := range lines {
 		if strings.HasPrefix(l, "tunnels:") || strings.HasPrefix(l, "tunnel "+edgeCluster) || strings.HasPrefix(l, "tunnel eu-prod-01") {
 			fmt.Println("   /readyz?verbose: " + l)
