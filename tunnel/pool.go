@@ -13,6 +13,7 @@
 package tunnel
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -369,12 +370,6 @@ func (p *Pool) signalLocked() {
 	p.changed = make(chan struct{})
 }
 
-func (p *Pool) signal() {
-	p.mu.Lock()
-	p.signalLocked()
-	p.mu.Unlock()
-}
-
 func (p *Pool) entry(cluster string) *entry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -544,7 +539,7 @@ func (p *Pool) Statuses() []Status {
 	for _, e := range es {
 		out = append(out, e.status())
 	}
-	slices.SortFunc(out, func(a, b Status) int { return cmpString(a.Cluster, b.Cluster) })
+	slices.SortFunc(out, func(a, b Status) int { return cmp.Compare(a.Cluster, b.Cluster) })
 	return out
 }
 
@@ -587,14 +582,4 @@ func reasonSuffix(r string) string {
 		return ""
 	}
 	return ": " + r
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
