@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeReviewer answers from a table and counts the reviews it was asked.
+type fakeReviewer struct {
+	mu    sync.Mutex
+	users map[string]string // token -> username
+	down  bool
+	calls int
+}
+
+func (f *fakeReviewer) Review(_ context.Context, token string) (Identity, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.down {
+		return Identity{}, false, errors.New("hub unreachable")
+	}
+	u, ok := f.users[token]
+	if !ok {
+		return Identity{}, false, nil
+	}
+	return Identity{Username: u}, true, nil
+}
+
+func TestCachedReviewer(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	f := &fakeReviewer{users: map[string]string{"alice-token": "alice", "bob-token": "bob", "carol-token": "carol"}}
+	hits := 0
+	c := NewCachedReviewer(f, time.Hour, 2, clock, func() { hits++ }) // the TTL is capped at 10s
+	ctx := context.Background()
+	review := func(token string) (string, bool, error) {
+		id, ok, err := c.Review(ctx, token)
+		return id.Username, ok, err
+	}
+
+	steps := []struct {
+		name      string
+		do        func()
+		token     string
+		wantUser  string
+		wantOK    bool
+		wantErr   bool
+		wantCalls int
+	}{
+		{name: "first review asks the hub", token: "alice-token", wantUser: "alice", wantOK: true, wantCalls: 1},
+		{name: "again within the TTL: cached", token: "alice-token", wantUser: "alice", wantOK: true, wantCalls: 1},
+		{name: "an unknown token asks the hub", token: "stranger", wantCalls: 2},
+		{name: "and is never cached", token: "stranger", wantCalls: 3},
+		{name: "revoked on the hub: still cached within the TTL", do: func() { delete(f.users, "alice-token"); now = now.Add(9 * time.Second) },
+			token: "alice-token", wantUser: "alice", wantOK: true, wantCalls: 3},
+		{name: "after 10s the revocation holds, whatever TTL was asked for", do: func() { now = now.Add(2 * time.Second) },
+			token: "alice-token", wantCalls: 4},
+		{name: "a hub outage is an error", do: func() { f.down = true }, token: "bob-token", wantErr: true, wantCalls: 5},
+		{name: "and is never cached", do: func() { f.down = false }, token: "bob-token", wantUser: "bob", wantOK: true, wantCalls: 6},
+		{name: "a second identity cached", token: "carol-token", wantUser: "carol", wantOK: true, wantCalls: 7},
+		{name: "a third evicts the least recently used (bob)", do: func() { f.users["dave-token"] = "dave" }, token: "dave-token", wantUser: "dave", wantOK: true, wantCalls: 8},
+		{name: "carol still cached", token: "carol-token", wantUser: "carol", wantOK: true, wantCalls: 8},
+		{name: "bob asked again", token: "bob-token", wantUser: "bob", wantOK: true, wantCalls: 9},
+	}
+	for _, s := range steps {
+		if s.do != nil {
+			s.do()
+		}
+		u, ok, err := review(s.token)
+		if u != s.wantUser || ok != s.wantOK || (err != nil) != s.wantErr || f.calls != s.wantCalls {
+			t.Fatalf("%s: %q, %v, %v after %d hub reviews; want %q, %v, error %v after %d",
+				s.name, u, ok, err, f.calls, s.wantUser, s.wantOK, s.wantErr, s.wantCalls)
+		}
+		if c.Len() > 2 {
+			t.Fatalf("%s: %d reviews cached, bound 2", s.name, c.Len())
+		}
+	}
+	if hits != 3 {
+		t.Fatalf("%d cache hits counted, want 3", hits)
+	}
+}
