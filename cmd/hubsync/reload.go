@@ -164,7 +164,8 @@ func (r *reloader) check(force bool) {
 }
 
 func (r *reloader) reject(err error) {
+	// The log first: whoever sees the metric change finds the reason.
+	r.log.Error("configuration reload rejected; the running configuration stays", "err", describe(err))
 	r.successful.Set(0)
 	r.reloads.WithLabelValues("rejected").Inc()
-	r.log.Error("configuration reload rejected; the running configuration stays", "err", describe(err))
 }

@@ -385,8 +385,13 @@ func TestSinksHotReload(t *testing.T) {
 	h.must(cm.Write([]byte("sinks:\n- name: two\n  type: kubeconfig\n  kubeconfig: {directory: relative}\n  retries: 3\n")))
 	metric("hubsync_config_last_reload_successful", "0")
 	for _, want := range []string{"configuration reload rejected", "sinks[0].retries", "sinks[0].kubeconfig.directory", "sinks[0].kubeconfig.accessProvider"} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("log lacks %q", want)
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(logs.String(), want) {
+			if time.Now().After(deadline) {
+				t.Errorf("log lacks %q", want)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	addCluster(h.name("c2"))
