@@ -137,18 +137,19 @@ func startDaemon(ctx context.Context, binary string, cfg *rest.Config, conf conf
 	if err := WriteKubeconfig(cfg, kubeconfig); err != nil {
 		return nil, err
 	}
-	addr, err := freeAddress()
+	// Two distinct free ports: the metrics server's and the embedded
+	// NATS's (two separate picks can return the same port).
+	addrs, err := freeAddresses(2)
 	if err != nil {
 		return nil, err
 	}
+	addr := addrs[0]
 	conf.Hub.Kubeconfig = kubeconfig
 	conf.Server.Address = addr
 	if len(conf.Bus.URLs) == 0 {
 		// The embedded NATS gets its own free port and a data directory
 		// that goes with the daemon.
-		if conf.Bus.Embedded.Listen, err = freeAddress(); err != nil {
-			return nil, err
-		}
+		conf.Bus.Embedded.Listen = addrs[1]
 		conf.Bus.Embedded.DataDir = filepath.Join(dir, "nats")
 	}
 	data, err := yaml.Marshal(conf)
@@ -292,11 +293,17 @@ func (d *Daemon) Stop() error {
 	}
 }
 
-func freeAddress() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// freeAddresses returns n distinct free loopback addresses: every
+// listener stays open until all are picked, so no port is handed out twice.
+func freeAddresses(n int) ([]string, error) {
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return out, nil
 }
