@@ -138,7 +138,14 @@ func (c *ControlPlane) Stop() error {
 // $KUBEBUILDER_ASSETS when set, else the output of the repository's cached
 // builder (a no-op when the binaries for the pinned versions exist).
 func AssetsDir() (string, error) {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+	return ToolDir("KUBEBUILDER_ASSETS", "build-kube-binaries.sh")
+}
+
+// ToolDir returns $env when it is set, else the directory printed by the
+// cached builder test/tools/<script>, which builds the binaries from
+// pinned modules on first use.
+func ToolDir(env, script string) (string, error) {
+	if dir := os.Getenv(env); dir != "" {
 		return dir, nil
 	}
 	root, err := moduleRoot()
@@ -146,10 +153,10 @@ func AssetsDir() (string, error) {
 		return "", err
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command("bash", filepath.Join(root, "test", "tools", "build-kube-binaries.sh"))
+	cmd := exec.Command("bash", filepath.Join(root, "test", "tools", script))
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build kube-apiserver and etcd: %w\n%s", err, stderr.String())
+		return "", fmt.Errorf("%s: %w\n%s", script, err, stderr.String())
 	}
 	return strings.TrimSpace(stdout.String()), nil
 }
@@ -178,7 +185,7 @@ func moduleRoot() (string, error) {
 		return "", err
 	}
 	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("not inside the hubsync module; set KUBEBUILDER_ASSETS")
+		return "", fmt.Errorf("not inside the hubsync module; set KUBEBUILDER_ASSETS and KONNECTIVITY_ASSETS")
 	}
 	return filepath.Dir(gomod), nil
 }

@@ -7,7 +7,6 @@
 package konnectivity
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -20,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/pki"
 )
 
@@ -27,21 +27,7 @@ import (
 // $KONNECTIVITY_ASSETS when set, else the output of the repository's
 // cached builder.
 func BinDir() (string, error) {
-	if dir := os.Getenv("KONNECTIVITY_ASSETS"); dir != "" {
-		return dir, nil
-	}
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(out)))
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command("bash", filepath.Join(root, "test", "tools", "build-konnectivity.sh"))
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build konnectivity: %w\n%s", err, stderr.String())
-	}
-	return strings.TrimSpace(stdout.String()), nil
+	return controlplane.ToolDir("KONNECTIVITY_ASSETS", "build-konnectivity.sh")
 }
 
 // process is a binary that can be stopped and started again with the
