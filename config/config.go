@@ -67,6 +67,8 @@ type Config struct {
 	Sinks []Sink `json:"sinks,omitempty"`
 	// Tunnel configures the warm per-cluster tunnel pool.
 	Tunnel Tunnel `json:"tunnel"`
+	// Gateway configures the access gateway, served over the tunnel pool.
+	Gateway Gateway `json:"gateway"`
 }
 
 // Bus configures where cluster-access events go: an external NATS, or,
@@ -152,7 +154,9 @@ type AccessProvider struct {
 	// Name of the status.accessProviders entry; consumers match it against
 	// their provider file ("open-cluster-management" for cp-creds).
 	Name string `json:"name"`
-	// Type is "server" (the default) or "direct".
+	// Type is "server" (the default), "direct", or "gateway" (hubsync's
+	// own access gateway: gateway.url/<cluster> with the gateway's CA;
+	// server and CA are filled in from the gateway section).
 	Type string `json:"type,omitempty"`
 	// Server is a Go text/template rendered with {{.ClusterName}}, e.g.
 	// https://cluster-proxy-addon-user.open-cluster-management-addon:9092/{{.ClusterName}}.
@@ -357,6 +361,7 @@ func (c *Config) SetDefaults() {
 	}
 	c.setSinkDefaults()
 	c.setTunnelDefaults()
+	c.setGatewayDefaults()
 }
 
 // Load reads, defaults and validates a configuration file. The error lists
@@ -495,6 +500,7 @@ func (c *Config) validate() field.ErrorList {
 	errs = append(errs, c.validateAccessProviders()...)
 	errs = append(errs, c.validateBus()...)
 	errs = append(errs, c.validateTunnel()...)
+	errs = append(errs, c.validateGateway()...)
 	errs = append(errs, c.validateSinks()...)
 	if c.Credentials.Workers > 1024 {
 		errs = append(errs, field.Invalid(field.NewPath("credentials", "workers"), c.Credentials.Workers, "must be at most 1024"))
@@ -522,7 +528,10 @@ func (c *Config) validateAccessProviders() field.ErrorList {
 			if p.Server != "" || p.CASecret != nil || p.CAFile != "" {
 				errs = append(errs, field.Forbidden(path, "a direct provider takes server and CA from the ManagedCluster; server, caSecret and caFile are not allowed"))
 			}
-		case ProviderServer:
+		case ProviderServer, ProviderGateway:
+			if p.Type == ProviderGateway && p.Server == "" {
+				break // validateGateway says why
+			}
 			if p.Server == "" {
 				errs = append(errs, field.Required(path.Child("server"), "a URL template such as https://proxy:9092/{{.ClusterName}}"))
 			} else if _, err := RenderServer(p.Server, "example-cluster"); err != nil {
@@ -548,7 +557,7 @@ func (c *Config) validateAccessProviders() field.ErrorList {
 				}
 			}
 		default:
-			errs = append(errs, field.NotSupported(path.Child("type"), p.Type, []string{ProviderServer, ProviderDirect}))
+			errs = append(errs, field.NotSupported(path.Child("type"), p.Type, []string{ProviderServer, ProviderDirect, ProviderGateway}))
 		}
 	}
 	return errs

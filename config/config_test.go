@@ -48,6 +48,7 @@ func TestDefaults(t *testing.T) {
 		Credentials: Credentials{Workers: 16, Coalesce: dur(100 * time.Millisecond)},
 		Bus:         defaultBus(),
 		Tunnel:      defaultTunnel(),
+		Gateway:     defaultGateway(),
 	}
 	d := Default()
 	if !reflect.DeepEqual(*d, want) {
@@ -178,7 +179,8 @@ bus:
 			KVBucket: "access", BufferSize: 500, BatchWindow: &metav1.Duration{},
 			Embedded: BusEmbedded{Listen: "127.0.0.1:4222", DataDir: "/var/lib/hubsync/nats"},
 		},
-		Tunnel: defaultTunnel(),
+		Tunnel:  defaultTunnel(),
+		Gateway: defaultGateway(),
 	}
 	c, err := Parse([]byte(doc))
 	if err != nil {

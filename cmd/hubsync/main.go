@@ -25,6 +25,8 @@ Usage:
   hubsync run [--config FILE] [--kubeconfig FILE]   run the daemon
   hubsync check-config FILE                         validate a configuration file
   hubsync creds --managed-serviceaccount=NAME       exec credential plugin (cp-creds compatible)
+  hubsync kubeconfig --cluster=C [--sa=NAME]        write a kubeconfig reaching C through the gateway
+  hubsync hub-token [--kubeconfig FILE]             exec plugin: your hub identity's token, for the gateway
   hubsync events [--since 10m] [--namespace NS]     print cluster-access events from the NATS bus
   hubsync state [--namespace NS]                    print the current access records from the NATS bus
   hubsync version                                   print the version
@@ -52,6 +54,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = checkConfigCommand(args[1:], stdout, stderr)
 	case "creds":
 		err = credsCommand(ctx, args[1:], stdout, stderr)
+	case "kubeconfig":
+		err = kubeconfigCommand(ctx, args[1:], stdout, stderr)
+	case "hub-token":
+		err = hubTokenCommand(ctx, args[1:], stdout, stderr)
 	case "events":
 		err = eventsCommand(ctx, args[1:], stdout, stderr)
 	case "state":

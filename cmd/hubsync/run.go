@@ -194,6 +194,25 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ro RunOption
 		return err
 	}
 	go probeHub(ctx, kube, 2*time.Second, log, reg)
+	// The gateway serves from the start; it answers 503 until the pool
+	// runs here (on the leader).
+	var poolRunning atomic.Bool
+	var gatewayErr <-chan error
+	if cfg.Gateway.Enabled && pool != nil {
+		serving := func() (bool, string) {
+			switch {
+			case poolRunning.Load():
+				return true, ""
+			case cfg.LeaderElection.Enabled && !leading.Load():
+				return false, "it is a standby; the leader serves"
+			default:
+				return false, "the tunnel pool is starting"
+			}
+		}
+		if gatewayErr, err = startGateway(ctx, cfg, kube, pool, serving, log.With("component", "gateway"), reg); err != nil {
+			return err
+		}
+	}
 	creds, err := credentialOptions(cfg, restCfg, kube, log)
 	if err != nil {
 		return err
@@ -255,6 +274,8 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ro RunOption
 				return err
 			}
 			pool.Start(ctx)
+			poolRunning.Store(true)
+			defer poolRunning.Store(false)
 			log.Info("tunnel pool started", "transport", cfg.Tunnel.Transport, "managedServiceAccount", cfg.Tunnel.ManagedServiceAccount,
 				"probeInterval", cfg.Tunnel.ProbeInterval.Duration)
 		}
@@ -299,6 +320,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ro RunOption
 		cancel()
 		<-runErr
 		return fmt.Errorf("metrics server: %w", err)
+	case err := <-gatewayErr:
+		cancel()
+		if rerr := <-runErr; err == nil {
+			return rerr
+		}
+		return err
 	}
 }
 

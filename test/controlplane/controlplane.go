@@ -225,3 +225,12 @@ func IgnoreNotFound(err error) error {
 	}
 	return err
 }
+
+// ServiceAccountSigner returns the PEM file of the key the API server
+// signs ServiceAccount tokens with, and the issuer it names in them, so
+// that a test can make a token the hub signed but refuses (an expired
+// one).
+func (c *ControlPlane) ServiceAccountSigner() (keyFile, issuer string) {
+	api := c.env.ControlPlane.GetAPIServer()
+	return filepath.Join(api.CertDir, "sa-signer.key"), api.SecureServing.URL("https", "/").String()
+}

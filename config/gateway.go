@@ -1,0 +1,219 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Gateway configures the access gateway: an HTTPS server where people and
+// apps reach a managed cluster's API at <url>/<cluster>/<kubernetes path>
+// through the cluster's warm tunnel. Hub identities are impersonated on
+// the managed cluster as cluster:hub:<user> with the tunnel's
+// ManagedServiceAccount (tunnel.managedServiceAccount), which must be
+// granted impersonation there. Off by default; needs the tunnel pool.
+// Changes take effect at the next start.
+type Gateway struct {
+	// Enabled turns the gateway on.
+	Enabled bool `json:"enabled,omitempty"`
+	// Listen is the address served. Default ":8443".
+	Listen string `json:"listen,omitempty"`
+	// URL is the gateway's address as clients reach it (for example
+	// https://hubsync-gateway.hubsync.svc:8443), written into access
+	// provider entries of type gateway and into `hubsync kubeconfig`.
+	URL string `json:"url,omitempty"`
+	// TLS is the serving certificate.
+	TLS GatewayTLS `json:"tls"`
+	// PassThrough says what happens to a token the hub does not
+	// recognise: "jwt" (default) lets a JWT the hub did not sign (a
+	// managed cluster's ServiceAccount or ManagedServiceAccount token)
+	// through unchanged, to act as itself; "none" refuses it. Hub tokens
+	// the hub refuses (expired, revoked) and opaque tokens are always
+	// refused.
+	PassThrough string `json:"passThrough,omitempty"`
+	// HubIssuers are further issuers of hub tokens (the hub's OIDC
+	// issuers): a token naming one is never passed through. The hub's
+	// service-account tokens are recognised by its signing keys.
+	HubIssuers []string `json:"hubIssuers,omitempty"`
+	// ForwardGroups, when set, lists the only hub groups impersonated on
+	// managed clusters (as cluster:hub:<group>); others are dropped. With
+	// it a managed cluster can grant impersonation of exactly those groups
+	// by name, since RBAC cannot grant a name prefix. Empty: every group.
+	ForwardGroups []string `json:"forwardGroups,omitempty"`
+	// ReviewCacheTTL bounds how long a positive TokenReview is trusted:
+	// at most, and by default, 10s. Failed reviews are never cached.
+	ReviewCacheTTL metav1.Duration `json:"reviewCacheTTL,omitempty"`
+	// ReviewCacheSize bounds how many reviews are cached. Default 10000.
+	ReviewCacheSize int `json:"reviewCacheSize,omitempty"`
+	// MaxHeaderBytes bounds a request's headers. Default 64 KiB.
+	MaxHeaderBytes int `json:"maxHeaderBytes,omitempty"`
+	// ReadHeaderTimeout bounds reading a request's headers. Default 10s.
+	ReadHeaderTimeout metav1.Duration `json:"readHeaderTimeout,omitempty"`
+	// BodyTimeout bounds reading a request's body. Default 1m.
+	BodyTimeout metav1.Duration `json:"bodyTimeout,omitempty"`
+	// IdleTimeout closes idle keep-alive connections. Default 2m.
+	IdleTimeout metav1.Duration `json:"idleTimeout,omitempty"`
+}
+
+// GatewayTLS is the gateway's serving certificate: PEM files (reloaded
+// when they change) or a kubernetes.io/tls Secret on the hub (followed
+// through a watch).
+type GatewayTLS struct {
+	CertFile string `json:"certFile,omitempty"`
+	KeyFile  string `json:"keyFile,omitempty"`
+	// CAFile is the bundle clients verify the gateway with, for access
+	// provider entries and generated kubeconfigs; with Secret, its ca.crt
+	// key is used when CAFile is empty.
+	CAFile string         `json:"caFile,omitempty"`
+	Secret *ObjectRefName `json:"secret,omitempty"`
+}
+
+// ObjectRefName names one namespaced object.
+type ObjectRefName struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// Gateway pass-through modes and defaults.
+const (
+	PassThroughJWT  = "jwt"
+	PassThroughNone = "none"
+
+	ProviderGateway = "gateway"
+
+	DefaultGatewayListen         = ":8443"
+	DefaultGatewayMaxHeaderBytes = 64 << 10
+)
+
+// GatewayCA says where a provider entry of type gateway takes the
+// gateway's CA from: a file, a Secret key, or neither (the system's roots).
+func (g Gateway) GatewayCA() (file string, secret *SecretKeyRef) {
+	switch {
+	case g.TLS.CAFile != "":
+		return g.TLS.CAFile, nil
+	case g.TLS.Secret != nil:
+		return "", &SecretKeyRef{Namespace: g.TLS.Secret.Namespace, Name: g.TLS.Secret.Name, Key: "ca.crt"}
+	}
+	return "", nil
+}
+
+func (c *Config) setGatewayDefaults() {
+	g := &c.Gateway
+	if g.Listen == "" {
+		g.Listen = DefaultGatewayListen
+	}
+	if g.PassThrough == "" {
+		g.PassThrough = PassThroughJWT
+	}
+	setD := func(p *metav1.Duration, v time.Duration) {
+		if p.Duration == 0 {
+			p.Duration = v
+		}
+	}
+	setD(&g.ReviewCacheTTL, 10*time.Second)
+	setD(&g.ReadHeaderTimeout, 10*time.Second)
+	setD(&g.BodyTimeout, time.Minute)
+	setD(&g.IdleTimeout, 2*time.Minute)
+	if g.ReviewCacheSize == 0 {
+		g.ReviewCacheSize = 10000
+	}
+	if g.MaxHeaderBytes == 0 {
+		g.MaxHeaderBytes = DefaultGatewayMaxHeaderBytes
+	}
+	// A provider of type gateway points at <url>/<cluster> with the
+	// gateway's CA; the syncer serves it as a server provider.
+	for i := range c.AccessProviders {
+		p := &c.AccessProviders[i]
+		if p.Type != ProviderGateway || g.URL == "" {
+			continue
+		}
+		p.Server = strings.TrimRight(g.URL, "/") + "/{{.ClusterName}}"
+		p.CAFile, p.CASecret = g.GatewayCA()
+	}
+}
+
+func (c *Config) validateGateway() field.ErrorList {
+	var errs field.ErrorList
+	g := c.Gateway
+	p := field.NewPath("gateway")
+	for i, ap := range c.AccessProviders {
+		if ap.Type == ProviderGateway && (!g.Enabled || g.URL == "") {
+			errs = append(errs, field.Invalid(field.NewPath("accessProviders").Index(i).Child("type"), ap.Type,
+				"a gateway provider needs gateway.enabled and gateway.url"))
+		}
+	}
+	if !g.Enabled {
+		return errs
+	}
+	if !c.Tunnel.Enabled {
+		errs = append(errs, field.Required(field.NewPath("tunnel", "enabled"), "the gateway sends every request through the tunnel pool"))
+	}
+	if c.Tunnel.ManagedServiceAccount == "" {
+		errs = append(errs, field.Required(field.NewPath("tunnel", "managedServiceAccount"),
+			"the gateway impersonates hub identities with the tunnel's ManagedServiceAccount"))
+	}
+	if _, _, err := net.SplitHostPort(g.Listen); err != nil {
+		errs = append(errs, field.Invalid(p.Child("listen"), g.Listen, err.Error()))
+	}
+	if g.URL != "" {
+		if u, err := url.Parse(g.URL); err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			errs = append(errs, field.Invalid(p.Child("url"), g.URL, "must be an https:// URL with a host (and an optional path prefix)"))
+		}
+	}
+	t := g.TLS
+	tp := p.Child("tls")
+	switch {
+	case t.Secret != nil && (t.CertFile != "" || t.KeyFile != ""):
+		errs = append(errs, field.Forbidden(tp, "secret and certFile/keyFile are mutually exclusive"))
+	case t.Secret != nil:
+		for _, msg := range validation.IsDNS1123Label(t.Secret.Namespace) {
+			errs = append(errs, field.Invalid(tp.Child("secret", "namespace"), t.Secret.Namespace, msg))
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(t.Secret.Name) {
+			errs = append(errs, field.Invalid(tp.Child("secret", "name"), t.Secret.Name, msg))
+		}
+	case t.CertFile == "" || t.KeyFile == "":
+		errs = append(errs, field.Required(tp, "a serving certificate: certFile and keyFile, or secret"))
+	}
+	for _, f := range []struct{ name, path string }{{"certFile", t.CertFile}, {"keyFile", t.KeyFile}, {"caFile", t.CAFile}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			errs = append(errs, field.Invalid(tp.Child(f.name), f.path, fmt.Sprintf("cannot read: %v", err)))
+		}
+	}
+	if g.PassThrough != PassThroughJWT && g.PassThrough != PassThroughNone {
+		errs = append(errs, field.NotSupported(p.Child("passThrough"), g.PassThrough, []string{PassThroughJWT, PassThroughNone}))
+	}
+	for i, iss := range g.HubIssuers {
+		if iss == "" {
+			errs = append(errs, field.Invalid(p.Child("hubIssuers").Index(i), iss, "must not be empty"))
+		}
+	}
+	if d := g.ReviewCacheTTL.Duration; d <= 0 || d > 10*time.Second {
+		errs = append(errs, field.Invalid(p.Child("reviewCacheTTL"), d.String(), "must be positive and at most 10s: a revoked hub token must stop working quickly"))
+	}
+	if g.ReviewCacheSize < 1 || g.ReviewCacheSize > 1000000 {
+		errs = append(errs, field.Invalid(p.Child("reviewCacheSize"), g.ReviewCacheSize, "must be from 1 to 1000000"))
+	}
+	if g.MaxHeaderBytes < 4096 || g.MaxHeaderBytes > 1<<20 {
+		errs = append(errs, field.Invalid(p.Child("maxHeaderBytes"), g.MaxHeaderBytes, "must be from 4096 to 1048576"))
+	}
+	for _, d := range []struct {
+		name string
+		v    metav1.Duration
+	}{{"readHeaderTimeout", g.ReadHeaderTimeout}, {"bodyTimeout", g.BodyTimeout}, {"idleTimeout", g.IdleTimeout}} {
+		if d.v.Duration <= 0 {
+			errs = append(errs, field.Invalid(p.Child(d.name), d.v.Duration.String(), "must be positive"))
+		}
+	}
+	return errs
+}
