@@ -28,8 +28,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/keyutil"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/test/fleet"
@@ -44,6 +46,8 @@ const (
 	// The hub identity the tests use, and its name on the managed cluster.
 	hubNS, hubSA = "team-a", "app"
 	prefixedUser = "cluster:hub:system:serviceaccount:team-a:app"
+	// The consumer namespace whose profile carries the gateway provider.
+	consumerNS, consumerSet = "gw-consumers", "gw-set"
 )
 
 // setup is one running daemon with the gateway, and what a test needs to
@@ -89,7 +93,19 @@ func start(t *testing.T, ctx context.Context) *setup {
 	if err := s.h.PutToken(ctx, cluster, msaName, token, map[string][]byte{"token": []byte(token), "ca.crt": env.managed.CA}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.h.CreateCluster(ctx, fleet.ClusterSpec{Name: cluster, Labels: map[string]string{"gateway-test": "yes"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+	// A consumer namespace bound to a set holding the cluster, so that it
+	// gets a profile with the gateway's access provider.
+	if err := s.h.CreateExclusiveSet(ctx, consumerSet); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := s.h.Namespace(ctx, consumerNS); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.h.Bind(ctx, consumerNS, consumerSet, true); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := s.h.CreateCluster(ctx, fleet.ClusterSpec{Name: cluster,
+		Labels: fleet.ExclusiveSetLabels(consumerSet, map[string]string{"gateway-test": "yes"})}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	if err := s.h.UpdateCluster(ctx, cluster, func(mc *clusterv1.ManagedCluster) {
@@ -155,6 +171,7 @@ func start(t *testing.T, ctx context.Context) *setup {
 		ReadHeaderTimeout: metav1.Duration{Duration: 500 * time.Millisecond},
 		BodyTimeout:       metav1.Duration{Duration: time.Second},
 	}
+	conf.AccessProviders = []config.AccessProvider{{Name: "hubsync-gateway", Type: config.ProviderGateway}}
 	conf.Logging.Level = "debug"
 	s.logs = &fleet.LogBuffer{}
 	if s.d, err = fleet.StartDaemon(ctx, env.hubsync, env.hub.Config, conf, s.logs); err != nil {
@@ -503,6 +520,35 @@ current-context: gw
 	}
 	if _, errOut, err = kubectl(ctx, ownKC, "get", "configmaps", "-n", "apps"); err == nil || !strings.Contains(errOut, "system:serviceaccount:apps:own") {
 		t.Fatalf("pass-through get: want the managed cluster's refusal of the token's own identity, got %v\n%s", err, errOut)
+	}
+	// The profile's gateway access provider leads a consumer there: its
+	// server and CA, with the hub identity's token, reach the cluster.
+	var provider *cpv1alpha1.AccessProvider
+	s.eventually(t, 30*time.Second, func() error {
+		profiles, err := s.h.ProfilesIn(ctx, consumerNS)
+		if err != nil {
+			return err
+		}
+		p, ok := profiles[cluster]
+		if !ok {
+			return fmt.Errorf("no profile for %s in %s", cluster, consumerNS)
+		}
+		for i := range p.Status.AccessProviders {
+			if p.Status.AccessProviders[i].Name == "hubsync-gateway" {
+				provider = &p.Status.AccessProviders[i]
+				return nil
+			}
+		}
+		return fmt.Errorf("profile has no hubsync-gateway provider: %+v", p.Status.AccessProviders)
+	})
+	caPEM, _ := os.ReadFile(s.caFile)
+	if provider.Cluster.Server != s.url+"/"+cluster || !bytes.Equal(provider.Cluster.CertificateAuthorityData, caPEM) {
+		t.Fatalf("provider %q with CA %d bytes; want %q with the gateway's CA", provider.Cluster.Server, len(provider.Cluster.CertificateAuthorityData), s.url+"/"+cluster)
+	}
+	consumer := kubernetes.NewForConfigOrDie(&rest.Config{Host: provider.Cluster.Server,
+		TLSClientConfig: rest.TLSClientConfig{CAData: provider.Cluster.CertificateAuthorityData}, BearerToken: s.userToken})
+	if cms, err := consumer.CoreV1().ConfigMaps("apps").List(ctx, metav1.ListOptions{}); err != nil || len(cms.Items) < 7 {
+		t.Fatalf("list through the profile's provider: %v", err)
 	}
 	if v := s.metric(t, "hubsync_gateway_requests_total", `mode="passthrough"`); v < 2 {
 		t.Errorf("hubsync_gateway_requests_total{mode=passthrough} = %v; want ≥ 2", v)
