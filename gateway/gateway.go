@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -316,14 +317,17 @@ func (g *Gateway) unavailable(w http.ResponseWriter, rq *request, why, msg strin
 // writeStatus answers with a Kubernetes Status, which kubectl and
 // client-go show as the error's message.
 func writeStatus(w http.ResponseWriter, code int, reason, msg string) {
-	body, _ := json.Marshal(map[string]any{
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	enc.SetEscapeHTML(false) // served as JSON, never HTML: keep "<user>" readable
+	_ = enc.Encode(map[string]any{
 		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
 		"status": "Failure", "message": "hubsync gateway: " + msg, "reason": reason, "code": code,
 	})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
-	_, _ = w.Write(body)
+	_, _ = w.Write(body.Bytes())
 }
 
 func (g *Gateway) finish(w *recorder, r *http.Request, rq *request) {

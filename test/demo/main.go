@@ -145,11 +145,15 @@ func run(ctx context.Context, binary string, keep bool) error {
 		return err
 	}
 	defer tunnels.close()
+	gw, gwConf, err := startDemoGateway(ctx, hub, tunnels.managed[0], dir)
+	if err != nil {
+		return err
+	}
 	conf := config.Config{AccessProviders: []config.AccessProvider{{
 		Name:     "open-cluster-management",
 		Server:   "https://cluster-proxy-addon-user." + proxyNamespace + ":9092/{{.ClusterName}}",
 		CASecret: &config.SecretKeyRef{Namespace: proxyNamespace, Name: proxyCASecret, Key: "tls.crt"},
-	}}, Sinks: sinks.sinks(binary), Tunnel: tunnelConf}
+	}}, Sinks: sinks.sinks(binary), Tunnel: tunnelConf, Gateway: gwConf}
 	d, err := fleet.StartDaemon(ctx, binary, cp.Config, conf, logFile)
 	if err != nil {
 		return err
@@ -224,6 +228,9 @@ func run(ctx context.Context, binary string, keep bool) error {
 	}
 
 	if err := tunnels.show(ctx, d, m, tail); err != nil {
+		return err
+	}
+	if err := gw.show(ctx, binary, cp.Config.Host); err != nil {
 		return err
 	}
 	if err := demoCredentials(ctx, hub, m, tail); err != nil {
