@@ -153,6 +153,14 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rq *request) {
 			"Impersonate-* headers are refused: the gateway sets the identity itself (hub users act as "+Prefix+"<user>)")
 		return
 	}
+	if hasProtocolToken(r.Header) {
+		// The API server takes a bearer token from a WebSocket
+		// subprotocol too; one there could carry a hub token past the
+		// checks above.
+		g.refuse(w, rq, http.StatusUnauthorized, "protocol_token", "Unauthorized",
+			"bearer tokens in Sec-WebSocket-Protocol are refused: send the token in the Authorization header")
+		return
+	}
 	if g.opts.Serving != nil {
 		if ok, why := g.opts.Serving(); !ok {
 			g.unavailable(w, rq, "not_serving", "this replica does not serve the gateway now: "+why)
@@ -165,6 +173,11 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rq *request) {
 		g.m.reviews.WithLabelValues("error").Inc()
 		g.log.Warn("hub TokenReview failed; refusing the request", "err", err)
 		g.unavailable(w, rq, "review_failed", "the hub's TokenReview could not be reached; try again")
+		return
+	case hub && id.Username == "":
+		// Never forward as the impersonator itself.
+		g.m.reviews.WithLabelValues("authenticated").Inc()
+		g.refuse(w, rq, http.StatusUnauthorized, "no_username", "Unauthorized", "the hub authenticated the token without a username")
 		return
 	case hub:
 		g.m.reviews.WithLabelValues("authenticated").Inc()
@@ -354,6 +367,19 @@ func (g *Gateway) finish(w *recorder, r *http.Request, rq *request) {
 		g.log.Log(r.Context(), level, "gateway request", "method", r.Method, "path", r.URL.EscapedPath(), "cluster", rq.cluster,
 			"mode", rq.mode, "user", rq.user, "code", code, "refused", rq.refusal, "remote", r.RemoteAddr, "duration", elapsed)
 	}
+}
+
+// protocolTokenPrefix marks a bearer token sent as a WebSocket subprotocol
+// (Kubernetes' authenticator for browsers).
+const protocolTokenPrefix = "base64url.bearer.authorization.k8s.io."
+
+func hasProtocolToken(h http.Header) bool {
+	for _, v := range h.Values("Sec-WebSocket-Protocol") {
+		if strings.Contains(strings.ToLower(v), protocolTokenPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // isUpgrade reports a request asking to switch protocols (SPDY or

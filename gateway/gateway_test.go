@@ -161,6 +161,11 @@ func TestGatewayRequests(t *testing.T) {
 		{name: "forged impersonation on a pass-through token", path: "/c1/api", passThrough: true,
 			header: http.Header{"Authorization": {"Bearer " + managedToken}, "Impersonate-User": {"system:admin"}},
 			want:   want{code: 403}},
+		{name: "token in a WebSocket subprotocol", path: "/c1/api/v1/namespaces/a/pods/p/exec", passThrough: true,
+			header: http.Header{"Authorization": {"Bearer " + managedToken}, "Sec-Websocket-Protocol": {"v5.channel.k8s.io, base64url.bearer.authorization.k8s.io.aHVi"}},
+			want:   want{code: 401, message: "Sec-WebSocket-Protocol"}},
+		{name: "hub identity without a username", path: "/c1/api", header: http.Header{"Authorization": {"Bearer nameless"}},
+			want: want{code: 401, message: "without a username"}},
 		{name: "two Authorization headers", path: "/c1/api", header: http.Header{"Authorization": {"Bearer " + hubToken, "Bearer " + managedToken}},
 			want: want{code: 401, message: "more than one Authorization header"}},
 		{name: "no token", path: "/c1/api", want: want{code: 401, message: "no anonymous requests"}},
@@ -198,7 +203,7 @@ func TestGatewayRequests(t *testing.T) {
 				}
 				return hub.jwks(t), nil
 			}}
-			g, err := New(Options{Pool: pool, Reviewer: mapReviewer{ids: map[string]Identity{hubToken: alice}, err: tt.reviewErr},
+			g, err := New(Options{Pool: pool, Reviewer: mapReviewer{ids: map[string]Identity{hubToken: alice, "nameless": {Groups: []string{"g"}}}, err: tt.reviewErr},
 				Tokens: keys, PassThrough: tt.passThrough})
 			if err != nil {
 				t.Fatal(err)

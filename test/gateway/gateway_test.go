@@ -7,6 +7,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -620,6 +621,8 @@ func TestGatewayRefusesAttacks(t *testing.T) {
 		{"forged Impersonate-Extra", base, good, http.Header{"Impersonate-Extra-Scopes": {"all"}}, 403, "Impersonate-"},
 		{"two Authorization headers", base, "", http.Header{"Authorization": {good, good}}, 401, "more than one Authorization"},
 		{"no token", base, "", nil, 401, "no anonymous requests"},
+		{"hub token in a WebSocket subprotocol", base, "Bearer " + expired,
+			http.Header{"Sec-Websocket-Protocol": {"base64url.bearer.authorization.k8s.io." + base64.RawURLEncoding.EncodeToString([]byte(s.userToken))}}, 401, "Sec-WebSocket-Protocol"},
 		{"expired hub token", base, "Bearer " + expired, nil, 401, "hub tokens are never forwarded"},
 		{"revoked hub token", base, "Bearer " + revoked, nil, 401, "hub tokens are never forwarded"},
 		{"opaque unknown token", base, "Bearer 0123456789abcdef", nil, 401, "only a managed cluster's JWT"},
