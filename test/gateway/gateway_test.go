@@ -349,6 +349,23 @@ current-context: hub
 	return path
 }
 
+// gatewayKubeconfig runs `hubsync kubeconfig` for the hub identity (its
+// own hub kubeconfig holds its token) and returns the file, checked 0600.
+func (s *setup) gatewayKubeconfig(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	hubUser := s.writeHubUserKubeconfig(t)
+	kc := filepath.Join(s.dir, cluster+".kubeconfig")
+	cmd := exec.CommandContext(ctx, env.hubsync, "kubeconfig", "--cluster", cluster, "--gateway", s.url, "--ca-file", s.caFile,
+		"--hub-kubeconfig", hubUser, "-o", kc)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hubsync kubeconfig: %v\n%s", err, out)
+	}
+	if st, err := os.Stat(kc); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("kubeconfig mode: %v %v; want 0600", st, err)
+	}
+	return kc
+}
+
 // metric returns the sum of the samples of name whose labels contain
 // every one of match.
 func (s *setup) metric(t *testing.T, name string, match ...string) float64 {
@@ -387,16 +404,7 @@ func TestKubectlThroughGateway(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s := start(t, ctx)
-	hubUser := s.writeHubUserKubeconfig(t)
-	kc := filepath.Join(s.dir, cluster+".kubeconfig")
-	cmd := exec.CommandContext(ctx, env.hubsync, "kubeconfig", "--cluster", cluster, "--gateway", s.url, "--ca-file", s.caFile,
-		"--hub-kubeconfig", hubUser, "-o", kc)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("hubsync kubeconfig: %v\n%s", err, out)
-	}
-	if st, err := os.Stat(kc); err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("kubeconfig mode: %v %v; want 0600", st, err)
-	}
+	kc := s.gatewayKubeconfig(t, ctx)
 
 	// Who am I on the managed cluster: the prefixed name and prefixed
 	// groups, plus system:authenticated, which the API server adds.
@@ -766,12 +774,7 @@ func TestStreamingThroughGateway(t *testing.T) {
 	if _, err := k.Register(ctx, env.managed.Config, pod); err != nil {
 		t.Fatal(err)
 	}
-	hubUser := s.writeHubUserKubeconfig(t)
-	kc := filepath.Join(s.dir, cluster+".kubeconfig")
-	if out, err := exec.CommandContext(ctx, env.hubsync, "kubeconfig", "--cluster", cluster, "--gateway", s.url, "--ca-file", s.caFile,
-		"--hub-kubeconfig", hubUser, "-o", kc).CombinedOutput(); err != nil {
-		t.Fatalf("hubsync kubeconfig: %v\n%s", err, out)
-	}
+	kc := s.gatewayKubeconfig(t, ctx)
 	before := s.metric(t, "hubsync_gateway_requests_total", `code="101"`)
 	kubelet.Suite(ctx, t, k, &kubelet.Kubectl{Bin: env.kubectl, Kubeconfig: kc, Home: s.dir, Namespace: pod.Namespace}, pod)
 	// Exec, attach and port-forward over two transports: 12 upgrades
