@@ -1346,8 +1346,13 @@ func TestDeployManifests(t *testing.T) {
 	if err != nil {
 		t.Fatalf("config.yaml server.address: %v", err)
 	}
-	if len(c.Ports) != 1 || strconv.Itoa(int(c.Ports[0].ContainerPort)) != port || c.Ports[0].Name != "metrics" {
-		t.Errorf("container ports %+v; config.yaml serves on %s", c.Ports, cfg.Server.Address)
+	_, gwPort, err := net.SplitHostPort(cfg.Gateway.Listen)
+	if err != nil {
+		t.Fatalf("config.yaml gateway.listen: %v", err)
+	}
+	if len(c.Ports) != 2 || strconv.Itoa(int(c.Ports[0].ContainerPort)) != port || c.Ports[0].Name != "metrics" ||
+		strconv.Itoa(int(c.Ports[1].ContainerPort)) != gwPort || c.Ports[1].Name != "gateway" {
+		t.Errorf("container ports %+v; config.yaml serves metrics on %s and the gateway on %s", c.Ports, cfg.Server.Address, cfg.Gateway.Listen)
 	}
 	mounted := false
 	for _, m := range c.VolumeMounts {
