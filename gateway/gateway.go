@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -133,7 +134,9 @@ type request struct {
 	refusal  string
 	upgrade  bool
 	switched bool // the cluster answered 101 and the connection was handed over
-	watch    bool
+	// bodyDeadline: reading the body is bounded by BodyTimeout.
+	bodyDeadline bool
+	watch        bool
 }
 
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rq *request) {
@@ -238,6 +241,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rq *request, r
 		// then lift the deadline so that a long response is not cut.
 		rc := http.NewResponseController(w)
 		if rc.SetReadDeadline(time.Now().Add(g.opts.BodyTimeout)) == nil {
+			rq.bodyDeadline = true
 			r.Body = &clearOnEOF{ReadCloser: r.Body, clear: func() { _ = rc.SetReadDeadline(time.Time{}) }}
 		}
 	}
@@ -305,6 +309,10 @@ func (g *Gateway) proxyError(w http.ResponseWriter, rq *request, err error) {
 		g.unavailable(w, rq, "cluster_not_ready", err.Error())
 	case errors.Is(err, tunnel.ErrNoCredential):
 		g.unavailable(w, rq, "no_credential", err.Error()+": the gateway has no impersonating credential for it")
+	case errors.Is(err, os.ErrDeadlineExceeded) && rq.bodyDeadline:
+		rq.refusal = "slow_body"
+		writeStatus(w, http.StatusRequestTimeout, "Timeout",
+			fmt.Sprintf("the request body did not arrive within %s", g.opts.BodyTimeout))
 	case errors.Is(err, context.Canceled):
 		// The client went away.
 		rq.refusal = "client_gone"
@@ -428,7 +436,11 @@ func (r *recorder) Write(b []byte) (int, error) {
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// clearOnEOF calls clear once the body is read to its end or closed.
+// clearOnEOF calls clear once the body has been read to its end. A body
+// that fails (the deadline passed) or is left unread keeps its deadline:
+// net/http reads what is left of a small unread body before it answers,
+// and without the deadline a client that stops sending would hold that
+// answer forever.
 type clearOnEOF struct {
 	io.ReadCloser
 	clear func()
@@ -437,17 +449,10 @@ type clearOnEOF struct {
 
 func (c *clearOnEOF) Read(p []byte) (int, error) {
 	n, err := c.ReadCloser.Read(p)
-	if err != nil && c.done.CompareAndSwap(false, true) {
+	if err == io.EOF && c.done.CompareAndSwap(false, true) {
 		c.clear()
 	}
 	return n, err
-}
-
-func (c *clearOnEOF) Close() error {
-	if c.done.CompareAndSwap(false, true) {
-		c.clear()
-	}
-	return c.ReadCloser.Close()
 }
 
 // trackUpgrade counts an upgraded connection as open until it closes.

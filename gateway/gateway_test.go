@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,8 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -371,3 +374,51 @@ func TestGatewayForwardGroups(t *testing.T) {
 		t.Fatalf("groups %q; want only the allowed ones, prefixed", gr)
 	}
 }
+
+// TestGatewaySlowBody: a client that stops sending its body is cut off
+// after BodyTimeout with a 408, on a real HTTP server.
+func TestGatewaySlowBody(t *testing.T) {
+	pool := &fakePool{states: map[string]tunnel.State{"c1": tunnel.StateReady}, msa: "m"}
+	var readErr error
+	reading := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		_, readErr = io.ReadAll(r.Body) // as the transport sends the body upstream
+		return nil, readErr
+	})
+	g, err := New(Options{Pool: fixedPool{fakePool: pool, rt: reading}, BodyTimeout: 200 * time.Millisecond,
+		Reviewer: mapReviewer{ids: map[string]Identity{"t": {Username: "a"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /c1/api/v1/namespaces/a/configmaps HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer t\r\n"+
+		"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"kind\":"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body after %s: %v", time.Since(start), err)
+	}
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("code %d; want 408", resp.StatusCode)
+	}
+	if !errors.Is(readErr, os.ErrDeadlineExceeded) {
+		t.Fatalf("the body read ended with %v; want the deadline", readErr)
+	}
+}
+
+// fixedPool is fakePool with one round tripper for every mode.
+type fixedPool struct {
+	*fakePool
+	rt http.RoundTripper
+}
+
+func (p fixedPool) RoundTripper(string) http.RoundTripper              { return p.rt }
+func (p fixedPool) AuthenticatedRoundTripper(string) http.RoundTripper { return p.rt }
