@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -82,6 +83,7 @@ type Gateway struct {
 	m        *metrics
 	log      *slog.Logger
 	reviewer *CachedReviewer
+	buffers  *bufferPool
 }
 
 // New builds a gateway.
@@ -106,7 +108,7 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	reviewer := NewCachedReviewer(opts.Reviewer, opts.ReviewCacheTTL, opts.ReviewCacheSize, opts.Now, m.hits.Inc)
-	return &Gateway{opts: opts, m: m, log: opts.Log, reviewer: reviewer}, nil
+	return &Gateway{opts: opts, m: m, log: opts.Log, reviewer: reviewer, buffers: &bufferPool{}}, nil
 }
 
 // Request modes, for metrics and logs.
@@ -226,7 +228,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rq *request) {
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rq *request, route Route, id Identity) {
 	impersonate := rq.mode == modeImpersonate
 	rq.upgrade = isUpgrade(r)
-	rq.watch = r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1" || r.URL.Query().Get("follow") == "true"
+	q := r.URL.Query()
+	watch, _ := strconv.ParseBool(q.Get("watch"))
+	follow, _ := strconv.ParseBool(q.Get("follow"))
+	rq.watch = watch || follow || strings.Contains(route.Path, "/watch/")
 	var rt http.RoundTripper
 	switch {
 	case rq.upgrade:
@@ -265,10 +270,13 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rq *request, r
 				_ = Impersonate(out.Header, g.forwarded(id))
 			}
 		},
-		// Watches, logs and lists stream: the API server's chunks reach
-		// the client as they come.
+		// Watches and followed logs reach the client as they come; a
+		// finished answer (a get, a list) is written in as few frames as
+		// the server's buffers allow (see recorder.FlushError).
 		FlushInterval: -1,
+		BufferPool:    g.buffers,
 		ModifyResponse: func(resp *http.Response) error {
+			w.(*recorder).buffered = !rq.watch && finished(resp)
 			if resp.StatusCode == http.StatusSwitchingProtocols {
 				// The proxy writes a 101 on the hijacked connection,
 				// never through WriteHeader.
@@ -414,11 +422,47 @@ func reasonSuffix(r string) string {
 }
 
 // recorder remembers the status code; Unwrap lets http.ResponseController
-// reach the server's writer (flush, hijack, deadlines).
+// reach the server's writer (hijack, deadlines). While buffered, flushes
+// are skipped: the reverse proxy flushes after every read of a response
+// without a length, which for a large list means a frame and a write per
+// read.
 type recorder struct {
 	http.ResponseWriter
-	code int
+	code     int
+	buffered bool
 }
+
+// FlushError is what http.ResponseController's Flush calls.
+func (r *recorder) FlushError() error {
+	if r.buffered {
+		return nil
+	}
+	return http.NewResponseController(r.ResponseWriter).Flush()
+}
+
+// finished reports a response that is one whole object or list (JSON or
+// protobuf, not a watch stream): nothing waits on its first bytes.
+func finished(resp *http.Response) bool {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return false
+	}
+	ct := strings.ToLower(resp.Header.Get("Content-Type"))
+	return (strings.HasPrefix(ct, "application/json") || strings.HasPrefix(ct, "application/vnd.kubernetes.protobuf")) &&
+		!strings.Contains(ct, "stream=")
+}
+
+// bufferPool holds the reverse proxy's copy buffers, reused across
+// requests instead of 32 KiB allocated for each.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 func (r *recorder) WriteHeader(code int) {
 	if r.code == 0 || r.code == http.StatusSwitchingProtocols {
