@@ -15,6 +15,7 @@ require (
 	github.com/prometheus/client_model v0.6.2
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
 	golang.org/x/net v0.52.0
+	golang.org/x/sync v0.20.0
 	google.golang.org/grpc v1.72.2
 	k8s.io/api v0.35.3
 	k8s.io/apimachinery v0.35.3

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -47,6 +48,9 @@ func (r TokenReviewer) Review(ctx context.Context, token string) (Identity, bool
 	return id, true, nil
 }
 
+// reviewTimeout bounds one TokenReview.
+const reviewTimeout = 10 * time.Second
+
 // MaxCacheTTL bounds how long a positive review is trusted: a revoked or
 // expired hub token stops working within it.
 const MaxCacheTTL = 10 * time.Second
@@ -65,6 +69,9 @@ type CachedReviewer struct {
 	entries map[[32]byte]*list.Element
 	order   *list.List // front: most recently used
 	hits    func()
+	// flight makes concurrent misses of one token (every request in
+	// flight when its entry expires) send one TokenReview.
+	flight singleflight.Group
 }
 
 type cached struct {
@@ -110,22 +117,61 @@ func (c *CachedReviewer) Review(ctx context.Context, token string) (Identity, bo
 		delete(c.entries, key)
 	}
 	c.mu.Unlock()
-	id, ok, err := c.next.Review(ctx, token)
-	if err != nil || !ok {
-		return id, ok, err
+	v, err, _ := c.flight.Do(string(key[:]), func() (any, error) {
+		// A flight that ended just before this one may have cached it.
+		if id, ok := c.fresh(key); ok {
+			return reviewed{id: id, ok: true}, nil
+		}
+		// Shared by every waiter: one client going away must not fail
+		// the others' review.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
+		defer cancel()
+		asked := c.now()
+		id, ok, err := c.next.Review(ctx, token)
+		if err == nil && ok {
+			// Trusted for ttl from when the hub was asked; refusals and
+			// errors are never cached.
+			c.store(key, id, asked.Add(c.ttl))
+		}
+		return reviewed{id: id, ok: ok}, err
+	})
+	if err != nil {
+		return Identity{}, false, err
 	}
+	r := v.(reviewed)
+	return r.id, r.ok, nil
+}
+
+// store caches a positive review, evicting the least recently used.
+func (c *CachedReviewer) store(key [32]byte, id Identity, expires time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[key]; ok {
 		c.order.Remove(el)
 	}
-	c.entries[key] = c.order.PushFront(&cached{key: key, id: id, expires: now.Add(c.ttl)})
+	c.entries[key] = c.order.PushFront(&cached{key: key, id: id, expires: expires})
 	for c.order.Len() > c.size {
 		oldest := c.order.Back()
 		c.order.Remove(oldest)
 		delete(c.entries, oldest.Value.(*cached).key)
 	}
-	return id, true, nil
+}
+
+// fresh returns the cached identity for key while it is fresh.
+func (c *CachedReviewer) fresh(key [32]byte) (Identity, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.entries[key]; ok {
+		if e := el.Value.(*cached); c.now().Before(e.expires) {
+			return e.id, true
+		}
+	}
+	return Identity{}, false
+}
+
+type reviewed struct {
+	id Identity
+	ok bool
 }
 
 // Len is how many reviews are cached.

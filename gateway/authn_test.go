@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -81,5 +83,41 @@ func TestCachedReviewer(t *testing.T) {
 	}
 	if hits != 3 {
 		t.Fatalf("%d cache hits counted, want 3", hits)
+	}
+}
+
+// blockingReviewer counts reviews and holds each until release closes.
+type blockingReviewer struct {
+	n       atomic.Int32
+	release chan struct{}
+}
+
+func (b *blockingReviewer) Review(context.Context, string) (Identity, bool, error) {
+	b.n.Add(1)
+	<-b.release
+	return Identity{Username: "a"}, true, nil
+}
+
+func TestCachedReviewerOneReviewPerTokenInFlight(t *testing.T) {
+	next := &blockingReviewer{release: make(chan struct{})}
+	c := NewCachedReviewer(next, time.Second, 10, nil, nil)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, ok, err := c.Review(context.Background(), "tok"); !ok || err != nil {
+				t.Errorf("review: %v %v", ok, err)
+			}
+		}()
+	}
+	// Wait until the one review is in flight, then let it answer.
+	for next.n.Load() == 0 {
+		runtime.Gosched()
+	}
+	close(next.release)
+	wg.Wait()
+	if n := next.n.Load(); n != 1 {
+		t.Fatalf("%d TokenReviews for 50 concurrent requests of one token; want 1", n)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -84,6 +85,7 @@ type Gateway struct {
 	log      *slog.Logger
 	reviewer *CachedReviewer
 	buffers  *bufferPool
+	errorLog *log.Logger // the reverse proxy's, at debug level
 }
 
 // New builds a gateway.
@@ -108,7 +110,8 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	reviewer := NewCachedReviewer(opts.Reviewer, opts.ReviewCacheTTL, opts.ReviewCacheSize, opts.Now, m.hits.Inc)
-	return &Gateway{opts: opts, m: m, log: opts.Log, reviewer: reviewer, buffers: &bufferPool{}}, nil
+	return &Gateway{opts: opts, m: m, log: opts.Log, reviewer: reviewer, buffers: &bufferPool{},
+		errorLog: slog.NewLogLogger(opts.Log.Handler(), slog.LevelDebug)}, nil
 }
 
 // Request modes, for metrics and logs.
@@ -288,7 +291,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rq *request, r
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) { g.proxyError(w, rq, err) },
-		ErrorLog:     slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+		ErrorLog:     g.errorLog,
 	}
 	proxy.ServeHTTP(w, r)
 }
