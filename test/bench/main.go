@@ -23,10 +23,14 @@
 //     managed kube-apiserver: a small GET's p50/p99 at concurrency 1 and 32
 //     through the warm pool, through a new tunnel per request and
 //     directly; the time to bring 500 simulated clusters to ready; the
-//     memory of a warm entry.
+//     memory of a warm entry;
+//   - the access gateway, over the same real parts and the hub's
+//     TokenReview: a small GET's p50/p99 at concurrency 1, 32 and 128 and
+//     a large list's throughput through the gateway, directly, and through
+//     a gateway whose pool dials the API server without konnectivity.
 //
-// --tunnel-only, --initial-only, --initial-pairs, --sink-pairs, --sinks and
-// --cpuprofile narrow it down for diagnosis.
+// --tunnel-only, --gateway-only, --initial-only, --initial-pairs,
+// --sink-pairs, --sinks and --cpuprofile narrow it down for diagnosis.
 package main
 
 import (
@@ -74,12 +78,21 @@ func main() {
 	flag.IntVar(&tunnelRepeats, "tunnel-repeats", 5, "repeats of each tunnel figure")
 	flag.IntVar(&tunnelRequests, "tunnel-requests", 640, "requests per tunnel latency measurement (a multiple of 32)")
 	flag.IntVar(&tunnelClusters, "tunnel-clusters", 500, "simulated clusters brought to ready through the pool")
+	flag.BoolVar(&gatewayOnly, "gateway-only", false, "print only the access gateway's figures")
+	flag.IntVar(&gatewayRepeats, "gateway-repeats", 5, "repeats of each gateway figure")
+	flag.IntVar(&gatewayRequests, "gateway-requests", 640, "requests per gateway latency measurement (a multiple of 128)")
+	flag.IntVar(&gatewayLists, "gateway-lists", 24, "large lists per gateway throughput measurement (a multiple of 4)")
+	flag.StringVar(&gatewayCPUProfile, "gateway-cpuprofile", "", "file for a CPU profile of the bench process (clients and gateways) during the gateway measurements")
 	sinkList := flag.String("sinks", "files,argocd,hooks", "the sinks of the sink pairs, for diagnosis: any of files (kubeconfig), argocd, hooks (webhook)")
 	flag.Parse()
 	for _, n := range strings.Split(*sinkList, ",") {
 		if n = strings.TrimSpace(n); n != "" {
 			benchSinks = append(benchSinks, n)
 		}
+	}
+	if gatewayRequests < 128 || gatewayRequests%128 != 0 || gatewayLists < 4 || gatewayLists%4 != 0 || gatewayRepeats < 1 {
+		fmt.Fprintln(os.Stderr, "bench: --gateway-requests must be a multiple of 128, --gateway-lists of 4, --gateway-repeats at least 1")
+		os.Exit(2)
 	}
 	if initialPairs < 1 || sinkPairs < 1 {
 		fmt.Fprintln(os.Stderr, "bench: --initial-pairs and --sink-pairs must be at least 1")
@@ -124,10 +137,17 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		return err
 	}
 	defer cp.Stop()
-	if err := benchTunnel(ctx, cp); err != nil {
-		return fmt.Errorf("tunnel figures: %w", err)
+	if !gatewayOnly {
+		if err := benchTunnel(ctx, cp); err != nil {
+			return fmt.Errorf("tunnel figures: %w", err)
+		}
 	}
-	if tunnelOnly {
+	if !tunnelOnly {
+		if err := benchGateway(ctx, cp); err != nil {
+			return fmt.Errorf("gateway figures: %w", err)
+		}
+	}
+	if tunnelOnly || gatewayOnly {
 		return nil
 	}
 	hub, err := fleet.NewHub(cp.Config)
