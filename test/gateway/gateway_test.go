@@ -206,7 +206,20 @@ func start(t *testing.T, ctx context.Context) *setup {
 // applyManagedRBAC applies the shipped deploy/gateway/managed-cluster-rbac.yaml.
 func applyManagedRBAC(t *testing.T, ctx context.Context, kube kubernetes.Interface) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "gateway", "managed-cluster-rbac.yaml"))
+	role, binding := roleAndBinding(t, "managed-cluster-rbac.yaml")
+	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// roleAndBinding decodes the ClusterRole and ClusterRoleBinding that
+// open deploy/gateway/<file>.
+func roleAndBinding(t *testing.T, file string) (rbacv1.ClusterRole, rbacv1.ClusterRoleBinding) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "gateway", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,15 +228,10 @@ func applyManagedRBAC(t *testing.T, ctx context.Context, kube kubernetes.Interfa
 	var binding rbacv1.ClusterRoleBinding
 	for _, into := range []any{&role, &binding} {
 		if err := dec.Decode(into); err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", file, err)
 		}
 	}
-	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	return role, binding
 }
 
 // grant lets the prefixed hub identity read ConfigMaps and pods (and

@@ -1,20 +1,15 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -29,18 +24,7 @@ func TestHubRBAC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	admin := kubernetes.NewForConfigOrDie(env.hub.Config)
-	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "gateway", "hub-rbac.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var role rbacv1.ClusterRole
-	var binding rbacv1.ClusterRoleBinding
-	for _, into := range []any{&role, &binding} {
-		if err := dec.Decode(into); err != nil {
-			t.Fatal(err)
-		}
-	}
+	role, binding := roleAndBinding(t, "hub-rbac.yaml")
 	sa := binding.Subjects[0]
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sa.Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
