@@ -101,8 +101,8 @@ func CheckSource(cluster, msa string, hub *corev1.Secret) CopyProblem {
 }
 
 // DesiredCopy returns the copy of hub's data that must sit next to profile:
-// same type and data keys, the synced-from label, hubsync's annotations and
-// a controller ownerReference to the profile.
+// type Opaque, the token and CA keys only, the synced-from label,
+// hubsync's annotations and a controller ownerReference to the profile.
 func DesiredCopy(cluster, msaName string, msa *msav1beta1.ManagedServiceAccount, hub *corev1.Secret, profile *cpv1alpha1.ClusterProfile) *corev1.Secret {
 	token := hub.Data[TokenKey]
 	annotations := map[string]string{
@@ -112,9 +112,14 @@ func DesiredCopy(cluster, msaName string, msa *msav1beta1.ManagedServiceAccount,
 	if exp, ok := TokenExpiry(msa, token); ok {
 		annotations[AnnotationTokenExpiration] = exp.Format(time.RFC3339)
 	}
-	data := make(map[string][]byte, len(hub.Data))
-	for k, v := range hub.Data {
-		data[k] = append([]byte(nil), v...)
+	// Only the token and the cluster's CA, the keys the
+	// managed-serviceaccount agent writes: whatever else someone puts in
+	// the hub Secret stays there.
+	data := make(map[string][]byte, 2)
+	for _, k := range [...]string{TokenKey, CAKey} {
+		if v, ok := hub.Data[k]; ok {
+			data[k] = append([]byte(nil), v...)
+		}
 	}
 	yes := true
 	return &corev1.Secret{
