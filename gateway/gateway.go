@@ -144,7 +144,7 @@ type request struct {
 	watch        bool
 }
 
-func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rq *request) {
+func (g *Gateway) serve(w *recorder, r *http.Request, rq *request) {
 	rq.mode = modeRefused
 	route, err := ParseRoute(r.URL)
 	if err != nil {
@@ -228,7 +228,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, rq *request) {
 }
 
 // forward sends the request to the cluster over the pool.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rq *request, route Route, id Identity) {
+func (g *Gateway) forward(w *recorder, r *http.Request, rq *request, route Route, id Identity) {
 	impersonate := rq.mode == modeImpersonate
 	rq.upgrade = isUpgrade(r)
 	q := r.URL.Query()
@@ -279,7 +279,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rq *request, r
 		FlushInterval: -1,
 		BufferPool:    g.buffers,
 		ModifyResponse: func(resp *http.Response) error {
-			w.(*recorder).buffered = !rq.watch && finished(resp)
+			w.buffered = !rq.watch && finished(resp)
 			if resp.StatusCode == http.StatusSwitchingProtocols {
 				// The proxy writes a 101 on the hijacked connection,
 				// never through WriteHeader.

@@ -523,42 +523,22 @@ var gatewayRoles = []string{"bench", "managed kube-apiserver", "etcd", "proxy-se
 // the figures are summed over every repeat before they are divided.
 func gatewayCPU() map[string]time.Duration {
 	out := map[string]time.Duration{}
-	self := os.Getpid()
-	if c, err := fleet.ProcessCPUTime(self); err == nil {
+	if c, err := fleet.ProcessCPUTime(os.Getpid()); err == nil {
 		out["bench"] = c
 	}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return out
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
-		if open < 0 || end < open {
-			continue
-		}
-		role, rest := string(stat[open+1:end]), strings.Fields(string(stat[end+1:]))
-		if len(rest) < 2 || !slices.Contains(gatewayRoles, role) && role != "kube-apiserver" {
-			continue
-		}
-		if ppid, _ := strconv.Atoi(rest[1]); ppid != self {
-			continue
-		}
-		if role == "kube-apiserver" {
+	for _, c := range children() {
+		role := c.name
+		switch {
+		case role == "kube-apiserver":
 			role = "hub kube-apiserver"
-			if cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); bytes.Contains(cmd, []byte("--bind-address="+gatewayIP)) {
+			if cmd, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(c.pid), "cmdline")); bytes.Contains(cmd, []byte("--bind-address="+gatewayIP)) {
 				role = "managed kube-apiserver"
 			}
+		case !slices.Contains(gatewayRoles, role):
+			continue
 		}
-		if c, err := fleet.ProcessCPUTime(pid); err == nil {
-			out[role] += c
+		if cpu, err := fleet.ProcessCPUTime(c.pid); err == nil {
+			out[role] += cpu
 		}
 	}
 	return out

@@ -449,12 +449,33 @@ func cpuProfile(path string) func(*fleet.Daemon) error {
 // controlPlaneCPU is the CPU time used so far by this process's
 // kube-apiserver and etcd children; 0 if they cannot be read.
 func controlPlaneCPU() time.Duration {
+	var total time.Duration
+	for _, c := range children() {
+		if c.name != "kube-apiserver" && c.name != "etcd" {
+			continue
+		}
+		if cpu, err := fleet.ProcessCPUTime(c.pid); err == nil {
+			total += cpu
+		}
+	}
+	return total
+}
+
+// child is a process this one started.
+type child struct {
+	pid  int
+	name string // the command's name, as /proc/<pid>/stat gives it
+}
+
+// children lists this process's child processes from /proc; none if it
+// cannot be read.
+func children() []child {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return nil
 	}
 	self := os.Getpid()
-	var total time.Duration
+	var out []child
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -468,18 +489,15 @@ func controlPlaneCPU() time.Duration {
 		if open < 0 || end < open {
 			continue
 		}
-		name, rest := string(stat[open+1:end]), strings.Fields(string(stat[end+1:]))
-		if len(rest) < 2 || (name != "kube-apiserver" && name != "etcd") {
+		rest := strings.Fields(string(stat[end+1:]))
+		if len(rest) < 2 {
 			continue
 		}
-		if ppid, _ := strconv.Atoi(rest[1]); ppid != self {
-			continue
-		}
-		if c, err := fleet.ProcessCPUTime(pid); err == nil {
-			total += c
+		if ppid, _ := strconv.Atoi(rest[1]); ppid == self {
+			out = append(out, child{pid: pid, name: string(stat[open+1 : end])})
 		}
 	}
-	return total
+	return out
 }
 
 // percentages formats ratios as changes: 1.031 is "+3.1%".

@@ -85,18 +85,12 @@ func startDemoTunnels(ctx context.Context, cp *controlplane.ControlPlane, hub *f
 			return nil, config.Tunnel{}, err
 		}
 	}
-	conf := config.Tunnel{
-		Enabled: true, Transport: config.TunnelKonnectivity, ManagedServiceAccount: tunnelMSA,
-		Konnectivity: config.Konnectivity{
-			Address: t.srv.ClientAddress, CAFile: t.srv.CAFile, CertFile: t.srv.CertFile, KeyFile: t.srv.KeyFile,
-			// cluster-proxy dials <cluster>:443 and resolves it on the
-			// managed side; here each cluster's own URL stands for it.
-			DialAddress: "{{.ServerHost}}",
-		},
-		ProbeInterval: metav1.Duration{Duration: 2 * time.Second},
-		ProbeTimeout:  metav1.Duration{Duration: time.Second},
-		Backoff:       config.Retry{BaseDelay: metav1.Duration{Duration: 200 * time.Millisecond}, MaxDelay: metav1.Duration{Duration: 2 * time.Second}},
-	}
+	// cluster-proxy dials <cluster>:443 and resolves it on the managed
+	// side; here each cluster's own URL stands for it ({{.ServerHost}}).
+	conf := t.srv.TunnelConfig(tunnelMSA)
+	conf.ProbeInterval = metav1.Duration{Duration: 2 * time.Second}
+	conf.ProbeTimeout = metav1.Duration{Duration: time.Second}
+	conf.Backoff = config.Retry{BaseDelay: metav1.Duration{Duration: 200 * time.Millisecond}, MaxDelay: metav1.Duration{Duration: 2 * time.Second}}
 	return t, conf, nil
 }
 

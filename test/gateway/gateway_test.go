@@ -154,16 +154,8 @@ func start(t *testing.T, ctx context.Context) *setup {
 	s.url = "https://" + addr
 
 	conf := *config.Default()
-	conf.Tunnel = config.Tunnel{
-		Enabled: true, Transport: config.TunnelKonnectivity, ManagedServiceAccount: msaName,
-		Konnectivity: config.Konnectivity{
-			Address: env.server.ClientAddress, CAFile: env.server.CAFile, CertFile: env.server.CertFile, KeyFile: env.server.KeyFile,
-			DialAddress: "{{.ServerHost}}",
-		},
-		ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gateway-test": "yes"}},
-		ProbeInterval:   metav1.Duration{Duration: time.Second}, ProbeTimeout: metav1.Duration{Duration: 900 * time.Millisecond},
-		Backoff: config.Retry{BaseDelay: metav1.Duration{Duration: 100 * time.Millisecond}, MaxDelay: metav1.Duration{Duration: time.Second}},
-	}
+	conf.Tunnel = env.server.TunnelConfig(msaName)
+	conf.Tunnel.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"gateway-test": "yes"}}
 	conf.Gateway = config.Gateway{
 		Enabled: true, Listen: addr, URL: s.url,
 		TLS: config.GatewayTLS{CertFile: certFile, KeyFile: keyFile, CAFile: s.caFile},

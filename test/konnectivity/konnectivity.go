@@ -19,6 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/pki"
 )
@@ -273,4 +276,21 @@ func freePorts(n int) ([]int, error) {
 		return nil, fmt.Errorf("no %d free ports in 20000-32000", n)
 	}
 	return ports, nil
+}
+
+// TunnelConfig is hubsync's tunnel section for this proxy-server, with
+// msa's token authenticating probes: each cluster is dialed at the
+// host:port of its ManagedCluster URL (the agents here register their
+// managed API server's address), with the short probe interval and
+// backoff tests use.
+func (s *Server) TunnelConfig(msa string) config.Tunnel {
+	return config.Tunnel{
+		Enabled: true, Transport: config.TunnelKonnectivity, ManagedServiceAccount: msa,
+		Konnectivity: config.Konnectivity{
+			Address: s.ClientAddress, CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile,
+			DialAddress: "{{.ServerHost}}",
+		},
+		ProbeInterval: metav1.Duration{Duration: time.Second}, ProbeTimeout: metav1.Duration{Duration: 900 * time.Millisecond},
+		Backoff: config.Retry{BaseDelay: metav1.Duration{Duration: 100 * time.Millisecond}, MaxDelay: metav1.Duration{Duration: time.Second}},
+	}
 }

@@ -55,15 +55,7 @@ func TestDaemonPublishesTunnelState(t *testing.T) {
 	joinCluster(t, h, d2, env.managed[1], fleet.ExclusiveSetLabels(set, nil))
 
 	conf := *config.Default()
-	conf.Tunnel = config.Tunnel{
-		Enabled: true, Transport: config.TunnelKonnectivity, ManagedServiceAccount: msaName,
-		Konnectivity: config.Konnectivity{
-			Address: env.server.ClientAddress, CAFile: env.server.CAFile, CertFile: env.server.CertFile, KeyFile: env.server.KeyFile,
-			DialAddress: "{{.ServerHost}}",
-		},
-		ProbeInterval: metav1.Duration{Duration: time.Second}, ProbeTimeout: metav1.Duration{Duration: 900 * time.Millisecond},
-		Backoff: config.Retry{BaseDelay: metav1.Duration{Duration: 100 * time.Millisecond}, MaxDelay: metav1.Duration{Duration: time.Second}},
-	}
+	conf.Tunnel = env.server.TunnelConfig(msaName)
 	logs := &fleet.LogBuffer{}
 	d, err := fleet.StartDaemon(ctx, bin, env.hub, conf, logs)
 	if err != nil {
