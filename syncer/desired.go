@@ -220,10 +220,6 @@ func DesiredStatus(cur cpv1alpha1.ClusterProfileStatus, cluster *clusterv1.Manag
 	}
 	mirror(clusterv1.ManagedClusterConditionAvailable, ConditionControlPlaneHealthy)
 	mirror(clusterv1.ManagedClusterConditionJoined, ConditionJoined)
-	if st.Conditions == nil {
-		// The CRD requires the field; an empty list is a valid value.
-		st.Conditions = []metav1.Condition{}
-	}
 	return st
 }
 

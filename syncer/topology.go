@@ -133,9 +133,15 @@ func (s *Syncer) create(ctx context.Context, ns string, cluster *clusterv1.Manag
 	s.log.Debug("profile created", "namespace", ns, "cluster", cluster.Name)
 	s.writes.wrote(created)
 	s.noteSkippedClaims(cluster)
+	if statusEmpty(status) {
+		// Nothing to report yet (no version, conditions, claims or
+		// providers): the create alone is the whole profile.
+		s.notifyProfile(stream.ProfileCreated, created)
+		return nil
+	}
 	withStatus := created.DeepCopy()
 	withStatus.Status = status
-	updated, err := s.clients.Profiles.ApisV1alpha1().ClusterProfiles(ns).UpdateStatus(ctx, withStatus, metav1.UpdateOptions{})
+	updated, err := s.writeStatus(ctx, withStatus)
 	s.countWrite("status", err)
 	if err != nil {
 		// The profile exists, without status: say so now; the retry's
@@ -181,7 +187,7 @@ func (s *Syncer) update(ctx context.Context, cur *cpv1alpha1.ClusterProfile, clu
 	}
 	s.noteSkippedClaims(cluster)
 	p.Status = status
-	updated, err := client.UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	updated, err := s.writeStatus(ctx, p)
 	s.countWrite("status", err)
 	if err != nil {
 		if isNamespaceGone(err) {

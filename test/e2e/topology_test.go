@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -175,6 +176,62 @@ func TestClusterStatus(t *testing.T) {
 	h.expectProfiles(ns, c)
 	if got := healthyAt(); got.Equal(&before) {
 		t.Fatalf("lastTransitionTime did not move on a status change")
+	}
+}
+
+// TestBareClusterStatus: a cluster that reports no version and no
+// conditions gets a profile whose status leaves both fields out, as OCM's
+// own controller writes it, from one create and no status write; the
+// fields appear as the cluster reports them.
+func TestBareClusterStatus(t *testing.T) {
+	h := newHarness(t)
+	ns := h.namespaces("consumer")[0]
+	set := h.name("set")
+	h.must(h.hub.CreateExclusiveSet(h.ctx, set))
+	h.must(h.hub.Bind(h.ctx, ns, set, true))
+	c := h.name("bare")
+	_, err := h.hub.Cluster.ClusterV1().ManagedClusters().Create(h.ctx, &clusterv1.ManagedCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: c, Labels: fleet.ExclusiveSetLabels(set, nil)},
+		Spec:       clusterv1.ManagedClusterSpec{HubAcceptsClient: true},
+	}, metav1.CreateOptions{})
+	h.must(err)
+	h.expectProfiles(ns, c)
+
+	rawStatus := func() map[string]json.RawMessage {
+		raw, err := h.hub.Profiles.ApisV1alpha1().RESTClient().Get().
+			Namespace(ns).Resource("clusterprofiles").Name(c).DoRaw(h.ctx)
+		h.must(err)
+		var obj struct {
+			Status map[string]json.RawMessage `json:"status"`
+		}
+		h.must(json.Unmarshal(raw, &obj))
+		return obj.Status
+	}
+	if st := rawStatus(); len(st) != 0 {
+		t.Fatalf("status of a bare cluster's profile = %v, want no fields", st)
+	}
+	h.waitIdle()
+	if got := h.metric("hubsync_profile_writes_total", map[string]string{"op": "status"}); got != 0 {
+		t.Errorf("status writes for a profile with nothing to report = %v, want 0", got)
+	}
+
+	h.must(h.hub.UpdateClusterStatus(h.ctx, c, func(st *clusterv1.ManagedClusterStatus) {
+		st.Version.Kubernetes = "v1.35.4"
+	}))
+	h.eventually("version written, conditions still left out", func() error {
+		st := rawStatus()
+		if string(st["version"]) != `{"kubernetes":"v1.35.4"}` {
+			return fmt.Errorf("status = %s", st)
+		}
+		if _, ok := st["conditions"]; ok {
+			return fmt.Errorf("conditions written for a cluster without conditions: %s", st["conditions"])
+		}
+		return nil
+	})
+	h.must(h.hub.SetAvailable(h.ctx, c, metav1.ConditionTrue))
+	h.expectProfiles(ns, c)
+	if _, ok := rawStatus()["conditions"]; !ok {
+		t.Fatal("conditions missing once the cluster reports them")
 	}
 }
 
