@@ -30,7 +30,10 @@ import (
 	"github.com/hubsync/hubsync/stream"
 )
 
-const bySource = "source" // credential copy -> "<cluster>/<msa>"
+const (
+	bySource      = "source"      // credential copy -> "<cluster>/<msa>"
+	byTokenSecret = "tokenSecret" // MSA -> "<cluster>/<status.tokenSecretRef.name>"
+)
 
 // credentials copies the token Secret of every ManagedServiceAccount
 // labelled sync-to-clusterprofile into each namespace holding a profile of
@@ -138,6 +141,14 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 	})}); err != nil {
 		return nil, fmt.Errorf("add copy indexer: %w", err)
 	}
+	if err := msaInf.Informer().AddIndexers(cache.Indexers{byTokenSecret: indexFunc(func(m *msav1beta1.ManagedServiceAccount) []string {
+		if ref := m.Status.TokenSecretRef; ref != nil && ref.Name != "" {
+			return []string{m.Namespace + "/" + ref.Name}
+		}
+		return nil
+	})}); err != nil {
+		return nil, fmt.Errorf("add token secret indexer: %w", err)
+	}
 	c.msas = msaInf.Lister()
 	c.msaIdx = msaInf.Informer().GetIndexer()
 	c.hubSecrets = hubInf.Lister()
@@ -171,9 +182,10 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 		h   cache.ResourceEventHandler
 	}{
 		{msaInf.Informer(), byKey(0)},
-		// The MSA Secret lives in the cluster's namespace under the MSA's
-		// name, so its namespace/name is the pair's key.
-		{hubInf.Informer(), byKey(c.coalesce)},
+		// A token Secret belongs to the MSAs whose status.tokenSecretRef
+		// names it (and, before any MSA reports it, to the MSA of its own
+		// name, which the agent gives it).
+		{hubInf.Informer(), c.tokenSecretHandler()},
 		{copyInf.Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    bySourceAnnotation,
 			UpdateFunc: func(_, obj any) { bySourceAnnotation(obj) },
@@ -192,6 +204,32 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 		c.synced = append(c.synced, r.HasSynced)
 	}
 	return c, nil
+}
+
+// tokenSecretHandler debounces the pairs a hub token Secret's change
+// concerns.
+func (c *credentials) tokenSecretHandler() cache.ResourceEventHandlerFuncs {
+	touch := func(obj any) {
+		key, ok := namespacedKey(obj)
+		if !ok {
+			return
+		}
+		keys := sets.New(key)
+		msas, _ := c.msaIdx.ByIndex(byTokenSecret, key)
+		for _, o := range msas {
+			if m, ok := o.(*msav1beta1.ManagedServiceAccount); ok {
+				keys.Insert(m.Namespace + "/" + m.Name)
+			}
+		}
+		for k := range keys {
+			if c.coalesce > 0 {
+				c.debounce.touch(k)
+			} else {
+				c.queue.Add(k)
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{AddFunc: touch, UpdateFunc: func(_, obj any) { touch(obj) }, DeleteFunc: touch}
 }
 
 func namespacedKey(obj any) (string, bool) {
@@ -287,9 +325,21 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 	if msa != nil && (msa.DeletionTimestamp != nil || msa.Labels[LabelSyncToClusterProfile] != "true") {
 		msa = nil
 	}
-	hub, err := c.hubSecrets.Secrets(cluster).Get(msaName)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
+	if msa != nil && (msa.Status.TokenSecretRef == nil || msa.Status.TokenSecretRef.Name == "") {
+		// The agent has not reported a token yet: copy nothing until it
+		// does, and leave any copies as they are.
+		c.log.Debug("ManagedServiceAccount has not reported its token Secret yet", "pair", key)
+		c.setProblem(key, nil, ProblemNone)
+		return nil
+	}
+	var hub *corev1.Secret
+	if msa != nil {
+		// The Secret the agent reported, not whichever Secret has the
+		// MSA's name.
+		hub, err = c.hubSecrets.Secrets(cluster).Get(msa.Status.TokenSecretRef.Name)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
 	}
 
 	existing := map[string]*corev1.Secret{}

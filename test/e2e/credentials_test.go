@@ -431,3 +431,78 @@ func TestCredentialAdoptsUpstreamCopies(t *testing.T) {
 		t.Fatalf("the upstream copy was reported as a conflict")
 	}
 }
+
+// TestCredentialFollowsTokenSecretRef: copies come only from the token
+// Secret the agent has reported in the MSA's status.tokenSecretRef, and
+// from that Secret whatever its name.
+func TestCredentialFollowsTokenSecretRef(t *testing.T) {
+	f := newCredFixture(t, "a", "b")
+	h := f.h
+	_, err := h.hub.CreateMSA(h.ctx, f.cluster, f.msa, true)
+	h.must(err)
+	exp := time.Now().Add(time.Hour)
+
+	// A token Secret the agent has not reported yet is not copied. A second
+	// pair, reported, whose Secret is written after it, is copied: its copy
+	// appearing first proves the first pair was seen and left alone.
+	unreported := f.token(exp)
+	_, err = h.hub.PutTokenSecret(h.ctx, f.cluster, f.msa, unreported, nil)
+	h.must(err)
+	_, err = h.hub.CreateMSA(h.ctx, f.cluster, "other", true)
+	h.must(err)
+	h.must(h.hub.PutToken(h.ctx, f.cluster, "other", f.token(exp), nil))
+	h.eventually("the reported pair's copies", func() error {
+		for _, n := range f.ns {
+			if _, err := h.hub.Kube.CoreV1().Secrets(n).Get(h.ctx, f.cluster+"-other", metav1.GetOptions{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, n := range f.ns {
+		if _, err := h.hub.Kube.CoreV1().Secrets(n).Get(h.ctx, f.copyName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("copy of an unreported token Secret in %s: %v", n, err)
+		}
+	}
+
+	// Reported: copied.
+	h.must(h.hub.ReportTokenSecret(h.ctx, f.cluster, f.msa, f.msa))
+	f.expectCopies(unreported, rfc3339(exp), f.ns...)
+
+	// The agent reports a Secret of another name: its token is copied, and
+	// a rotation of that Secret reaches every copy.
+	renamed := f.msa + "-token-x7k2p"
+	tok2 := f.token(exp)
+	_, err = h.hub.PutTokenSecret(h.ctx, f.cluster, renamed, tok2, nil)
+	h.must(err)
+	h.must(h.hub.ReportTokenSecret(h.ctx, f.cluster, f.msa, renamed))
+	f.expectCopies(tok2, rfc3339(exp), f.ns...)
+	tok3 := f.token(exp)
+	_, err = h.hub.PutTokenSecret(h.ctx, f.cluster, renamed, tok3, nil)
+	h.must(err)
+	f.expectCopies(tok3, rfc3339(exp), f.ns...)
+
+	// The Secret named after the MSA is no longer the source: changing it
+	// changes nothing, as the other pair's later rotation landing shows.
+	_, err = h.hub.PutTokenSecret(h.ctx, f.cluster, f.msa, f.token(exp), nil)
+	h.must(err)
+	otherTok := f.token(exp)
+	h.must(h.hub.PutToken(h.ctx, f.cluster, "other", otherTok, nil))
+	h.eventually("the other pair's rotation", func() error {
+		for _, n := range f.ns {
+			sec, err := h.hub.Kube.CoreV1().Secrets(n).Get(h.ctx, f.cluster+"-other", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if string(sec.Data["token"]) != otherTok {
+				return fmt.Errorf("%s: not rotated yet", n)
+			}
+		}
+		return nil
+	})
+	f.expectCopies(tok3, rfc3339(exp), f.ns...)
+
+	// Deleting the reported Secret ends access.
+	h.must(h.hub.Kube.CoreV1().Secrets(f.cluster).Delete(h.ctx, renamed, metav1.DeleteOptions{}))
+	f.expectCopies("", "")
+}

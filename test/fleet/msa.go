@@ -52,7 +52,40 @@ func (h *Hub) CreateMSA(ctx context.Context, cluster, name string, sync bool) (*
 	if err != nil {
 		return nil, fmt.Errorf("create managed service account %s/%s: %w", cluster, name, err)
 	}
+	// A token Secret written before the MSA: report it, as the agent would.
+	if _, err := h.Kube.CoreV1().Secrets(cluster).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		if err := h.ReportTokenSecret(ctx, cluster, name, name); err != nil {
+			return nil, err
+		}
+		return h.MSA.AuthenticationV1beta1().ManagedServiceAccounts(cluster).Get(ctx, name, metav1.GetOptions{})
+	}
 	return created, nil
+}
+
+// ReportTokenSecret writes the MSA's status.tokenSecretRef as the agent does
+// once the token Secret exists; secret "" clears it. A missing MSA is not an
+// error: the reference is written when the MSA is created.
+func (h *Hub) ReportTokenSecret(ctx context.Context, cluster, msa, secret string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		m, err := h.MSA.AuthenticationV1beta1().ManagedServiceAccounts(cluster).Get(ctx, msa, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if secret == "" {
+			m.Status.TokenSecretRef = nil
+		} else {
+			m.Status.TokenSecretRef = &msav1beta1.SecretRef{Name: secret, LastRefreshTimestamp: metav1.NewTime(time.Now().Truncate(time.Second))}
+		}
+		_, err = h.MSA.AuthenticationV1beta1().ManagedServiceAccounts(cluster).UpdateStatus(ctx, m, metav1.UpdateOptions{})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("report token secret of %s/%s: %w", cluster, msa, err)
+	}
+	return nil
 }
 
 // SetMSASync sets or removes the sync-to-clusterprofile label.
@@ -92,9 +125,22 @@ func (h *Hub) SetMSAExpiration(ctx context.Context, cluster, name string, exp ti
 }
 
 // PutToken creates or replaces the hub token Secret of an MSA, as the
-// managed-serviceaccount agent does on every refresh. data overrides the
-// default keys (token, ca.crt) when not nil.
+// managed-serviceaccount agent does on every refresh, and reports a new
+// Secret in the MSA's status.tokenSecretRef. data overrides the default
+// keys (token, ca.crt) when not nil.
 func (h *Hub) PutToken(ctx context.Context, cluster, name, token string, data map[string][]byte) error {
+	created, err := h.PutTokenSecret(ctx, cluster, name, token, data)
+	if err != nil || !created {
+		return err
+	}
+	// Later refreshes rewrite the Secret in place.
+	return h.ReportTokenSecret(ctx, cluster, name, name)
+}
+
+// PutTokenSecret creates or replaces a labelled token Secret in the
+// cluster's namespace without reporting it in any MSA's status, and says
+// whether it was created.
+func (h *Hub) PutTokenSecret(ctx context.Context, cluster, name, token string, data map[string][]byte) (bool, error) {
 	h.NoteToken(token)
 	h.NoteToken(string(data["token"]))
 	if data == nil {
@@ -105,10 +151,12 @@ func (h *Hub) PutToken(ctx context.Context, cluster, name, token string, data ma
 		Type:       corev1.SecretTypeOpaque,
 		Data:       data,
 	}
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	created := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := h.Kube.CoreV1().Secrets(cluster).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			_, err = h.Kube.CoreV1().Secrets(cluster).Create(ctx, sec, metav1.CreateOptions{})
+			created = err == nil
 			return err
 		}
 		if err != nil {
@@ -119,6 +167,7 @@ func (h *Hub) PutToken(ctx context.Context, cluster, name, token string, data ma
 		_, err = h.Kube.CoreV1().Secrets(cluster).Update(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
+	return created, err
 }
 
 // PutSecret creates or replaces a Secret's data.
