@@ -387,9 +387,21 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 			// Our last write is not in the cache yet; its event re-queues.
 			continue
 		}
-		if cur != nil && !ownsCopy(cur, cluster, msaName) {
-			conflict = true
-			continue
+		if cur != nil {
+			switch copyOwnership(cur, cluster, msaName, want[ns], c.s.opts.ClusterManager) {
+			case foreign:
+				conflict = true
+				continue
+			case ownedDangling:
+				// Left from a profile that was deleted and recreated:
+				// remove it as the garbage collector would, then write
+				// the new profile's copy.
+				if err := c.deleteCopy(ctx, cur, "its profile was recreated"); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				cur = nil
+			}
 		}
 		if cur == nil {
 			switch err := c.create(ctx, cluster, msaName, desired); {
@@ -437,19 +449,35 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 	return errors.Join(errs...)
 }
 
+// profileOwner returns a Secret's controller reference when it names a
+// ClusterProfile, else nil.
+func profileOwner(sec *corev1.Secret) *metav1.OwnerReference {
+	ref := metav1.GetControllerOf(sec)
+	if ref == nil || ref.Kind != "ClusterProfile" || !strings.HasPrefix(ref.APIVersion, cpv1alpha1.GroupVersion.Group+"/") {
+		return nil
+	}
+	return ref
+}
+
 // copyPair returns the "<cluster>/<msa>" key of the pair a copy belongs to:
 // its hubsync source annotation, or, for a copy the upstream syncer made,
-// what its synced-from label and its controller reference (the cluster's
-// ClusterProfile, named after the cluster) say. The upstream copies of
-// pairs that no longer sync are then removed like hubsync's own, instead
-// of being left behind with a stale token.
+// what its synced-from label says. Either way the Secret's controller must
+// be the cluster's ClusterProfile (named after the cluster). The upstream
+// copies of pairs that no longer sync are then removed like hubsync's own,
+// instead of being left behind with a stale token.
 func copyPair(sec *corev1.Secret) (string, bool) {
+	ref := profileOwner(sec)
+	if ref == nil {
+		return "", false
+	}
 	if v := sec.Annotations[AnnotationSource]; v != "" {
+		if cluster, _, ok := strings.Cut(v, "/"); !ok || cluster != ref.Name {
+			return "", false
+		}
 		return v, true
 	}
 	from := sec.Labels[LabelSyncedFrom]
-	ref := metav1.GetControllerOf(sec)
-	if from == "" || from != sec.Name || ref == nil || ref.Kind != "ClusterProfile" {
+	if from == "" || from != sec.Name {
 		return "", false
 	}
 	msa, ok := strings.CutPrefix(from, ref.Name+"-")
@@ -459,18 +487,60 @@ func copyPair(sec *corev1.Secret) (string, bool) {
 	return ref.Name + "/" + msa, true
 }
 
-// ownsCopy reports whether an existing Secret is the pair's copy: written by
-// hubsync for this pair, or by the upstream syncer (its synced-from label and
-// no hubsync source annotation), which hubsync adopts when it takes over.
-func ownsCopy(sec *corev1.Secret, cluster, msa string) bool {
+// ownership says whose an existing Secret with a copy's name is.
+type ownership int
+
+const (
+	// foreign: not the pair's copy; never written or deleted.
+	foreign ownership = iota
+	// ownedLive: the pair's copy, controlled by the live profile of
+	// hubsync's it sits next to (uid included).
+	ownedLive
+	// ownedDangling: the pair's copy, but its controller, the cluster's
+	// profile in that namespace, is gone (no such profile, or one with
+	// another uid). Kubernetes' garbage collector deletes such a Secret;
+	// hubsync deletes it too rather than rewriting it.
+	ownedDangling
+)
+
+// copyOwnership decides whether sec is the pair's copy: it must carry the
+// pair's marks (hubsync's source annotation, or the upstream syncer's
+// synced-from label and no annotation) and have the cluster's profile as
+// its controller. live is the profile named after the cluster in sec's
+// namespace, of any cluster manager, or nil. Marks alone are not enough:
+// anyone who can edit a Secret can add them.
+func copyOwnership(sec *corev1.Secret, cluster, msa string, live *cpv1alpha1.ClusterProfile, manager string) ownership {
 	switch src := sec.Annotations[AnnotationSource]; src {
 	case SourceKey(cluster, msa):
-		return true
 	case "":
-		return sec.Labels[LabelSyncedFrom] == CopyName(cluster, msa)
+		if sec.Labels[LabelSyncedFrom] != CopyName(cluster, msa) {
+			return foreign
+		}
 	default:
-		return false
+		return foreign
 	}
+	ref := profileOwner(sec)
+	if ref == nil || ref.Name != cluster {
+		return foreign
+	}
+	if live == nil || live.UID != ref.UID {
+		return ownedDangling
+	}
+	if !IsOwned(live, manager) {
+		return foreign
+	}
+	return ownedLive
+}
+
+// liveProfile returns the cached profile named after the cluster in ns, of
+// any cluster manager.
+func (c *credentials) liveProfile(ns, cluster string) *cpv1alpha1.ClusterProfile {
+	obj, ok, err := c.s.profileIdx.GetByKey(ns + "/" + cluster)
+	if err != nil || !ok {
+		return nil
+	}
+	p, _ := obj.(*cpv1alpha1.ClusterProfile)
+	return p
 }
 
 var errForeignSecret = errors.New("a Secret that hubsync does not own has the copy's name")
@@ -491,7 +561,7 @@ func (c *credentials) create(ctx context.Context, cluster, msaName string, want 
 		// Not in our cache: either not yet seen, or not ours at all (no
 		// synced-from label). Look before deciding.
 		cur, gerr := c.s.clients.Kube.CoreV1().Secrets(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
-		if gerr == nil && !ownsCopy(cur, cluster, msaName) {
+		if gerr == nil && copyOwnership(cur, cluster, msaName, c.liveProfile(want.Namespace, cluster), c.s.opts.ClusterManager) == foreign {
 			return errForeignSecret
 		}
 		return fmt.Errorf("create credential copy %s/%s: %w", want.Namespace, want.Name, err)
@@ -500,30 +570,43 @@ func (c *credentials) create(ctx context.Context, cluster, msaName string, want 
 	}
 }
 
-// deleteCopies removes the copies in namespaces not in keep.
+// deleteCopies removes the copies in namespaces not in keep. A Secret
+// whose controller is a live profile that is not hubsync's is left alone.
 func (c *credentials) deleteCopies(ctx context.Context, existing map[string]*corev1.Secret, keep map[string]*cpv1alpha1.ClusterProfile) error {
 	var errs []error
 	for ns, sec := range existing {
 		if _, ok := keep[ns]; ok || pendingFor(c.written, ns+"/"+sec.Name, sec) {
 			continue
 		}
-		uid := sec.UID
-		err := c.write(ctx, "delete", func(ctx context.Context) error {
-			return c.s.clients.Kube.CoreV1().Secrets(ns).Delete(ctx, sec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			errs = append(errs, fmt.Errorf("delete credential copy %s/%s: %w", ns, sec.Name, err))
+		pair, _ := copyPair(sec)
+		cluster, msa, _ := strings.Cut(pair, "/")
+		if copyOwnership(sec, cluster, msa, c.liveProfile(ns, cluster), c.s.opts.ClusterManager) == foreign {
 			continue
 		}
-		c.written.deletedObj(sec)
-		if err == nil {
-			c.s.notifyCredential(stream.CredentialRemoved, sec)
+		if err := c.deleteCopy(ctx, sec, "its pair no longer syncs there"); err != nil {
+			errs = append(errs, err)
 		}
-		pair, _ := copyPair(sec)
-		c.log.Info("credential copy removed", "namespace", ns, "secret", sec.Name, "source", pair,
-			"madeBy", map[bool]string{true: "hubsync", false: "the upstream syncer"}[sec.Annotations[AnnotationSource] != ""])
 	}
 	return errors.Join(errs...)
+}
+
+// deleteCopy deletes one copy, guarded by its uid.
+func (c *credentials) deleteCopy(ctx context.Context, sec *corev1.Secret, why string) error {
+	uid := sec.UID
+	err := c.write(ctx, "delete", func(ctx context.Context) error {
+		return c.s.clients.Kube.CoreV1().Secrets(sec.Namespace).Delete(ctx, sec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete credential copy %s/%s: %w", sec.Namespace, sec.Name, err)
+	}
+	c.written.deletedObj(sec)
+	if err == nil {
+		c.s.notifyCredential(stream.CredentialRemoved, sec)
+	}
+	pair, _ := copyPair(sec)
+	c.log.Info("credential copy removed", "namespace", sec.Namespace, "secret", sec.Name, "source", pair, "reason", why,
+		"madeBy", map[bool]string{true: "hubsync", false: "the upstream syncer"}[sec.Annotations[AnnotationSource] != ""])
+	return nil
 }
 
 func (c *credentials) write(ctx context.Context, op string, f func(context.Context) error) error {

@@ -412,9 +412,14 @@ func TestCredentialAdoptsUpstreamCopies(t *testing.T) {
 	f := newCredFixture(t, "a")
 	h := f.h
 	ns := f.ns[0]
+	p := h.profile(ns, f.cluster)
+	// As the upstream syncer writes it: its label and a controller
+	// reference to the profile.
 	upstream := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: f.copyName, Namespace: ns,
-			Labels: map[string]string{"authentication.open-cluster-management.io/synced-from": f.copyName}},
+			Labels: map[string]string{"authentication.open-cluster-management.io/synced-from": f.copyName},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "multicluster.x-k8s.io/v1alpha1", Kind: "ClusterProfile",
+				Name: p.Name, UID: p.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{"token": []byte(f.token(time.Now())), "ca.crt": []byte("OLD")},
 	}
@@ -505,4 +510,61 @@ func TestCredentialFollowsTokenSecretRef(t *testing.T) {
 	// Deleting the reported Secret ends access.
 	h.must(h.hub.Kube.CoreV1().Secrets(f.cluster).Delete(h.ctx, renamed, metav1.DeleteOptions{}))
 	f.expectCopies("", "")
+}
+
+// TestCredentialForgedMarks: a Secret that carries a copy's label and
+// annotation but is not controlled by the cluster's profile is someone
+// else's: never overwritten, never deleted, and the pair is reported.
+func TestCredentialForgedMarks(t *testing.T) {
+	f := newCredFixture(t, "a")
+	h := f.h
+	ns := f.ns[0]
+	forged := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: f.copyName, Namespace: ns,
+			Labels:      map[string]string{"authentication.open-cluster-management.io/synced-from": f.copyName},
+			Annotations: map[string]string{syncer.AnnotationSource: syncer.SourceKey(f.cluster, f.msa)},
+		},
+		StringData: map[string]string{"token": "theirs"},
+	}
+	_, err := h.hub.Kube.CoreV1().Secrets(ns).Create(h.ctx, forged, metav1.CreateOptions{})
+	h.must(err)
+	_, err = h.hub.CreateMSA(h.ctx, f.cluster, f.msa, true)
+	h.must(err)
+	h.must(h.hub.PutToken(h.ctx, f.cluster, f.msa, f.token(time.Now().Add(time.Hour)), nil))
+	h.expectEvent(f.cluster, f.msa, "CredentialNotCopied")
+	theirs := func(what string) {
+		t.Helper()
+		got, err := h.hub.Kube.CoreV1().Secrets(ns).Get(h.ctx, f.copyName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s: the forged Secret was deleted: %v", what, err)
+		}
+		if string(got.Data["token"]) != "theirs" {
+			t.Fatalf("%s: the forged Secret was overwritten", what)
+		}
+	}
+	theirs("pair syncing")
+	if got := h.metric("hubsync_credential_problems", nil); got != 1 {
+		t.Errorf("hubsync_credential_problems = %v, want 1", got)
+	}
+
+	// The pair stops syncing: the removal of its copies spares the Secret.
+	// A second pair's removal, after it, shows the first was handled.
+	_, err = h.hub.CreateMSA(h.ctx, f.cluster, "other", true)
+	h.must(err)
+	h.must(h.hub.PutToken(h.ctx, f.cluster, "other", f.token(time.Now().Add(time.Hour)), nil))
+	otherCopy := f.cluster + "-other"
+	h.eventually("other pair copied", func() error {
+		_, err := h.hub.Kube.CoreV1().Secrets(ns).Get(h.ctx, otherCopy, metav1.GetOptions{})
+		return err
+	})
+	h.must(h.hub.SetMSASync(h.ctx, f.cluster, f.msa, false))
+	h.must(h.hub.SetMSASync(h.ctx, f.cluster, "other", false))
+	h.eventually("other pair's copy removed", func() error {
+		if _, err := h.hub.Kube.CoreV1().Secrets(ns).Get(h.ctx, otherCopy, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+	theirs("pair no longer syncing")
 }
