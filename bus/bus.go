@@ -216,6 +216,13 @@ func (b *Bus) Start(ctx context.Context) error {
 		}
 		b.srv, b.clientURL, b.embedded = srv, clientURL, true
 		opts.InProcessServer = srv
+		if b.cfg.Embedded.AuthTokenFile != "" {
+			// In-process connections skip TLS but not authorization.
+			if opts.Token, err = readToken(b.cfg.Embedded.AuthTokenFile); err != nil {
+				srv.Shutdown()
+				return fmt.Errorf("bus: %w", err)
+			}
+		}
 		b.log.Info("embedded NATS server started", "url", clientURL, "dataDir", b.cfg.Embedded.DataDir)
 	} else {
 		b.clientURL = b.cfg.URLs[0]
@@ -320,6 +327,11 @@ func (b *Bus) natsOptions() (nats.Options, error) {
 	if b.cfg.TLS.CertFile != "" || b.cfg.TLS.KeyFile != "" {
 		extra = append(extra, nats.ClientCert(b.cfg.TLS.CertFile, b.cfg.TLS.KeyFile))
 	}
+	if b.cfg.RequireTLS {
+		// The client refuses a server that does not offer TLS, so nothing
+		// (credentials included) is ever sent in clear text.
+		extra = append(extra, nats.Secure())
+	}
 	for _, opt := range extra {
 		if err := opt(&o); err != nil {
 			return o, fmt.Errorf("bus: %w", err)
@@ -347,16 +359,7 @@ func (b *Bus) onConnect(nc *nats.Conn, msg string) {
 func RedactURLs(urls []string) string {
 	out := make([]string, len(urls))
 	for i, s := range urls {
-		u, err := url.Parse(s)
-		switch {
-		case err != nil:
-			out[i] = "(unparsable URL)"
-		case u.User != nil:
-			u.User = url.User("redacted")
-			out[i] = u.String()
-		default:
-			out[i] = s
-		}
+		out[i] = config.RedactURL(s)
 	}
 	return strings.Join(out, ",")
 }

@@ -21,6 +21,8 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/hubsync/hubsync/config"
@@ -33,6 +35,7 @@ import (
 type pki struct {
 	caFile, certFile, keyFile string // the client's
 	server                    *tls.Config
+	serverCert, serverKey     string // the server's, as files
 }
 
 func newPKI(t *testing.T) pki {
@@ -89,9 +92,11 @@ func newPKI(t *testing.T) pki {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	return pki{
-		caFile:   write("ca.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})),
-		certFile: write("client.pem", cliCert),
-		keyFile:  write("client-key.pem", cliKey),
+		caFile:     write("ca.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})),
+		certFile:   write("client.pem", cliCert),
+		keyFile:    write("client-key.pem", cliKey),
+		serverCert: write("server.pem", srvCert),
+		serverKey:  write("server-key.pem", srvKey),
 		server: &tls.Config{
 			Certificates: []tls.Certificate{pair}, ClientCAs: pool,
 			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
@@ -231,6 +236,27 @@ func TestExternalNATSConnectionOptions(t *testing.T) {
 			reason: "certificate signed by unknown authority",
 		},
 		{
+			name:   "requireTLS over nats:// to a server that offers TLS",
+			server: func(o *server.Options) { o.TLSConfig, o.TLSVerify, o.TLSTimeout = certs.server, true, 2 },
+			scheme: "nats",
+			bus: func(b *config.Bus) {
+				b.RequireTLS = true
+				b.TLS = config.BusTLS{CAFile: certs.caFile, CertFile: certs.certFile, KeyFile: certs.keyFile}
+			},
+			works: true,
+		},
+		{
+			name:   "requireTLS to a server without TLS: nothing is sent in clear text",
+			server: func(o *server.Options) { o.Username, o.Password = "hubsync", "pl41n-pw" },
+			scheme: "nats",
+			bus: func(b *config.Bus) {
+				b.RequireTLS = true
+				b.URLs[0] = strings.Replace(b.URLs[0], "nats://", "nats://hubsync:pl41n-pw@", 1)
+			},
+			reason:  "secure connection not available",
+			secrets: []string{"pl41n-pw"},
+		},
+		{
 			name:    "NKey",
 			server:  func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: nkeyPub}} },
 			scheme:  "nats",
@@ -308,15 +334,13 @@ func TestExternalNATSConnectionOptions(t *testing.T) {
 					t.Errorf("published %v events, want 3", got)
 				}
 			} else {
-				time.Sleep(500 * time.Millisecond)
+				re := regexp.MustCompile(tt.reason)
+				eventually(t, "a warning saying "+tt.reason, func() bool { return re.MatchString(logs.String()) })
 				if value(b.m.connected) != 0 {
 					t.Fatal("connected with the wrong credentials")
 				}
 				if got := b.depth(); got != 3 {
 					t.Errorf("%d changes buffered, want 3", got)
-				}
-				if !regexp.MustCompile(tt.reason).MatchString(logs.String()) {
-					t.Errorf("no warning saying %q:\n%s", tt.reason, logs.String())
 				}
 				if tt.fix != nil {
 					tt.fix()
@@ -346,5 +370,67 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, data, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEmbeddedTLSAndToken: an embedded server with TLS, client
+// certificates and a token refuses consumers that lack any of them, while
+// hubsync's own in-process connection publishes.
+func TestEmbeddedTLSAndToken(t *testing.T) {
+	certs := newPKI(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("t0ken-4-consumers\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := busConfig(t)
+	cfg.Embedded.TLS = config.BusEmbeddedTLS{CertFile: certs.serverCert, KeyFile: certs.serverKey, ClientCAFile: certs.caFile}
+	cfg.Embedded.AuthTokenFile = tokenFile
+	b, _ := newBus(t, cfg)
+	start(t, b, nil)
+	b.Notify(profileChange(stream.ProfileCreated, "team-a", "c1", "1"))
+	flush(t, b)
+	if got := value(b.m.published.WithLabelValues(stream.ProfileCreated)); got != 1 {
+		t.Fatalf("published %v events in-process, want 1", got)
+	}
+	url := b.ClientURL()
+	if !strings.HasPrefix(url, "tls://127.0.0.1:") {
+		t.Fatalf("ClientURL = %s, want tls://127.0.0.1:port", url)
+	}
+	plain := "nats://" + strings.TrimPrefix(url, "tls://")
+	tests := []struct {
+		name  string
+		url   string
+		opts  []nats.Option
+		works bool
+	}{
+		{name: "plain, no token", url: plain},
+		{name: "plain, token", url: plain, opts: []nats.Option{nats.Token("t0ken-4-consumers")}},
+		{name: "TLS without a client certificate", url: url, opts: []nats.Option{nats.RootCAs(certs.caFile), nats.Token("t0ken-4-consumers")}},
+		{name: "mutual TLS without the token", url: url, opts: []nats.Option{nats.RootCAs(certs.caFile), nats.ClientCert(certs.certFile, certs.keyFile)}},
+		{name: "mutual TLS, wrong token", url: url, opts: []nats.Option{nats.RootCAs(certs.caFile), nats.ClientCert(certs.certFile, certs.keyFile), nats.Token("guess")}},
+		{name: "mutual TLS and the token", url: url, opts: []nats.Option{nats.RootCAs(certs.caFile), nats.ClientCert(certs.certFile, certs.keyFile), nats.Token("t0ken-4-consumers")}, works: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			nc, err := nats.Connect(tt.url, append(tt.opts, nats.Timeout(2*time.Second))...)
+			if !tt.works {
+				if err == nil {
+					nc.Close()
+					t.Fatal("connected")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msgs := (&client{js: js}).messages(t, cfg.Stream.Name); len(msgs) != 1 {
+				t.Fatalf("read %d events, want 1", len(msgs))
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,6 +57,26 @@ func startEmbedded(cfg config.BusEmbedded, log *slog.Logger) (*server.Server, st
 		// No monitoring, cluster, gateway or leaf listeners: a local bus only.
 		HTTPPort: 0,
 	}
+	scheme := "nats"
+	if cfg.TLS.CertFile != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{
+			CertFile: cfg.TLS.CertFile, KeyFile: cfg.TLS.KeyFile,
+			CaFile: cfg.TLS.ClientCAFile, Verify: cfg.TLS.ClientCAFile != "",
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("embedded NATS TLS: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, cfg.TLS.ClientCAFile != ""
+		opts.TLSTimeout = 2
+		scheme = "tls"
+	}
+	if cfg.AuthTokenFile != "" {
+		tok, err := readToken(cfg.AuthTokenFile)
+		if err != nil {
+			return nil, "", err
+		}
+		opts.Authorization = tok
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, "", fmt.Errorf("embedded NATS: %w", err)
@@ -81,7 +102,20 @@ func startEmbedded(cfg config.BusEmbedded, log *slog.Logger) (*server.Server, st
 		// Listening on every interface; a local consumer uses loopback.
 		addr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: addr.Port}
 	}
-	return srv, "nats://" + addr.String(), nil
+	return srv, scheme + "://" + addr.String(), nil
+}
+
+// readToken reads a token file, trimmed; the error never holds the token.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("embedded NATS auth token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("embedded NATS auth token file %s is empty", path)
+	}
+	return tok, nil
 }
 
 // serverLog sends nats-server's logs to slog: routine lines at debug,

@@ -85,6 +85,9 @@ type Bus struct {
 	NKeySeedFile string `json:"nkeySeedFile,omitempty"`
 	// TLS to the external NATS.
 	TLS BusTLS `json:"tls"`
+	// RequireTLS refuses any connection to the external NATS that is not
+	// TLS: nats:// URLs must be upgraded by the server, ws:// is refused.
+	RequireTLS bool `json:"requireTLS,omitempty"`
 	// SubjectPrefix starts every subject: <prefix>.<namespace>.<cluster>.<kind>.
 	SubjectPrefix string `json:"subjectPrefix,omitempty"`
 	// Stream is the JetStream stream that keeps events for replay.
@@ -127,12 +130,46 @@ type BusStream struct {
 	Replicas int `json:"replicas,omitempty"`
 }
 
-// BusEmbedded configures the embedded nats-server.
+// BusEmbedded configures the embedded nats-server. hubsync itself talks
+// to it in-process; the listener is for local consumers only.
 type BusEmbedded struct {
-	// Listen is host:port for local consumers; keep it on loopback.
+	// Listen is host:port for local consumers. The server has no
+	// authentication unless configured below, so a non-loopback address is
+	// refused without TLS and client authentication.
 	Listen string `json:"listen,omitempty"`
 	// DataDir holds JetStream's files.
 	DataDir string `json:"dataDir,omitempty"`
+	// TLS serves consumers over TLS; ClientCAFile also requires a client
+	// certificate signed by that CA (authentication).
+	TLS BusEmbeddedTLS `json:"tls"`
+	// AuthTokenFile holds a token every consumer must present.
+	AuthTokenFile string `json:"authTokenFile,omitempty"`
+}
+
+// BusEmbeddedTLS holds the embedded server's TLS files.
+type BusEmbeddedTLS struct {
+	CertFile     string `json:"certFile,omitempty"`
+	KeyFile      string `json:"keyFile,omitempty"`
+	ClientCAFile string `json:"clientCAFile,omitempty"`
+}
+
+// ClientAuth reports whether consumers of the embedded server must
+// authenticate (client certificate or token).
+func (e BusEmbedded) ClientAuth() bool {
+	return e.TLS.ClientCAFile != "" || e.AuthTokenFile != ""
+}
+
+// IsLoopback reports whether a host:port listens on loopback only.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // BusEnabled reports whether events are on.
@@ -573,9 +610,10 @@ func (c *Config) validateBus() field.ErrorList {
 		p, err := url.Parse(u)
 		switch {
 		case err != nil:
-			errs = append(errs, field.Invalid(path.Child("urls").Index(i), u, err.Error()))
+			// url's errors quote the URL, credentials included.
+			errs = append(errs, field.Invalid(path.Child("urls").Index(i), "<not shown>", "is not a URL"))
 		case p.Host == "" || !slices.Contains([]string{"nats", "tls", "ws", "wss"}, p.Scheme):
-			errs = append(errs, field.Invalid(path.Child("urls").Index(i), u, "must be nats://, tls://, ws:// or wss:// host:port"))
+			errs = append(errs, field.Invalid(path.Child("urls").Index(i), RedactURL(u), "must be nats://, tls://, ws:// or wss:// host:port"))
 		}
 	}
 	readable := func(p *field.Path, file string) {
@@ -597,8 +635,15 @@ func (c *Config) validateBus() field.ErrorList {
 	if (b.TLS.CertFile == "") != (b.TLS.KeyFile == "") {
 		errs = append(errs, field.Required(path.Child("tls"), "certFile and keyFile go together"))
 	}
-	if len(b.URLs) == 0 && (b.CredsFile != "" || b.NKeySeedFile != "" || b.TLS != (BusTLS{})) {
-		errs = append(errs, field.Forbidden(path, "credsFile, nkeySeedFile and tls apply to an external NATS: set bus.urls"))
+	if len(b.URLs) == 0 && (b.CredsFile != "" || b.NKeySeedFile != "" || b.TLS != (BusTLS{}) || b.RequireTLS) {
+		errs = append(errs, field.Forbidden(path, "credsFile, nkeySeedFile, tls and requireTLS apply to an external NATS: set bus.urls"))
+	}
+	if b.RequireTLS {
+		for i, u := range b.URLs {
+			if p, err := url.Parse(u); err == nil && p.Scheme == "ws" {
+				errs = append(errs, field.Invalid(path.Child("urls").Index(i), RedactURL(u), "requireTLS: ws:// cannot carry TLS; use wss://"))
+			}
+		}
 	}
 	for _, prefix := range strings.Split(b.SubjectPrefix, ".") {
 		if !subjectToken.MatchString(prefix) {
@@ -627,12 +672,67 @@ func (c *Config) validateBus() field.ErrorList {
 	if w := b.BatchWindow; w != nil && (w.Duration < 0 || w.Duration > MaxBatchWindow) {
 		errs = append(errs, field.Invalid(path.Child("batchWindow"), w.Duration.String(), fmt.Sprintf("must be 0 to %s", MaxBatchWindow)))
 	}
+	e := b.Embedded
+	ep := path.Child("embedded")
 	if len(b.URLs) == 0 {
-		if err := validateHostPort(b.Embedded.Listen); err != nil {
-			errs = append(errs, field.Invalid(path.Child("embedded", "listen"), b.Embedded.Listen, err.Error()))
+		if err := validateHostPort(e.Listen); err != nil {
+			errs = append(errs, field.Invalid(ep.Child("listen"), e.Listen, err.Error()))
+		} else if !IsLoopback(e.Listen) && (e.TLS.CertFile == "" || !e.ClientAuth()) {
+			errs = append(errs, field.Forbidden(ep.Child("listen"), fmt.Sprintf(
+				"%q is not a loopback address: the embedded NATS server would serve every event to anyone who can reach it; "+
+					"set bus.embedded.tls (certFile, keyFile) and client authentication (tls.clientCAFile or authTokenFile), or listen on 127.0.0.1", e.Listen)))
 		}
+		readable(ep.Child("tls", "certFile"), e.TLS.CertFile)
+		readable(ep.Child("tls", "keyFile"), e.TLS.KeyFile)
+		readable(ep.Child("tls", "clientCAFile"), e.TLS.ClientCAFile)
+		readable(ep.Child("authTokenFile"), e.AuthTokenFile)
+		if (e.TLS.CertFile == "") != (e.TLS.KeyFile == "") {
+			errs = append(errs, field.Required(ep.Child("tls"), "certFile and keyFile go together"))
+		}
+		if e.TLS.ClientCAFile != "" && e.TLS.CertFile == "" {
+			errs = append(errs, field.Required(ep.Child("tls", "certFile"), "clientCAFile needs the server's own certFile and keyFile"))
+		}
+		if e.AuthTokenFile != "" {
+			if tok, err := os.ReadFile(e.AuthTokenFile); err == nil && len(strings.TrimSpace(string(tok))) == 0 {
+				errs = append(errs, field.Invalid(ep.Child("authTokenFile"), e.AuthTokenFile, "is empty"))
+			}
+		}
+	} else if e.TLS != (BusEmbeddedTLS{}) || e.AuthTokenFile != "" {
+		errs = append(errs, field.Forbidden(ep, "tls and authTokenFile apply to the embedded server, which does not run when bus.urls is set"))
 	}
 	return errs
+}
+
+// Warnings lists settings that are valid but probably unsafe. They never
+// contain credentials.
+func (c *Config) Warnings() []string {
+	var out []string
+	if !c.BusEnabled() {
+		return out
+	}
+	for i, u := range c.Bus.URLs {
+		p, err := url.Parse(u)
+		if err != nil || p.User == nil || c.Bus.RequireTLS {
+			continue
+		}
+		if p.Scheme == "nats" || p.Scheme == "ws" {
+			out = append(out, fmt.Sprintf("bus.urls[%d] (%s) carries credentials over %s://, which is not encrypted unless the server insists on TLS; "+
+				"use tls:// or wss://, or set bus.requireTLS", i, RedactURL(u), p.Scheme))
+		}
+	}
+	return out
+}
+
+// RedactURL hides a URL's user information (user, password or token).
+func RedactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "<unparseable URL>"
+	}
+	if p.User != nil {
+		p.User = url.User("REDACTED")
+	}
+	return p.String()
 }
 
 // RenderServer renders a server URL template for one cluster and checks

@@ -497,8 +497,70 @@ func TestBusValidation(t *testing.T) {
 		{name: "bad embedded listen", doc: "bus:\n  embedded: {listen: nowhere}\n", wantPaths: []string{"bus.embedded.listen"}},
 		{name: "negative batch window", doc: "bus:\n  batchWindow: -1ms\n", wantPaths: []string{"bus.batchWindow"}},
 		{name: "batch window over a second", doc: "bus:\n  batchWindow: 2s\n", wantPaths: []string{"bus.batchWindow"}},
+		{name: "embedded on every interface without auth", doc: "bus:\n  embedded: {listen: ':4222'}\n", wantPaths: []string{"bus.embedded.listen"}},
+		{name: "embedded on a pod address without auth", doc: "bus:\n  embedded: {listen: '10.0.0.5:4222'}\n", wantPaths: []string{"bus.embedded.listen"}},
+		{name: "embedded non-loopback, TLS but no client auth", doc: "bus:\n  embedded: {listen: '0.0.0.0:4222', tls: {certFile: " + readable + ", keyFile: " + readable + "}}\n", wantPaths: []string{"bus.embedded.listen"}},
+		{name: "embedded non-loopback, token but no TLS", doc: "bus:\n  embedded: {listen: '0.0.0.0:4222', authTokenFile: " + readable + "}\n", wantPaths: []string{"bus.embedded.listen"}},
+		{name: "embedded non-loopback, TLS and token", doc: "bus:\n  embedded: {listen: '0.0.0.0:4222', authTokenFile: " + readable + ", tls: {certFile: " + readable + ", keyFile: " + readable + "}}\n"},
+		{name: "embedded non-loopback, mutual TLS", doc: "bus:\n  embedded: {listen: '0.0.0.0:4222', tls: {certFile: " + readable + ", keyFile: " + readable + ", clientCAFile: " + readable + "}}\n"},
+		{name: "embedded on localhost", doc: "bus:\n  embedded: {listen: 'localhost:4222'}\n"},
+		{name: "embedded client CA without server cert", doc: "bus:\n  embedded: {tls: {clientCAFile: " + readable + "}}\n", wantPaths: []string{"bus.embedded.tls.certFile"}},
+		{name: "embedded empty token file", doc: "bus:\n  embedded: {authTokenFile: " + writeFile(t, "empty-token", " \n") + "}\n", wantPaths: []string{"bus.embedded.authTokenFile"}},
+		{name: "embedded settings with an external NATS", doc: "bus:\n  urls: [nats://a:4222]\n  embedded: {authTokenFile: " + readable + "}\n", wantPaths: []string{"bus.embedded"}},
+		{name: "requireTLS with tls:// and nats://", doc: "bus:\n  urls: [tls://a:4222, nats://b:4222]\n  requireTLS: true\n"},
+		{name: "requireTLS refuses ws://", doc: "bus:\n  urls: [ws://a:80]\n  requireTLS: true\n", wantPaths: []string{"bus.urls[0]"}},
+		{name: "requireTLS without URLs", doc: "bus:\n  requireTLS: true\n", wantPaths: []string{"bus"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { expectFieldErrors(t, tc.doc, tc.wantPaths) })
+	}
+}
+
+func TestBusURLsNeverInErrorsOrWarnings(t *testing.T) {
+	const secret = "s3cr3t-pw"
+	for _, doc := range []string{
+		"bus:\n  urls: [\"http://u:" + secret + "@a:4222\"]\n",
+		"bus:\n  urls: [\"nats://u:" + secret + "@a b:4222\"]\n",
+		"bus:\n  urls: [\"ws://u:" + secret + "@a:80\"]\n  requireTLS: true\n",
+	} {
+		_, err := Parse([]byte(doc))
+		if err == nil {
+			t.Fatalf("%q: no error", doc)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("error shows the password: %v", err)
+		}
+	}
+}
+
+func TestWarnings(t *testing.T) {
+	const secret = "s3cr3t-pw"
+	for _, tc := range []struct {
+		name string
+		doc  string
+		want int
+	}{
+		{name: "password over nats://", doc: "bus:\n  urls: [\"nats://u:" + secret + "@a:4222\"]\n", want: 1},
+		{name: "token over ws://", doc: "bus:\n  urls: [\"ws://" + secret + "@a:80\"]\n", want: 1},
+		{name: "password over tls://", doc: "bus:\n  urls: [\"tls://u:" + secret + "@a:4222\"]\n"},
+		{name: "password over nats:// with requireTLS", doc: "bus:\n  urls: [\"nats://u:" + secret + "@a:4222\"]\n  requireTLS: true\n"},
+		{name: "no credentials", doc: "bus:\n  urls: [nats://a:4222]\n"},
+		{name: "bus disabled", doc: "bus:\n  enabled: false\n  urls: [\"nats://u:" + secret + "@a:4222\"]\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := c.Warnings()
+			if len(w) != tc.want {
+				t.Fatalf("warnings = %q, want %d", w, tc.want)
+			}
+			for _, s := range w {
+				if strings.Contains(s, secret) {
+					t.Errorf("warning shows the credentials: %s", s)
+				}
+			}
+		})
 	}
 }
 

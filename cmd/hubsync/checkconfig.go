@@ -28,6 +28,9 @@ func checkConfigCommand(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", fs.Arg(0), err)
 	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(stderr, "%s: warning: %s\n", fs.Arg(0), w)
+	}
 	if *show {
 		out, err := yaml.Marshal(cfg)
 		if err != nil {

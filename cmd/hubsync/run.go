@@ -72,6 +72,9 @@ func runCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	log := newLogger(cfg.Logging, stderr)
 	// client-go logs through klog; send them to the same structured log.
 	klog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	for _, w := range cfg.Warnings() {
+		log.Warn("configuration: " + w)
+	}
 	return Run(ctx, cfg, log, RunOptions{ConfigPath: *configPath, Override: override})
 }
 

@@ -24,12 +24,14 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
@@ -481,6 +483,13 @@ func TestRBAC(t *testing.T) {
 	}))
 	expectAbsentNamespaceListable(h, *proxy.CASecret)
 	ns := h.namespaces("red", "blue")
+	// The shipped admission policy is in force: every Secret the syncer
+	// writes below passes it.
+	probeCfg := rest.CopyConfig(hubConfig)
+	probeCfg.Impersonate = rest.ImpersonationConfig{UserName: hubServiceAcctUser}
+	probe, err := kubernetes.NewForConfig(probeCfg)
+	h.must(err)
+	installAdmissionPolicy(h.ctx, t, admin, probe, ns[0])
 	set := h.name("set")
 	h.must(h.hub.CreateExclusiveSet(h.ctx, set))
 	c1, c2 := h.name("c1"), h.name("c2")
@@ -1339,6 +1348,31 @@ func TestDeployManifests(t *testing.T) {
 	}
 	pod := deploy.Spec.Template.Spec
 	c := pod.Containers[0]
+	// The NetworkPolicy selects these pods and names their ports.
+	var np *networkingv1.NetworkPolicy
+	for _, o := range loadDeploy(t, "networkpolicy.yaml").other {
+		if p, ok := o.(*networkingv1.NetworkPolicy); ok {
+			np = p
+		}
+	}
+	if np == nil {
+		t.Fatal("networkpolicy.yaml: no NetworkPolicy")
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil || !sel.Matches(labels.Set(deploy.Spec.Template.Labels)) {
+		t.Errorf("NetworkPolicy podSelector %v does not select the Deployment's pods %v", np.Spec.PodSelector, deploy.Spec.Template.Labels)
+	}
+	var npPorts []string
+	for _, r := range np.Spec.Ingress {
+		for _, p := range r.Ports {
+			npPorts = append(npPorts, p.Port.String())
+		}
+	}
+	for _, p := range c.Ports {
+		if !slices.Contains(npPorts, p.Name) {
+			t.Errorf("NetworkPolicy does not name container port %s (names %v)", p.Name, npPorts)
+		}
+	}
 	if pod.ServiceAccountName != hubServiceAccount {
 		t.Errorf("serviceAccountName = %q, want %s", pod.ServiceAccountName, hubServiceAccount)
 	}
