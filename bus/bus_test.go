@@ -376,24 +376,26 @@ func TestServerRestartMidBurstKeepsOrder(t *testing.T) {
 
 	keys := [][2]string{{"team-a", "c1"}, {"team-a", "c2"}, {"team-b", "c1"}, {"team-b", "c2"}, {"team-c", "c3"}}
 	const perKey = 400
-	restarted := make(chan *server.Server)
-	go func() {
-		time.Sleep(30 * time.Millisecond)
-		stopServer(s)
-		time.Sleep(200 * time.Millisecond)
-		restarted <- runServer(t, dir, port)
-	}()
+	total := perKey * len(keys)
+	published := func() float64 { return value(b.m.published.WithLabelValues(stream.ProfileUpdated)) }
 	for i := range perKey {
 		for _, k := range keys {
 			c := profileChange(stream.ProfileUpdated, k[0], k[1], strconv.Itoa(i))
 			c.Profile.KubernetesVersion = fmt.Sprintf("v1.%d.0", i)
 			b.Notify(c)
 		}
-		if i%10 == 0 {
-			time.Sleep(time.Millisecond)
+		if i == perKey/2 {
+			// Mid-burst: once some of it is stored, the server goes away
+			// with the rest queued or in flight.
+			eventually(t, "part of the burst published", func() bool { return published() >= 50 })
+			stopServer(s)
+			if got := published(); got >= float64(total) {
+				t.Fatalf("the whole burst was published before the server stopped (%v)", got)
+			}
 		}
 	}
-	<-restarted
+	eventually(t, "the bus sees the server gone", func() bool { return value(b.m.connected) == 0 })
+	runServer(t, dir, port)
 	flush(t, b)
 
 	cl := connect(t, b.ClientURL())
@@ -638,9 +640,10 @@ func TestStartDoesNotWaitForALateServer(t *testing.T) {
 	for i := range 5 {
 		b.Notify(profileChange(stream.ProfileUpdated, "team-a", "c1", strconv.Itoa(i)))
 	}
-	time.Sleep(200 * time.Millisecond)
-	if got := value(b.m.connected); got != 0 {
-		t.Fatalf("connected = %v before the server exists", got)
+	// The bus tries, fails, and keeps the changes queued.
+	eventually(t, "a failed connection attempt", func() bool { return b.reconnectFailures.Load() >= 1 })
+	if got := b.depth(); got != 5 {
+		t.Fatalf("%d changes queued while NATS is down, want 5", got)
 	}
 	runServer(t, t.TempDir(), port)
 	flush(t, b)
@@ -731,7 +734,11 @@ func TestSnapshotNotReadyIsRetried(t *testing.T) {
 	syn := &snapshotOf{} // nil state: not known yet
 	start(t, b, syn.snapshot)
 	cl := connect(t, b.ClientURL())
-	time.Sleep(100 * time.Millisecond)
+	eventually(t, "the state asked for while unknown", func() bool {
+		syn.mu.Lock()
+		defer syn.mu.Unlock()
+		return syn.calls >= 1
+	})
 	syn.set([]stream.Change{profileChange(stream.ProfileCreated, "team-a", "c1", "1")})
 	eventually(t, "the record once the state is known", func() bool { return len(cl.records(t, cfg.KVBucket)) == 1 })
 	syn.mu.Lock()

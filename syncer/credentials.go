@@ -20,7 +20,6 @@ import (
 	kubeinformers "k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	msav1beta1 "open-cluster-management.io/managed-serviceaccount/apis/authentication/v1beta1"
 	msaclient "open-cluster-management.io/managed-serviceaccount/pkg/generated/clientset/versioned"
 	msainformers "open-cluster-management.io/managed-serviceaccount/pkg/generated/informers/externalversions"
@@ -59,8 +58,7 @@ type credentials struct {
 	copyIdx       cache.Indexer
 	synced        []cache.InformerSynced
 
-	queue    workqueue.TypedRateLimitingInterface[string]
-	busy     sync.Map // key -> struct{} while being reconciled
+	queue    *trackedQueue
 	debounce *debouncer
 	written  *writeTracker
 
@@ -85,10 +83,7 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 		coalesce: o.Coalesce, workers: max(o.Workers, 1),
 		problems: map[string]CopyProblem{},
 	}
-	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](s.opts.RetryBase, s.opts.RetryMax),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "credentials"},
-	)
+	c.queue = newTrackedQueue(s.opts.RetryBase, s.opts.RetryMax)
 	c.written = newWriteTracker(30 * time.Second)
 	c.debounce = newDebouncer(o.Coalesce, 10*o.Coalesce, c.queue.Add)
 	c.writes = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -287,9 +282,7 @@ func (c *credentials) shutdown() {
 }
 
 func (c *credentials) idle() bool {
-	n := 0
-	c.busy.Range(func(any, any) bool { n++; return false })
-	return c.queue.Len() == 0 && n == 0 && c.debounce.pending() == 0
+	return c.queue.Outstanding() == 0 && c.debounce.pending() == 0
 }
 
 func (c *credentials) worker(ctx context.Context) {
@@ -298,9 +291,7 @@ func (c *credentials) worker(ctx context.Context) {
 		if shutdown {
 			return
 		}
-		c.busy.Store(key, struct{}{})
 		err := c.reconcile(ctx, key)
-		c.busy.Delete(key)
 		switch {
 		case err == nil:
 			c.queue.Forget(key)
@@ -698,12 +689,13 @@ func (d *debouncer) touch(key string) {
 		return
 	}
 	d.timers[key] = time.AfterFunc(max(wait, 0), func() {
+		// Fired under the lock, so that the key is always either pending
+		// here or in the queue: idleness checks never see it in neither.
 		d.mu.Lock()
+		defer d.mu.Unlock()
 		delete(d.timers, key)
 		delete(d.first, key)
-		stopped := d.stopped
-		d.mu.Unlock()
-		if !stopped {
+		if !d.stopped {
 			d.fire(key)
 		}
 	})

@@ -25,7 +25,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
 	clusterinformers "open-cluster-management.io/api/client/cluster/informers/externalversions"
 	clusterlisterv1 "open-cluster-management.io/api/client/cluster/listers/cluster/v1"
@@ -102,9 +101,8 @@ type Syncer struct {
 	providers *providerSet
 	creds     *credentials
 
-	queue    workqueue.TypedRateLimitingInterface[string]
-	ready    atomic.Bool
-	inflight atomic.Int64
+	queue *trackedQueue
+	ready atomic.Bool
 	// converging is set by Busy when a burst starts and cleared once the
 	// syncer is idle again.
 	converging atomic.Bool
@@ -146,10 +144,7 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 		conflicts:   map[string]string{},
 		invalidSets: map[string]string{},
 	}
-	s.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBase, opts.RetryMax),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "topology"},
-	)
+	s.queue = newTrackedQueue(opts.RetryBase, opts.RetryMax)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "hubsync_queue_depth",
 		Help:        "Keys waiting in a work queue.",
@@ -339,7 +334,7 @@ func (s *Syncer) Ready() bool { return s.ready.Load() }
 // Idle reports whether no cluster is queued or being reconciled. Tests and
 // benchmarks use it to tell when the syncer has converged.
 func (s *Syncer) Idle() bool {
-	return s.ready.Load() && s.queue.Len() == 0 && s.inflight.Load() == 0 && (s.creds == nil || s.creds.idle())
+	return s.ready.Load() && s.queue.Outstanding() == 0 && (s.creds == nil || s.creds.idle())
 }
 
 // busyBacklog is how many keys must be waiting in a queue for Busy to say
@@ -378,9 +373,7 @@ func (s *Syncer) worker(ctx context.Context) {
 		if shutdown {
 			return
 		}
-		s.inflight.Add(1)
 		s.process(ctx, key)
-		s.inflight.Add(-1)
 		s.queue.Done(key)
 	}
 }

@@ -517,6 +517,11 @@ func runLeaderElected(ctx context.Context, c config.LeaderElection, kube kuberne
 			OnStoppedLeading: func() {
 				log.Info("stopped leading", "lease", c.Namespace+"/"+c.Name)
 			},
+			OnNewLeader: func(leader string) {
+				if leader != id {
+					log.Info("another replica leads; standing by", "lease", c.Namespace+"/"+c.Name, "leader", leader)
+				}
+			},
 		},
 	})
 	select {

@@ -157,13 +157,19 @@ func TestConsumerPathSurvivesRotation(t *testing.T) {
 	t.Logf("copy holds token B %s after the rotation", time.Since(rotated).Round(time.Millisecond))
 
 	// The plugin told client-go that token A expires shortly before expA:
-	// by then the client must have run it again and got token B.
-	time.Sleep(time.Until(expA.Add(3 * time.Second)))
-	if n := consumer.okWith(tokB.jti); n == 0 {
-		t.Fatalf("the consumer client made no request with token B %s after token A's declared expiry", time.Since(expA).Round(time.Millisecond))
-	}
-	if id := consumer.lastCredential(); id != tokB.jti {
-		t.Fatalf("the consumer client still uses %q after token A's declared expiry, want token B's %q", id, tokB.jti)
+	// by then (with a little slack) the client must have run it again and
+	// got token B.
+	err = pollFor(h.ctx, time.Until(expA.Add(3*time.Second)), func() error {
+		if consumer.okWith(tokB.jti) == 0 {
+			return fmt.Errorf("the consumer client made no request with token B %s after token A's declared expiry", time.Since(expA).Round(time.Millisecond))
+		}
+		if id := consumer.lastCredential(); id != tokB.jti {
+			return fmt.Errorf("the consumer client still uses %q after token A's declared expiry, want token B's %q", id, tokB.jti)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	// Revoke A: deleting the Secret it is bound to invalidates it.
@@ -187,12 +193,14 @@ func TestConsumerPathSurvivesRotation(t *testing.T) {
 	t.Logf("token A rejected %s after its bound Secret was deleted", rejectedAfter.Round(time.Millisecond))
 
 	// kube-apiserver caches successful token authentications for about
-	// 10 s: keep going for 12 s after the revocation, and a little past
-	// the rejection seen above.
-	time.Sleep(max(time.Until(revoked.Add(12*time.Second)), time.Until(revoked.Add(rejectedAfter+2*time.Second))))
-	// The contrast client held on to token A (no expiry): it must have hit
-	// the revocation, and recovered with B on the plugin's next run.
-	contrastErr := pollFor(h.ctx, 10*time.Second, func() error {
+	// 10 s: keep going until the consumer client has succeeded past the
+	// rejection seen above. The contrast client held on to token A (no
+	// expiry): it must have hit the revocation, and recovered with B on
+	// the plugin's next run.
+	contrastErr := pollFor(h.ctx, time.Until(revoked.Add(max(12*time.Second, rejectedAfter+2*time.Second)))+10*time.Second, func() error {
+		if !consumer.lastSuccess().After(revoked.Add(rejectedAfter + time.Second)) {
+			return fmt.Errorf("the consumer client has not yet run past the rejection")
+		}
 		if len(contrast.failed()) == 0 {
 			return fmt.Errorf("no failure yet")
 		}
@@ -221,7 +229,7 @@ func TestConsumerPathSurvivesRotation(t *testing.T) {
 	t.Logf("no-expiry client: %d successful requests, %d failed (credentials used: %s)",
 		cok, len(cfails), contrast.credentialHistory(tokA.jti, tokB.jti))
 	if contrastErr != nil {
-		t.Errorf("no-expiry client: %v: the revocation did not bite a client that keeps token A, so this test cannot tell a refreshing plugin from one that does not", err)
+		t.Errorf("no-expiry client: %v: the revocation did not bite a client that keeps token A, so this test cannot tell a refreshing plugin from one that does not", contrastErr)
 	}
 	for _, f := range cfails {
 		t.Logf("no-expiry client failed at +%s (%s after the revocation): %v", f.at.Sub(loopStart).Round(time.Millisecond), f.at.Sub(revoked).Round(time.Millisecond), f.err)
@@ -457,6 +465,7 @@ type apiProbe struct {
 	byCred   map[string]int // successful identity checks per token JTI
 	history  []string       // token JTIs in the order first used
 	last     string         // token JTI of the latest identity check
+	lastOK   time.Time      // when the latest request succeeded
 }
 
 type probeFailure struct {
@@ -501,6 +510,7 @@ func (p *apiProbe) record(ctx context.Context, err error, cred string) {
 	switch {
 	case err == nil:
 		p.ok++
+		p.lastOK = time.Now()
 		if cred != "" {
 			if p.byCred == nil {
 				p.byCred = map[string]int{}
@@ -522,6 +532,12 @@ func (p *apiProbe) okWith(jti string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.byCred[jti]
+}
+
+func (p *apiProbe) lastSuccess() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastOK
 }
 
 func (p *apiProbe) lastCredential() string {

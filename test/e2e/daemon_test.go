@@ -73,7 +73,12 @@ func TestDaemonLeaderElection(t *testing.T) {
 		m, err := d.Metrics()
 		return err == nil && strings.Contains(m, "\nhubsync_leader 1\n")
 	}
-	time.Sleep(time.Second)
+	h.eventually("the standby sees the lease held", func() error {
+		if !strings.Contains(logs2.String(), "another replica leads; standing by") {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
 	if !isLeader(d1) || isLeader(d2) {
 		t.Fatalf("leader flags: first %v, second %v; want only the first", isLeader(d1), isLeader(d2))
 	}

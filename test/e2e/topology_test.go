@@ -317,6 +317,10 @@ func TestWritesSkippedWhenUnchanged(t *testing.T) {
 	if got := h.writes(); got != 10 {
 		t.Fatalf("writes for 5 new profiles = %v, want 10 (create + status each)", got)
 	}
+	reconciles := func() float64 {
+		return h.metric("hubsync_reconcile_total", map[string]string{"controller": "topology"})
+	}
+	before := reconciles()
 	for _, n := range names {
 		h.must(h.hub.UpdateCluster(h.ctx, n, func(c *clusterv1.ManagedCluster) {
 			if c.Annotations == nil {
@@ -326,7 +330,14 @@ func TestWritesSkippedWhenUnchanged(t *testing.T) {
 		}))
 	}
 	h.must(h.hub.SetBound(h.ctx, ns, set, true))
-	time.Sleep(300 * time.Millisecond)
+	// Every touched cluster is reconciled (the binding's change too), then
+	// nothing is left to do.
+	h.eventually("the no-op changes reconciled", func() error {
+		if got := reconciles() - before; got < float64(len(names)) {
+			return fmt.Errorf("%v reconciles", got)
+		}
+		return nil
+	})
 	h.waitIdle()
 	if got := h.writes(); got != 10 {
 		t.Fatalf("writes after no-op changes = %v, want still 10", got)
