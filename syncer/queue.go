@@ -63,21 +63,34 @@ func (t *trackedQueue) Add(key string) {
 	}
 }
 
-// AddRateLimited queues key after its per-key exponential backoff.
-func (t *trackedQueue) AddRateLimited(key string) {
+// AddRateLimited queues key after its per-key exponential backoff; the
+// key counts as outstanding while it waits.
+func (t *trackedQueue) AddRateLimited(key string) { t.addAfterBackoff(key, true) }
+
+// AddRateLimitedSteady queues key after its backoff like AddRateLimited,
+// for a failure that is a reported steady state (a conflict with another
+// cluster manager's profile), not work in progress: the key does not count
+// as outstanding while it waits, only once it is queued again.
+func (t *trackedQueue) AddRateLimitedSteady(key string) { t.addAfterBackoff(key, false) }
+
+func (t *trackedQueue) addAfterBackoff(key string, counted bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped {
 		return
 	}
-	t.delayed[key]++
+	if counted {
+		t.delayed[key]++
+	}
 	var timer *time.Timer
 	timer = time.AfterFunc(t.limiter.When(key), func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		delete(t.timers, timer)
-		if t.delayed[key]--; t.delayed[key] <= 0 {
-			delete(t.delayed, key)
+		if counted {
+			if t.delayed[key]--; t.delayed[key] <= 0 {
+				delete(t.delayed, key)
+			}
 		}
 		if !t.stopped {
 			t.add(key)

@@ -45,6 +45,13 @@ func TestTrackedQueueOutstanding(t *testing.T) {
 			{get("b"), 1},
 			{func(q *trackedQueue) { q.Done("b") }, 0},
 		}},
+		{"a steady retry does not count until it is queued", []step{
+			{func(q *trackedQueue) { q.Add("a") }, 1},
+			{get("a"), 1},
+			{func(q *trackedQueue) { q.AddRateLimitedSteady("a"); q.Done("a") }, 0},
+			{get("a"), 1}, // after the backoff, it is work again
+			{func(q *trackedQueue) { q.Done("a") }, 0},
+		}},
 		{"a retry waiting counts", []step{
 			{func(q *trackedQueue) { q.Add("a") }, 1},
 			{get("a"), 1},

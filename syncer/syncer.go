@@ -331,8 +331,12 @@ func (s *Syncer) Run(ctx context.Context) error {
 // Ready reports whether caches are synced and workers are running.
 func (s *Syncer) Ready() bool { return s.ready.Load() }
 
-// Idle reports whether no cluster is queued or being reconciled. Tests and
-// benchmarks use it to tell when the syncer has converged.
+// Idle reports whether the syncer has no work: no key queued, being
+// reconciled, or waiting to be retried (except the steady retries of
+// conflicts with other cluster managers' profiles), and no token change
+// waiting out its coalescing window. It is exact for what the syncer has
+// been told; events the informers have not delivered yet are not known.
+// Tests and benchmarks use it to tell when the syncer has converged.
 func (s *Syncer) Idle() bool {
 	return s.ready.Load() && s.queue.Outstanding() == 0 && (s.creds == nil || s.creds.idle())
 }
@@ -393,11 +397,14 @@ func (s *Syncer) process(ctx context.Context, cluster string) {
 	}
 	// Conflicts with foreign profiles are reported when first seen; their
 	// retries are routine and logged at debug level only.
-	level := slog.LevelWarn
 	if onlyConflicts(err) {
-		level = slog.LevelDebug
+		// Reported already; retried with backoff until the foreign
+		// profile goes, which is a steady state, not pending work.
+		s.log.Debug("reconcile failed, will retry", "cluster", cluster, "retries", s.queue.NumRequeues(cluster), "err", err)
+		s.queue.AddRateLimitedSteady(cluster)
+		return
 	}
-	s.log.Log(ctx, level, "reconcile failed, will retry", "cluster", cluster, "retries", s.queue.NumRequeues(cluster), "err", err)
+	s.log.Warn("reconcile failed, will retry", "cluster", cluster, "retries", s.queue.NumRequeues(cluster), "err", err)
 	s.queue.AddRateLimited(cluster)
 }
 

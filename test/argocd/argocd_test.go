@@ -38,6 +38,7 @@ import (
 	"github.com/hubsync/hubsync/sinks/argocd"
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/test/leak"
 )
 
 const (
@@ -372,7 +373,8 @@ func TestArgoCDUsesSinkSecrets(t *testing.T) {
 		checkAccess(t, c)
 
 		// A rotation changes the copy, not Argo CD's Secret.
-		h.putCopy(t, h.mintToken(t))
+		second := h.mintToken(t)
+		h.putCopy(t, second)
 		if err := s.Deliver(ctx, []stream.Change{{
 			Type: stream.CredentialRotated, Namespace: consumerNS, Cluster: clusterName,
 			Credential: &stream.CredentialSummary{ManagedServiceAccount: msaName},
@@ -382,6 +384,14 @@ func TestArgoCDUsesSinkSecrets(t *testing.T) {
 		after, _ := h.argoCluster(t, "proof", "argocd")
 		if after.ResourceVersion != sec.ResourceVersion {
 			t.Errorf("a rotation rewrote the exec-mode Secret (resourceVersion %s → %s)", sec.ResourceVersion, after.ResourceVersion)
+		}
+		// The exec-mode Secret holds no token, in any encoding.
+		raw, err := json.Marshal(after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range leak.Tokens(string(raw), []string{first, second}) {
+			t.Errorf("%s appears in the exec-mode Secret", f)
 		}
 	})
 

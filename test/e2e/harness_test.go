@@ -14,8 +14,10 @@ import (
 
 	"github.com/hubsync/hubsync/syncer"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/leak"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -150,32 +152,38 @@ func (h *harness) watchLog(what string, l *fleet.LogBuffer) {
 	h.moreLogs[what] = l
 }
 
-// assertNoTokenLeak checks that none of tokens appears in hubsync's logs
-// or in any Event on the hub.
+// assertNoTokenLeak checks that none of tokens appears, in any encoding
+// leak.Tokens knows, in hubsync's logs, in any Event on the hub, or in
+// hubsync's metrics.
 func (h *harness) assertNoTokenLeak(tokens []string) {
 	if len(tokens) == 0 {
 		return
 	}
-	logs := map[string]string{"hubsync's log": h.logs.String()}
+	texts := map[string]string{"hubsync's log": h.logs.String()}
 	for what, l := range h.moreLogs {
-		logs[what] = l.String()
+		texts[what] = l.String()
 	}
 	evs, err := h.hub.Kube.CoreV1().Events("").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		h.t.Errorf("list events: %v", err)
 		return
 	}
-	for i, tok := range tokens {
-		for what, text := range logs {
-			if strings.Contains(text, tok) {
-				h.t.Errorf("token %d appears in %s", i, what)
-			}
+	for _, e := range evs.Items {
+		raw, _ := json.Marshal(e)
+		texts[fmt.Sprintf("Event %s/%s", e.Namespace, e.Name)] = string(raw)
+	}
+	if mfs, err := h.reg.Gather(); err == nil {
+		var b strings.Builder
+		for _, mf := range mfs {
+			_, _ = expfmt.MetricFamilyToText(&b, mf)
 		}
-		for _, e := range evs.Items {
-			raw, _ := json.Marshal(e)
-			if strings.Contains(string(raw), tok) {
-				h.t.Errorf("token %d appears in Event %s/%s", i, e.Namespace, e.Name)
-			}
+		texts["/metrics"] = b.String()
+	} else {
+		h.t.Errorf("gather metrics: %v", err)
+	}
+	for what, text := range texts {
+		for _, f := range leak.Tokens(text, tokens) {
+			h.t.Errorf("%s appears in %s", f, what)
 		}
 	}
 }

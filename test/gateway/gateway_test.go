@@ -37,6 +37,7 @@ import (
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/kubelet"
+	"github.com/hubsync/hubsync/test/leak"
 	"github.com/hubsync/hubsync/test/pki"
 )
 
@@ -172,10 +173,8 @@ func start(t *testing.T, ctx context.Context) *setup {
 	}
 	t.Cleanup(func() {
 		_ = s.d.Stop()
-		for _, tok := range s.h.Tokens() {
-			if tok != "" && strings.Contains(s.logs.String(), tok) {
-				t.Error("a token appears in hubsync's log")
-			}
+		for _, f := range leak.Tokens(s.logs.String(), s.h.Tokens()) {
+			t.Errorf("%s appears in hubsync's log", f)
 		}
 		if t.Failed() {
 			t.Logf("hubsync log:\n%s", s.logs.String())

@@ -20,6 +20,7 @@ import (
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/leak"
 )
 
 // TestDaemonPublishesTunnelState runs the real binary with the pool on:
@@ -63,10 +64,8 @@ func TestDaemonPublishesTunnelState(t *testing.T) {
 	}
 	defer func() {
 		_ = d.Stop()
-		for _, tok := range h.Tokens() {
-			if tok != "" && strings.Contains(logs.String(), tok) {
-				t.Error("a token appears in hubsync's log")
-			}
+		for _, f := range leak.Tokens(logs.String(), h.Tokens()) {
+			t.Errorf("%s appears in hubsync's log", f)
 		}
 		if t.Failed() {
 			t.Logf("hubsync log:\n%s", logs.String())
