@@ -224,9 +224,11 @@ type Credentials struct {
 	// Workers is the number of (cluster, ManagedServiceAccount) pairs
 	// reconciled at once.
 	Workers int `json:"workers,omitempty"`
-	// Coalesce is how long a change to a hub token Secret waits for further
-	// changes before its copies are written, so that a burst of rotations
-	// costs one write per copy.
+	// Coalesce is the burst window of hub token Secret changes: a change
+	// after a quiet spell is written at once; changes that follow it closer
+	// than Coalesce are written together once they stop (at most 10×
+	// Coalesce after the burst began), so a burst of rotations costs at
+	// most two writes per copy.
 	Coalesce metav1.Duration `json:"coalesce,omitempty"`
 }
 
@@ -248,8 +250,10 @@ type Hub struct {
 	Kubeconfig string `json:"kubeconfig,omitempty"`
 	// Context selects a kubeconfig context; empty means the current one.
 	Context string `json:"context,omitempty"`
-	// QPS and Burst bound the client's request rate. client-go's default of
-	// 5 QPS would make thousands of profile writes take many minutes.
+	// QPS and Burst bound the client's request rate. The default, -1, sets
+	// no client-side limit: the API server's Priority and Fairness paces
+	// hubsync (client-go waits out a 429's Retry-After and retries), so a
+	// fresh install runs at the server's pace. A positive value caps it.
 	QPS   float32 `json:"qps,omitempty"`
 	Burst int     `json:"burst,omitempty"`
 	// Timeout bounds each write hubsync sends to the hub (watches are
@@ -302,7 +306,7 @@ type LeaderElection struct {
 // Default values.
 const (
 	DefaultClusterManager = "open-cluster-management"
-	DefaultQPS            = 200
+	DefaultQPS            = -1 // no client-side limit: the API server's Priority and Fairness paces hubsync
 	DefaultBurst          = 400
 	DefaultTimeout        = 30 * time.Second
 	DefaultTopologyWorker = 16
@@ -453,7 +457,9 @@ func (c *Config) validateRaw() field.ErrorList {
 			errs = append(errs, field.Invalid(p, d.Duration.String(), "must not be negative"))
 		}
 	}
-	neg(field.NewPath("hub", "qps"), float64(c.Hub.QPS))
+	if c.Hub.QPS < 0 && c.Hub.QPS != -1 {
+		errs = append(errs, field.Invalid(field.NewPath("hub", "qps"), c.Hub.QPS, "must be positive, or -1 for no client-side limit"))
+	}
 	neg(field.NewPath("hub", "burst"), float64(c.Hub.Burst))
 	negDur(field.NewPath("hub", "timeout"), c.Hub.Timeout)
 	neg(field.NewPath("workers", "topology"), float64(c.Workers.Topology))

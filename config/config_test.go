@@ -31,7 +31,7 @@ func TestDefaults(t *testing.T) {
 	want := Config{
 		APIVersion:     APIVersion,
 		Kind:           Kind,
-		Hub:            Hub{QPS: 200, Burst: 400, Timeout: dur(30 * time.Second)},
+		Hub:            Hub{QPS: -1, Burst: 400, Timeout: dur(30 * time.Second)},
 		ClusterManager: "open-cluster-management",
 		Workers:        Workers{Topology: 16},
 		ResyncPeriod:   dur(10 * time.Minute),
@@ -267,7 +267,8 @@ func TestParseValidation(t *testing.T) {
 		{name: "wrong apiVersion and kind", doc: "apiVersion: v1\nkind: ConfigMap\n", wantPaths: []string{"apiVersion", "kind"}},
 
 		// Hub.
-		{name: "negative qps", doc: "hub:\n  qps: -1\n", wantPaths: []string{"hub.qps"}},
+		{name: "negative qps other than -1", doc: "hub:\n  qps: -5\n", wantPaths: []string{"hub.qps"}},
+		{name: "qps -1: no client-side limit", doc: "hub:\n  qps: -1\n"},
 		{name: "negative burst", doc: "hub:\n  burst: -1\n", wantPaths: []string{"hub.burst"}},
 		{name: "burst below qps", doc: "hub:\n  qps: 100\n  burst: 50\n", wantPaths: []string{"hub.burst"}},
 		{name: "burst equal to qps", doc: "hub:\n  qps: 100\n  burst: 100\n"},
@@ -350,7 +351,7 @@ func TestParseValidation(t *testing.T) {
 
 func TestParseReportsAllProblems(t *testing.T) {
 	doc := `hub:
-  qps: -1
+  qps: -3
 logging:
   level: verbose
 server:

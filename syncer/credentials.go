@@ -162,14 +162,19 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 		}
 		return cache.ResourceEventHandlerFuncs{AddFunc: add, UpdateFunc: func(_, obj any) { add(obj) }, DeleteFunc: add}
 	}
-	bySourceAnnotation := func(obj any) {
+	// A copy's change re-checks its pair, unless it is hubsync's own write
+	// coming back; it goes through the debouncer, so that during a burst
+	// of rotations it joins the burst instead of starting a reconcile.
+	onCopy := func(obj any, deleted bool) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
-		if sec, ok := obj.(*corev1.Secret); ok {
-			if key, ok := copyPair(sec); ok {
-				c.queue.Add(key)
-			}
+		sec, ok := obj.(*corev1.Secret)
+		if !ok || c.written.isEcho(sec, deleted) {
+			return
+		}
+		if key, ok := copyPair(sec); ok {
+			c.debounce.touch(key)
 		}
 	}
 	for _, h := range []struct {
@@ -182,9 +187,9 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 		// name, which the agent gives it).
 		{hubInf.Informer(), c.tokenSecretHandler()},
 		{copyInf.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    bySourceAnnotation,
-			UpdateFunc: func(_, obj any) { bySourceAnnotation(obj) },
-			DeleteFunc: bySourceAnnotation,
+			AddFunc:    func(obj any) { onCopy(obj, false) },
+			UpdateFunc: func(_, obj any) { onCopy(obj, false) },
+			DeleteFunc: func(obj any) { onCopy(obj, true) },
 		}},
 		{s.cpInformers.Apis().V1alpha1().ClusterProfiles().Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.onProfile,
@@ -650,68 +655,3 @@ func (c *credentials) setProblem(key string, msa *msav1beta1.ManagedServiceAccou
 	}
 }
 
-// debouncer delays a key until no new touch has come for quiet, or at most
-// maxWait after the first, then hands it on once: a burst of changes to one
-// hub token Secret becomes one reconcile, and so one write per copy.
-type debouncer struct {
-	quiet, maxWait time.Duration
-	fire           func(string)
-
-	mu      sync.Mutex
-	timers  map[string]*time.Timer
-	first   map[string]time.Time
-	stopped bool
-}
-
-func newDebouncer(quiet, maxWait time.Duration, fire func(string)) *debouncer {
-	return &debouncer{quiet: quiet, maxWait: maxWait, fire: fire, timers: map[string]*time.Timer{}, first: map[string]time.Time{}}
-}
-
-func (d *debouncer) touch(key string) {
-	if d.quiet <= 0 {
-		d.fire(key)
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stopped {
-		return
-	}
-	now := time.Now()
-	first, ok := d.first[key]
-	if !ok {
-		d.first[key] = now
-		first = now
-	}
-	wait := min(d.quiet, time.Until(first.Add(d.maxWait)))
-	if t, ok := d.timers[key]; ok {
-		t.Reset(max(wait, 0))
-		return
-	}
-	d.timers[key] = time.AfterFunc(max(wait, 0), func() {
-		// Fired under the lock, so that the key is always either pending
-		// here or in the queue: idleness checks never see it in neither.
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		delete(d.timers, key)
-		delete(d.first, key)
-		if !d.stopped {
-			d.fire(key)
-		}
-	})
-}
-
-func (d *debouncer) pending() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.timers)
-}
-
-func (d *debouncer) stop() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.stopped = true
-	for _, t := range d.timers {
-		t.Stop()
-	}
-}

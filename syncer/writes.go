@@ -54,6 +54,23 @@ func (w *writeTracker) deletedObj(obj metav1.Object) {
 	w.m[obj.GetNamespace()+"/"+obj.GetName()] = pendingWrite{deleted: obj.GetUID(), at: time.Now()}
 }
 
+// isEcho reports whether an informer event's object is hubsync's own last
+// write to it coming back: the resourceVersion it wrote, or the object it
+// deleted.
+func (w *writeTracker) isEcho(obj metav1.Object, deleted bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p, ok := w.m[obj.GetNamespace()+"/"+obj.GetName()]
+	if !ok {
+		return false
+	}
+	if deleted {
+		return p.deleted != "" && p.deleted == obj.GetUID()
+	}
+	rv, err := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
+	return err == nil && p.deleted == "" && p.rv == rv
+}
+
 // pending reports whether the cache (cached, nil when absent) does not yet
 // show hubsync's last write to key. Entries the cache has caught up with, or
 // that have expired, are dropped. A typed nil pointer counts as absent.

@@ -26,7 +26,7 @@ func TestMainCommands(t *testing.T) {
 	dir := t.TempDir()
 	good := writeFile(t, dir, "good.yaml", "clusterManager: open-cluster-management\nworkers:\n  topology: 4\n")
 	badBus := writeFile(t, dir, "badbus.yaml", "bus:\n  urls: [\"http://nats:4222\"]\n  credsFile: /nonexistent/user.creds\n  tls: {caFile: /nonexistent/ca.pem}\n")
-	bad := writeFile(t, dir, "bad.yaml", "hub:\n  qps: -1\n  qsp: 3\nlogging:\n  level: loud\nserver:\n  address: nope\nresyncPeriod: 5s\n")
+	bad := writeFile(t, dir, "bad.yaml", "hub:\n  qps: -3\n  qsp: 3\nlogging:\n  level: loud\nserver:\n  address: nope\nresyncPeriod: 5s\n")
 	for _, tc := range []struct {
 		name       string
 		args       []string
@@ -40,7 +40,7 @@ func TestMainCommands(t *testing.T) {
 		{name: "help", args: []string{"help"}, wantCode: 0, wantStdout: []string{"check-config"}},
 		{name: "check-config ok", args: []string{"check-config", good}, wantCode: 0, wantStdout: []string{"good.yaml: ok"}},
 		{name: "check-config prints defaults", args: []string{"check-config", "--print", good}, wantCode: 0,
-			wantStdout: []string{"qps: 200", "topology: 4", "address: :8080"}},
+			wantStdout: []string{"qps: -1", "topology: 4", "address: :8080"}},
 		{name: "check-config reports every problem", args: []string{"check-config", bad}, wantCode: 1, wantStderr: []string{
 			"5 problems", "hub.qps", "hub.qsp: Forbidden: unknown field", "logging.level", "server.address", "resyncPeriod",
 		}},

@@ -73,7 +73,7 @@ func main() {
 	flag.IntVar(&cpuProfileSeconds, "cpuprofile-seconds", 15, "how long each CPU profile covers from hubsync's start")
 	flag.IntVar(&initialPairs, "initial-pairs", 4, "pairs of initial syncs with the bus off and on (even numbers balance the order)")
 	flag.IntVar(&sinkPairs, "sink-pairs", 4, "pairs of initial syncs with the bus on, without and with three sinks")
-	flag.BoolVar(&initialOnly, "initial-only", false, "stop after the initial syncs with the bus off and on")
+	flag.BoolVar(&initialOnly, "initial-only", false, "only the initial syncs with the bus off and on (no tunnel, gateway or latency figures)")
 	flag.BoolVar(&tunnelOnly, "tunnel-only", false, "print only the tunnel pool's figures")
 	flag.IntVar(&tunnelRepeats, "tunnel-repeats", 5, "repeats of each tunnel figure")
 	flag.IntVar(&tunnelRequests, "tunnel-requests", 640, "requests per tunnel latency measurement (a multiple of 32)")
@@ -137,12 +137,12 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		return err
 	}
 	defer cp.Stop()
-	if !gatewayOnly {
+	if !gatewayOnly && !initialOnly {
 		if err := benchTunnel(ctx, cp); err != nil {
 			return fmt.Errorf("tunnel figures: %w", err)
 		}
 	}
-	if !tunnelOnly {
+	if !tunnelOnly && !initialOnly {
 		if err := benchGateway(ctx, cp); err != nil {
 			return fmt.Errorf("gateway figures: %w", err)
 		}
@@ -186,7 +186,8 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		logs = f
 	}
 	conf := config.Config{}
-	conf.Hub.QPS, conf.Hub.Burst = 5000, 10000
+	// hub.qps and burst stay at their defaults: no client-side limit,
+	// the API server's Priority and Fairness paces hubsync.
 	conf.Workers.Topology = workers
 	conf.Credentials.Workers = workers
 	conf.Server.Pprof = cpuProfileDir != ""
@@ -239,6 +240,7 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	took := map[kind][]time.Duration{}
 	cpu := map[kind][]time.Duration{}
 	all := map[kind][]time.Duration{} // hubsync + kube-apiserver + etcd
+	floorRatios := map[kind][]float64{} // each run against the floor next to it
 	var busRatios, busCPURatios, sinkRatios, sinkCPURatios []float64
 	var catchUp []time.Duration // sinks idle after the profiles converged
 	var prevTook, prevAll time.Duration
@@ -283,9 +285,19 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		if cpuProfileDir != "" {
 			attach = append(attach, cpuProfile(filepath.Join(cpuProfileDir, fmt.Sprintf("initial-%d-%d.pprof", i+1, k))))
 		}
+		// A floor next to each repeat, in the same conditions (etcd's
+		// history grows run after run), so that each run's ratio holds
+		// still even when the API server's pace drifts.
+		runFloor := floor
+		if i > 0 {
+			if runFloor, err = rawWriteFloor(ctx, hub, profiles, floorWorkers); err != nil {
+				return err
+			}
+			fmt.Printf("  floor next to this run: %s (%.0f writes/s)\n", runFloor.Round(time.Millisecond), float64(2*profiles)/runFloor.Seconds())
+		}
 		var t time.Duration
 		cpBefore := controlPlaneCPU()
-		d, t, err = converge(ctx, cp, w, binary, c, logs, profiles, floor, attach...)
+		d, t, err = converge(ctx, cp, w, binary, c, logs, profiles, runFloor, attach...)
 		if err != nil {
 			return err
 		}
@@ -313,6 +325,7 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 			fmt.Printf("  CPU time of hubsync + kube-apiserver + etcd for the sync: %s\n", total.Round(10*time.Millisecond))
 		}
 		took[k] = append(took[k], t)
+		floorRatios[k] = append(floorRatios[k], t.Seconds()/runFloor.Seconds())
 		if i%2 == 0 { // the second run of a pair: ratio of the richer kind to the other
 			hi, lo, hiCPU, loCPU := t, prevTook, total, prevAll
 			if k < prevKind {
@@ -356,6 +369,13 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	slices.Sort(catchUp)
 	fmt.Printf("  the sinks caught up %s after the profiles converged (median; %s to %s): the kubeconfig and argocd sinks yield while the syncer converges\n",
 		median(catchUp).Round(time.Millisecond), catchUp[0].Round(time.Millisecond), catchUp[len(catchUp)-1].Round(time.Millisecond))
+	for _, k := range []kind{busOff, busOn, withSinks} {
+		if r := floorRatios[k]; len(r) > 0 {
+			slices.Sort(r)
+			fmt.Printf("  %s: convergence / the floor next to it: median %.2fx (%.2fx to %.2fx over %d runs; goal <= 1.5x)\n",
+				k, median(r), r[0], r[len(r)-1], len(r))
+		}
+	}
 	for _, k := range []kind{busOff, busOn, withSinks} {
 		slices.Sort(took[k])
 		slices.Sort(cpu[k])

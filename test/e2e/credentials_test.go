@@ -128,7 +128,8 @@ func TestCredentialCopiesAndRotation(t *testing.T) {
 		t.Fatalf("no log line for the rotation")
 	}
 
-	// A burst of rotations costs one write per copy.
+	// A burst of rotations costs at most two writes per copy: the first
+	// change goes at once, the rest together.
 	h.waitIdle()
 	before := h.metric("hubsync_credential_writes_total", map[string]string{"op": "update"})
 	var last string
@@ -138,8 +139,8 @@ func TestCredentialCopiesAndRotation(t *testing.T) {
 	}
 	f.expectCopies(last, rfc3339(statusExp), f.ns...)
 	h.waitIdle()
-	if got := h.metric("hubsync_credential_writes_total", map[string]string{"op": "update"}) - before; got != float64(len(f.ns)) {
-		t.Fatalf("a burst of 5 rotations cost %v copy updates, want %d (one per copy)", got, len(f.ns))
+	if got := h.metric("hubsync_credential_writes_total", map[string]string{"op": "update"}) - before; got < float64(len(f.ns)) || got > float64(2*len(f.ns)) {
+		t.Fatalf("a burst of 5 rotations cost %v copy updates, want %d to %d (one or two per copy)", got, len(f.ns), 2*len(f.ns))
 	}
 
 	// A tampered copy is repaired.

@@ -111,7 +111,7 @@ func TestCheckConfigBinary(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	h := &harness{t: t}
-	h.must(writeFile(bad, "hub:\n  qps: -1\nworkers:\n  topology: -2\nlogging:\n  format: xml\n"))
+	h.must(writeFile(bad, "hub:\n  qps: -3\nworkers:\n  topology: -2\nlogging:\n  format: xml\n"))
 	var out bytes.Buffer
 	cmd := exec.Command(bin, "check-config", bad)
 	cmd.Stdout, cmd.Stderr = &out, &out

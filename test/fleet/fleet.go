@@ -59,10 +59,13 @@ func (h *Hub) NoteToken(token string) {
 	}
 }
 
-// NewHub builds clients with a request rate high enough for fleet set-up.
+// NewHub builds clients with a request rate high enough for fleet set-up,
+// unless cfg sets one.
 func NewHub(cfg *rest.Config) (*Hub, error) {
 	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = 2000, 4000
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 2000, 4000
+	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kube client: %w", err)
