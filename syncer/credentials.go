@@ -654,4 +654,3 @@ func (c *credentials) setProblem(key string, msa *msav1beta1.ManagedServiceAccou
 		}
 	}
 }
-

@@ -239,7 +239,7 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	var rig *sinkRig
 	took := map[kind][]time.Duration{}
 	cpu := map[kind][]time.Duration{}
-	all := map[kind][]time.Duration{} // hubsync + kube-apiserver + etcd
+	all := map[kind][]time.Duration{}   // hubsync + kube-apiserver + etcd
 	floorRatios := map[kind][]float64{} // each run against the floor next to it
 	var busRatios, busCPURatios, sinkRatios, sinkCPURatios []float64
 	var catchUp []time.Duration // sinks idle after the profiles converged

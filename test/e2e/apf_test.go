@@ -42,7 +42,9 @@ func TestPriorityAndFairness(t *testing.T) {
 	}
 	_, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{})
 	admin.must(err)
-	t.Cleanup(func() { _ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
+	})
 	// ...but only a few of its requests at once: the rest are rejected.
 	plc := &flowcontrolv1.PriorityLevelConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: level},
@@ -79,7 +81,9 @@ func TestPriorityAndFairness(t *testing.T) {
 	}
 	_, err = kube.FlowcontrolV1().FlowSchemas().Create(ctx, fs, metav1.CreateOptions{})
 	admin.must(err)
-	t.Cleanup(func() { _ = kube.FlowcontrolV1().FlowSchemas().Delete(context.Background(), level, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = kube.FlowcontrolV1().FlowSchemas().Delete(context.Background(), level, metav1.DeleteOptions{})
+	})
 
 	// hubsync's client as the daemon builds it by default.
 	as := rest.CopyConfig(hubConfig)
