@@ -328,7 +328,12 @@ func testPublishInOrderPerSubject(t *testing.T, window time.Duration) {
 		}
 		last[k] = rv
 	}
-	if got := value(b.m.published.WithLabelValues(stream.ProfileUpdated)); got != 3*perKey/4*float64(len(keys)) {
+	// Each key's first word is an update of a profile consumers were never
+	// told of: it is announced as its creation.
+	if got := value(b.m.published.WithLabelValues(stream.ProfileCreated)); got != float64(len(keys)) {
+		t.Errorf("published{profile.created} = %v, want %d", got, len(keys))
+	}
+	if got := value(b.m.published.WithLabelValues(stream.ProfileUpdated)); got != 3*perKey/4*float64(len(keys))-float64(len(keys)) {
 		t.Errorf("published{profile.updated} = %v", got)
 	}
 	if got := value(b.m.connected); got != 1 {
@@ -537,6 +542,83 @@ func TestRestartAnnouncesRemovalsMissedWhileDown(t *testing.T) {
 			if e.Data.Credential == nil || e.Data.Credential.ManagedServiceAccount != "argocd" || e.Data.Name != "stays-argocd" {
 				t.Errorf("wrong removal: %+v", e.Data)
 			}
+		}
+	}
+}
+
+// A replica that led before was killed with a profile's creation still
+// queued: the next leader's resync finds no KV record of it and announces
+// it as created, with the id the lost announcement would have had; a
+// profile the KV knows is announced as updated.
+func TestResyncAnnouncesUnknownProfilesAsCreated(t *testing.T) {
+	cfg := busConfig(t)
+	cfg.URLs = []string{runServer(t, t.TempDir(), 0).ClientURL()}
+	first, _ := newBus(t, cfg)
+	start(t, first, nil)
+	first.Notify(profileChange(stream.ProfileCreated, "team-a", "known", "1"))
+	flush(t, first)
+	_ = first.Close()
+
+	now := []stream.Change{
+		profileChange(stream.ProfileUpdated, "team-a", "known", "1"),
+		profileChange(stream.ProfileUpdated, "team-a", "lost", "2"),
+	}
+	second, _ := newBus(t, cfg)
+	start(t, second, func() []stream.Change { return now })
+	cl := connect(t, cfg.URLs[0])
+	eventually(t, "both records in the bucket", func() bool { return len(cl.records(t, cfg.KVBucket)) == 2 })
+	flush(t, second)
+	// The syncer's own word on it comes after the resync's: not a second
+	// creation.
+	second.Notify(profileChange(stream.ProfileCreated, "team-a", "lost", "3"))
+	flush(t, second)
+	// Then, like every profile, re-announced as it is when the bus connects.
+	if got := eventTypes(t, cl, cfg, "team-a", "lost"); len(got) == 0 || got[0] != stream.ProfileCreated || slices.Contains(got[1:], stream.ProfileCreated) {
+		t.Errorf("lost: %v, want one creation first", got)
+	}
+	if got := eventTypes(t, cl, cfg, "team-a", "known"); !slices.Equal(got, []string{stream.ProfileCreated, stream.ProfileUpdated}) {
+		t.Errorf("known: %v", got)
+	}
+	want := profileChange(stream.ProfileCreated, "team-a", "lost", "2")
+	for _, m := range cl.messages(t, cfg.Stream.Name) {
+		if e, _ := Decode(m.Data); e.Data.Cluster == "lost" && e.Type == stream.ProfileCreated && e.ID != EventID(want) {
+			t.Errorf("the creation's id %s is not the id of the lost announcement %s", e.ID, EventID(want))
+		}
+	}
+}
+
+// The same, when the next leader's first word on such a profile is an
+// update (it finished the status write the killed replica began) before
+// any resync: the bus asks the KV bucket and announces a creation.
+func TestDeliverAnnouncesUnknownProfilesAsCreated(t *testing.T) {
+	cfg := busConfig(t)
+	cfg.URLs = []string{runServer(t, t.TempDir(), 0).ClientURL()}
+	first, _ := newBus(t, cfg)
+	start(t, first, nil)
+	first.Notify(profileChange(stream.ProfileCreated, "team-a", "known", "1"))
+	flush(t, first)
+	_ = first.Close()
+
+	second, _ := newBus(t, cfg)
+	start(t, second, nil) // no snapshot: no resync
+	for _, c := range []stream.Change{
+		profileChange(stream.ProfileUpdated, "team-a", "known", "2"),
+		profileChange(stream.ProfileUpdated, "team-a", "lost", "3"),
+		profileChange(stream.ProfileUpdated, "team-a", "lost", "4"),
+		profileChange(stream.ProfileCreated, "team-a", "new", "5"),
+		profileChange(stream.ProfileUpdated, "team-a", "new", "6"),
+	} {
+		second.Notify(c)
+	}
+	flush(t, second)
+	cl := connect(t, cfg.URLs[0])
+	for cluster, want := range map[string][]string{
+		"known": {stream.ProfileCreated, stream.ProfileUpdated},
+		"lost":  {stream.ProfileCreated, stream.ProfileUpdated},
+		"new":   {stream.ProfileCreated, stream.ProfileUpdated},
+	} {
+		if got := eventTypes(t, cl, cfg, "team-a", cluster); !slices.Equal(got, want) {
+			t.Errorf("%s: %v, want %v", cluster, got, want)
 		}
 	}
 }

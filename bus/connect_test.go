@@ -323,14 +323,14 @@ func TestExternalNATSConnectionOptions(t *testing.T) {
 			t.Cleanup(func() { _ = b.Close() })
 			start(t, b, nil)
 			for i := range 3 {
-				b.Notify(profileChange(stream.ProfileUpdated, "team-a", fmt.Sprintf("c%d", i), "1"))
+				b.Notify(profileChange(stream.ProfileCreated, "team-a", fmt.Sprintf("c%d", i), "1"))
 			}
 			if tt.works {
 				flush(t, b)
 				if got := s.JetStreamNumAccounts(); got < 1 {
 					t.Errorf("no JetStream account in use")
 				}
-				if got := value(b.m.published.WithLabelValues(stream.ProfileUpdated)); got != 3 {
+				if got := value(b.m.published.WithLabelValues(stream.ProfileCreated)); got != 3 {
 					t.Errorf("published %v events, want 3", got)
 				}
 			} else {
@@ -345,7 +345,7 @@ func TestExternalNATSConnectionOptions(t *testing.T) {
 				if tt.fix != nil {
 					tt.fix()
 					flush(t, b)
-					if got := value(b.m.published.WithLabelValues(stream.ProfileUpdated)); got != 3 {
+					if got := value(b.m.published.WithLabelValues(stream.ProfileCreated)); got != 3 {
 						t.Errorf("after the fix: published %v events, want 3", got)
 					}
 				}

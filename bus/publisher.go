@@ -3,6 +3,7 @@ package bus
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -97,6 +98,10 @@ func (b *Bus) Deliver(ctx context.Context, changes []stream.Change) error {
 		return err
 	}
 	now := time.Now()
+	if err := b.announceUnknown(ctx, changes); err != nil {
+		b.checkGone(err)
+		return err
+	}
 	sent := make([]inflight, 0, 2*len(changes))
 	var sendErr error
 	for i := range changes {
@@ -127,6 +132,66 @@ func (b *Bus) Deliver(ctx context.Context, changes []stream.Change) error {
 		return err
 	}
 	b.m.batchSize.Observe(float64(len(changes)))
+	return nil
+}
+
+// announceUnknown types profile changes by what consumers were told: an
+// update of a profile they were never told of is its creation, and a
+// creation of one they were already told of (a resync announced it first)
+// is an update, so that each profile is created once. Before this run's first resync the bus knows only
+// what it published itself, so it asks the KV bucket about such profiles:
+// a replica that led before may have created one and been killed with its
+// announcement still queued, and this replica's first write to it is an
+// update.
+func (b *Bus) announceUnknown(ctx context.Context, changes []stream.Change) error {
+	inBatch := map[stream.Key]bool{} // profiles announced earlier in this batch
+	for i := range changes {
+		c := &changes[i]
+		k := stream.Key{Namespace: c.Namespace, Cluster: c.Cluster}
+		switch c.Type {
+		case stream.ProfileCreated:
+			if r := b.recs[k]; inBatch[k] || (r != nil && r.Profile != nil) {
+				// Already announced (a resync found it first): one
+				// creation per profile, this is an update.
+				c.Type = stream.ProfileUpdated
+			}
+			inBatch[k] = true
+			continue
+		case stream.AccessProviderUpdated:
+			inBatch[k] = true
+			continue
+		case stream.ProfileDeleted:
+			delete(inBatch, k)
+			continue
+		case stream.ProfileUpdated:
+			if validChange(*c) != nil {
+				continue // skipped with a log line when sent
+			}
+		default:
+			continue
+		}
+		if r := b.recs[k]; inBatch[k] || (r != nil && r.Profile != nil) {
+			inBatch[k] = true
+			continue
+		}
+		inBatch[k] = true
+		if !b.readStored {
+			gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			entry, err := b.kv.Get(gctx, KVKey(c.Namespace, c.Cluster))
+			cancel()
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+			case err != nil:
+				return fmt.Errorf("read the KV bucket: %w", err)
+			default:
+				var r Record
+				if json.Unmarshal(entry.Value(), &r) == nil && r.Profile != nil {
+					continue
+				}
+			}
+		}
+		c.Type = stream.ProfileCreated
+	}
 	return nil
 }
 
@@ -163,6 +228,17 @@ func (b *Bus) Resync(ctx context.Context, snapshot []stream.Change) error {
 		}
 	}
 	fresh, events := stream.Plan(told, valid, now)
+	// A profile the KV has no record of was never announced (a replica
+	// that led before was killed with it still queued, or the bucket was
+	// lost): announce it as created. Its id is the one the earlier
+	// announcement would have had, so JetStream keeps one of the two.
+	for i := range valid {
+		if e := &events[i]; e.Type == stream.ProfileUpdated {
+			if r := told[stream.Key{Namespace: e.Namespace, Cluster: e.Cluster}]; r == nil || r.Profile == nil {
+				e.Type = stream.ProfileCreated
+			}
+		}
+	}
 	// Changes that cannot become events are still offered (and skipped
 	// with a log line), as a delivery would.
 	for _, c := range snapshot {

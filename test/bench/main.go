@@ -83,6 +83,12 @@ func main() {
 	flag.IntVar(&gatewayRequests, "gateway-requests", 640, "requests per gateway latency measurement (a multiple of 128)")
 	flag.IntVar(&gatewayLists, "gateway-lists", 24, "large lists per gateway throughput measurement (a multiple of 4)")
 	flag.StringVar(&gatewayCPUProfile, "gateway-cpuprofile", "", "file for a CPU profile of the bench process (clients and gateways) during the gateway measurements")
+	flag.BoolVar(&scaleMode, "scale", false, "only the scale figures: a large fleet with credential copies (see --scale-clusters)")
+	flag.IntVar(&scaleClusters, "scale-clusters", 3000, "clusters of the scale fleet")
+	flag.IntVar(&scaleNamespaces, "scale-namespaces", 10, "namespaces of the scale fleet, each bound to one of three sets")
+	flag.DurationVar(&soakDuration, "soak", 0, "with --scale: then change the fleet at a steady rate for this long, sampling RSS, goroutines and open files every minute")
+	flag.IntVar(&soakRotations, "soak-rotations", 2, "token rotations per second during the soak")
+	flag.IntVar(&soakRelabels, "soak-relabels", 1, "clusters moved to another set per second during the soak")
 	sinkList := flag.String("sinks", "files,argocd,hooks", "the sinks of the sink pairs, for diagnosis: any of files (kubeconfig), argocd, hooks (webhook)")
 	flag.Parse()
 	for _, n := range strings.Split(*sinkList, ",") {
@@ -137,6 +143,18 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		return err
 	}
 	defer cp.Stop()
+	if scaleMode {
+		logs := io.Discard
+		if logPath != "" {
+			f, err := os.Create(logPath)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			logs = f
+		}
+		return benchScale(ctx, cp, binary, floorWorkers, workers, logs)
+	}
 	if !gatewayOnly && !initialOnly {
 		if err := benchTunnel(ctx, cp); err != nil {
 			return fmt.Errorf("tunnel figures: %w", err)

@@ -238,7 +238,19 @@ func (d *Daemon) Metrics() (string, error) {
 }
 
 // PeakRSS returns the process's peak resident set size in bytes (VmHWM).
-func (d *Daemon) PeakRSS() (int64, error) {
+func (d *Daemon) PeakRSS() (int64, error) { return d.procStatus("VmHWM:") }
+
+// RSS returns the process's current resident set size in bytes.
+func (d *Daemon) RSS() (int64, error) { return d.procStatus("VmRSS:") }
+
+// OpenFiles returns how many file descriptors the process holds.
+func (d *Daemon) OpenFiles() (int, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.cmd.Process.Pid))
+	return len(fds), err
+}
+
+// procStatus reads a kB field of /proc/<pid>/status, in bytes.
+func (d *Daemon) procStatus(field string) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
 	if err != nil {
 		return 0, err
@@ -246,12 +258,12 @@ func (d *Daemon) PeakRSS() (int64, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), field); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, errors.New("VmHWM not found")
+	return 0, fmt.Errorf("%s not found", strings.TrimSuffix(field, ":"))
 }
 
 // CPUTime returns the CPU time (user + system) the process has used so far.
@@ -290,6 +302,21 @@ func (d *Daemon) Stop() error {
 	case <-time.After(15 * time.Second):
 		_ = d.cmd.Process.Kill()
 		return errors.New("hubsync did not stop within 15s of SIGTERM")
+	}
+}
+
+// Kill ends the daemon with SIGKILL, as a node failure or the OOM killer
+// would: no lease release, no draining.
+func (d *Daemon) Kill() error {
+	defer os.RemoveAll(d.dir)
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	select {
+	case <-d.done:
+		return nil
+	case <-time.After(15 * time.Second):
+		return errors.New("hubsync did not exit within 15s of SIGKILL")
 	}
 }
 
