@@ -15,7 +15,6 @@ import (
 
 	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
-	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
 )
 
@@ -34,20 +33,8 @@ func TestFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	natsBin := build(t, "nats-server", "github.com/nats-io/nats-server/v2")
-	hubsyncBin := build(t, "hubsync", "github.com/hubsync/hubsync/cmd/hubsync")
-	ns := &natsProcess{bin: natsBin, dir: t.TempDir(), addr: freeAddr(t)}
-	ns.start(t)
-	defer ns.kill()
-
-	cp, err := controlplane.Start(ctx)
-	must(err)
-	defer cp.Stop()
-	hub, err := fleet.NewHub(cp.Config)
-	must(err)
-	must(hub.CreateExclusiveSet(ctx, "fleet"))
-	must(hub.Namespace(ctx, "team-a"))
-	must(hub.Bind(ctx, "team-a", "fleet", true))
+	r := newNATSRig(ctx, t, "team-a")
+	ns, cp, hub, hubsyncBin := r.ns, r.cp, r.hub, r.hubsyncBin
 	must(hub.Namespace(ctx, "open-cluster-management-hub"))
 
 	conf := config.Config{}
@@ -59,6 +46,7 @@ func TestFailover(t *testing.T) {
 	conf.LeaderElection.RetryPeriod.Duration = 500 * time.Millisecond
 	var logs [2]fleet.LogBuffer
 	var ds [2]*fleet.Daemon
+	var err error
 	for i := range ds {
 		ds[i], err = fleet.StartDaemon(ctx, hubsyncBin, cp.Config, conf, &logs[i])
 		must(err)

@@ -81,6 +81,42 @@ func build(t *testing.T, out, pkg string) string {
 // changes and restarts it: reconciliation goes on meanwhile, and afterwards
 // the KV equals the hub and every change made while NATS was up is in the
 // stream.
+// natsRig is a real kube-apiserver with a set "fleet" bound in the given
+// namespaces, a nats-server process and the hubsync binary, all stopped
+// when the test ends.
+type natsRig struct {
+	ns         *natsProcess
+	cp         *controlplane.ControlPlane
+	hub        *fleet.Hub
+	hubsyncBin string
+}
+
+func newNATSRig(ctx context.Context, t *testing.T, namespaces ...string) *natsRig {
+	t.Helper()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &natsRig{hubsyncBin: build(t, "hubsync", "github.com/hubsync/hubsync/cmd/hubsync")}
+	r.ns = &natsProcess{bin: build(t, "nats-server", "github.com/nats-io/nats-server/v2"), dir: t.TempDir(), addr: freeAddr(t)}
+	r.ns.start(t)
+	t.Cleanup(r.ns.kill)
+	cp, err := controlplane.Start(ctx)
+	must(err)
+	t.Cleanup(func() { _ = cp.Stop() })
+	r.cp = cp
+	r.hub, err = fleet.NewHub(cp.Config)
+	must(err)
+	must(r.hub.CreateExclusiveSet(ctx, "fleet"))
+	for _, n := range namespaces {
+		must(r.hub.Namespace(ctx, n))
+		must(r.hub.Bind(ctx, n, "fleet", true))
+	}
+	return r
+}
+
 func TestNATSOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -90,22 +126,8 @@ func TestNATSOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	natsBin := build(t, "nats-server", "github.com/nats-io/nats-server/v2")
-	hubsyncBin := build(t, "hubsync", "github.com/hubsync/hubsync/cmd/hubsync")
-	ns := &natsProcess{bin: natsBin, dir: t.TempDir(), addr: freeAddr(t)}
-	ns.start(t)
-	defer ns.kill()
-
-	cp, err := controlplane.Start(ctx)
-	must(err)
-	defer cp.Stop()
-	hub, err := fleet.NewHub(cp.Config)
-	must(err)
-	must(hub.CreateExclusiveSet(ctx, "fleet"))
-	for _, n := range []string{"team-a", "team-b"} {
-		must(hub.Namespace(ctx, n))
-		must(hub.Bind(ctx, n, "fleet", true))
-	}
+	r := newNATSRig(ctx, t, "team-a", "team-b")
+	ns, cp, hub, hubsyncBin := r.ns, r.cp, r.hub, r.hubsyncBin
 
 	var logs fleet.LogBuffer
 	conf := config.Config{}
