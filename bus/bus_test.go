@@ -607,6 +607,8 @@ func TestDeliverAnnouncesUnknownProfilesAsCreated(t *testing.T) {
 		profileChange(stream.ProfileUpdated, "team-a", "lost", "4"),
 		profileChange(stream.ProfileCreated, "team-a", "new", "5"),
 		profileChange(stream.ProfileUpdated, "team-a", "new", "6"),
+		profileChange(stream.ProfileDeleted, "team-a", "new", "7"),
+		profileChange(stream.ProfileCreated, "team-a", "new", "8"),
 	} {
 		second.Notify(c)
 	}
@@ -615,7 +617,7 @@ func TestDeliverAnnouncesUnknownProfilesAsCreated(t *testing.T) {
 	for cluster, want := range map[string][]string{
 		"known": {stream.ProfileCreated, stream.ProfileUpdated},
 		"lost":  {stream.ProfileCreated, stream.ProfileUpdated},
-		"new":   {stream.ProfileCreated, stream.ProfileUpdated},
+		"new":   {stream.ProfileCreated, stream.ProfileUpdated, stream.ProfileDeleted, stream.ProfileCreated},
 	} {
 		if got := eventTypes(t, cl, cfg, "team-a", cluster); !slices.Equal(got, want) {
 			t.Errorf("%s: %v, want %v", cluster, got, want)

@@ -138,61 +138,62 @@ func (b *Bus) Deliver(ctx context.Context, changes []stream.Change) error {
 // announceUnknown types profile changes by what consumers were told: an
 // update of a profile they were never told of is its creation, and a
 // creation of one they were already told of (a resync announced it first)
-// is an update, so that each profile is created once. Before this run's first resync the bus knows only
-// what it published itself, so it asks the KV bucket about such profiles:
-// a replica that led before may have created one and been killed with its
-// announcement still queued, and this replica's first write to it is an
-// update.
+// is an update, so that each profile is created once. Before this run's
+// first resync the bus knows only what it published itself, so it asks the
+// KV bucket about an update it knows nothing of: a replica that led before
+// may have created the profile and been killed with its announcement still
+// queued, and this replica's first write to it is an update.
 func (b *Bus) announceUnknown(ctx context.Context, changes []stream.Change) error {
-	inBatch := map[stream.Key]bool{} // profiles announced earlier in this batch
+	// Profiles announced (true) or deleted (false) earlier in this batch.
+	inBatch := map[stream.Key]bool{}
+	known := func(k stream.Key) bool {
+		if v, ok := inBatch[k]; ok {
+			return v
+		}
+		r := b.recs[k]
+		return r != nil && r.Profile != nil
+	}
 	for i := range changes {
 		c := &changes[i]
 		k := stream.Key{Namespace: c.Namespace, Cluster: c.Cluster}
-		switch c.Type {
-		case stream.ProfileCreated:
-			if r := b.recs[k]; inBatch[k] || (r != nil && r.Profile != nil) {
-				// Already announced (a resync found it first): one
-				// creation per profile, this is an update.
-				c.Type = stream.ProfileUpdated
+		switch {
+		case c.Type == stream.ProfileDeleted:
+			inBatch[k] = false
+		case c.Type == stream.ProfileCreated && known(k):
+			c.Type = stream.ProfileUpdated
+		case c.Type == stream.ProfileUpdated && !known(k) && validChange(*c) == nil:
+			stored, err := b.storedProfile(ctx, k)
+			if err != nil {
+				return err
 			}
-			inBatch[k] = true
-			continue
-		case stream.AccessProviderUpdated:
-			inBatch[k] = true
-			continue
-		case stream.ProfileDeleted:
-			delete(inBatch, k)
-			continue
-		case stream.ProfileUpdated:
-			if validChange(*c) != nil {
-				continue // skipped with a log line when sent
-			}
-		default:
-			continue
-		}
-		if r := b.recs[k]; inBatch[k] || (r != nil && r.Profile != nil) {
-			inBatch[k] = true
-			continue
-		}
-		inBatch[k] = true
-		if !b.readStored {
-			gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			entry, err := b.kv.Get(gctx, KVKey(c.Namespace, c.Cluster))
-			cancel()
-			switch {
-			case errors.Is(err, jetstream.ErrKeyNotFound):
-			case err != nil:
-				return fmt.Errorf("read the KV bucket: %w", err)
-			default:
-				var r Record
-				if json.Unmarshal(entry.Value(), &r) == nil && r.Profile != nil {
-					continue
-				}
+			if !stored {
+				c.Type = stream.ProfileCreated
 			}
 		}
-		c.Type = stream.ProfileCreated
+		if stream.IsProfileType(c.Type) {
+			inBatch[k] = true
+		}
 	}
 	return nil
+}
+
+// storedProfile reports whether, before this run's first resync, the KV
+// bucket holds a record with a profile for k (after it, recs know all).
+func (b *Bus) storedProfile(ctx context.Context, k stream.Key) (bool, error) {
+	if b.readStored {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	entry, err := b.kv.Get(ctx, KVKey(k.Namespace, k.Cluster))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read the KV bucket: %w", err)
+	}
+	var r Record
+	return json.Unmarshal(entry.Value(), &r) == nil && r.Profile != nil, nil
 }
 
 // Resync implements stream.Consumer: it compares the current state with

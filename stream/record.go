@@ -46,7 +46,7 @@ func (rs Records) Apply(c Change, now time.Time) (*Record, bool) {
 		r = &cp
 	}
 	switch {
-	case isProfileType(c.Type):
+	case IsProfileType(c.Type):
 		if c.Profile != nil {
 			r.Profile = c.Profile
 		} else if r.Profile == nil {
@@ -82,7 +82,9 @@ func (rs Records) Apply(c Change, now time.Time) (*Record, bool) {
 	return r, true
 }
 
-func isProfileType(t string) bool {
+// IsProfileType reports whether a change type announces a profile's
+// current state (created, updated, access providers updated).
+func IsProfileType(t string) bool {
 	return t == ProfileCreated || t == ProfileUpdated || t == AccessProviderUpdated
 }
 

@@ -43,10 +43,9 @@ const (
 // change of a hub token Secret waits a short coalescing window so that a
 // burst of rotations costs one write per copy.
 type credentials struct {
-	s        *Syncer
-	log      *slog.Logger
-	coalesce time.Duration
-	workers  int
+	s       *Syncer
+	log     *slog.Logger
+	workers int
 
 	msaInformers  msainformers.SharedInformerFactory
 	hubInformers  kubeinformers.SharedInformerFactory
@@ -80,7 +79,7 @@ type CredentialOptions struct {
 func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) (*credentials, error) {
 	c := &credentials{
 		s: s, log: s.log.With("controller", "credentials"),
-		coalesce: o.Coalesce, workers: max(o.Workers, 1),
+		workers:  max(o.Workers, 1),
 		problems: map[string]CopyProblem{},
 	}
 	c.queue = newTrackedQueue(s.opts.RetryBase, s.opts.RetryMax)
@@ -150,17 +149,11 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 	c.copies = copyInf.Lister()
 	c.copyIdx = copyInf.Informer().GetIndexer()
 
-	byKey := func(delay time.Duration) cache.ResourceEventHandlerFuncs {
-		add := func(obj any) {
-			if key, ok := namespacedKey(obj); ok {
-				if delay > 0 {
-					c.debounce.touch(key)
-				} else {
-					c.queue.Add(key)
-				}
-			}
+	// An MSA's namespace/name is its pair's key.
+	addMSA := func(obj any) {
+		if key, ok := namespacedKey(obj); ok {
+			c.queue.Add(key)
 		}
-		return cache.ResourceEventHandlerFuncs{AddFunc: add, UpdateFunc: func(_, obj any) { add(obj) }, DeleteFunc: add}
 	}
 	// A copy's change re-checks its pair, unless it is hubsync's own write
 	// coming back; it goes through the debouncer, so that during a burst
@@ -181,7 +174,7 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
 	}{
-		{msaInf.Informer(), byKey(0)},
+		{msaInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: addMSA, UpdateFunc: func(_, obj any) { addMSA(obj) }, DeleteFunc: addMSA}},
 		// A token Secret belongs to the MSAs whose status.tokenSecretRef
 		// names it (and, before any MSA reports it, to the MSA of its own
 		// name, which the agent gives it).
@@ -222,11 +215,7 @@ func (c *credentials) tokenSecretHandler() cache.ResourceEventHandlerFuncs {
 			}
 		}
 		for k := range keys {
-			if c.coalesce > 0 {
-				c.debounce.touch(k)
-			} else {
-				c.queue.Add(k)
-			}
+			c.debounce.touch(k) // at once when coalescing is off
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{AddFunc: touch, UpdateFunc: func(_, obj any) { touch(obj) }, DeleteFunc: touch}

@@ -89,7 +89,7 @@ func credentialPhase(ctx context.Context, cp *controlplane.ControlPlane, hub *fl
 		}
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	fmt.Printf("rotation -> last of %d copies updated, over %d rotations: p50 %s  p99 %s  max %s (goal p99 < 500ms; includes the %s coalescing window)\n",
+	fmt.Printf("rotation -> last of %d copies updated, over %d rotations: p50 %s  p99 %s  max %s (goal p99 < 100ms; a lone rotation does not wait for the %s coalescing window)\n",
 		nNamespaces, len(lat), pct(lat, 50), pct(lat, 99), lat[len(lat)-1].Round(time.Millisecond), coalesce(conf))
 
 	// Every cluster rotates at once.

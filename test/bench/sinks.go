@@ -396,7 +396,7 @@ func sinkRotations(ctx context.Context, cp *controlplane.ControlPlane, hub *flee
 		fmt.Printf("rotation -> %-10s over %d rotations, beyond the hub write: p50 %s p99 %s (%.2fx the NATS publish's p99)\n",
 			k, len(l), pct(l, 50), pct(l, 99), percentile(l, 99).Seconds()/natsP99.Seconds())
 	}
-	fmt.Printf("  (includes hubsync's %s coalescing of token changes; NATS and webhook deliver events, the kubeconfig and Argo CD sinks read the rotated copy from the hub and write)\n", coalesce(conf))
+	fmt.Printf("  (a lone token change is not held for the %s coalescing window; NATS and webhook deliver events, the kubeconfig and Argo CD sinks read the rotated copy from the hub and write)\n", coalesce(conf))
 	return nil
 }
 
