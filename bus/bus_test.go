@@ -546,6 +546,19 @@ func TestRestartAnnouncesRemovalsMissedWhileDown(t *testing.T) {
 	}
 }
 
+// publishAndClose runs a bus (an earlier leader, an earlier run) that
+// publishes changes and stops.
+func publishAndClose(t *testing.T, cfg config.Bus, changes ...stream.Change) {
+	t.Helper()
+	b, _ := newBus(t, cfg)
+	start(t, b, nil)
+	for _, c := range changes {
+		b.Notify(c)
+	}
+	flush(t, b)
+	_ = b.Close()
+}
+
 // A replica that led before was killed with a profile's creation still
 // queued: the next leader's resync finds no KV record of it and announces
 // it as created, with the id the lost announcement would have had; a
@@ -553,11 +566,7 @@ func TestRestartAnnouncesRemovalsMissedWhileDown(t *testing.T) {
 func TestResyncAnnouncesUnknownProfilesAsCreated(t *testing.T) {
 	cfg := busConfig(t)
 	cfg.URLs = []string{runServer(t, t.TempDir(), 0).ClientURL()}
-	first, _ := newBus(t, cfg)
-	start(t, first, nil)
-	first.Notify(profileChange(stream.ProfileCreated, "team-a", "known", "1"))
-	flush(t, first)
-	_ = first.Close()
+	publishAndClose(t, cfg, profileChange(stream.ProfileCreated, "team-a", "known", "1"))
 
 	now := []stream.Change{
 		profileChange(stream.ProfileUpdated, "team-a", "known", "1"),
@@ -593,11 +602,7 @@ func TestResyncAnnouncesUnknownProfilesAsCreated(t *testing.T) {
 func TestDeliverAnnouncesUnknownProfilesAsCreated(t *testing.T) {
 	cfg := busConfig(t)
 	cfg.URLs = []string{runServer(t, t.TempDir(), 0).ClientURL()}
-	first, _ := newBus(t, cfg)
-	start(t, first, nil)
-	first.Notify(profileChange(stream.ProfileCreated, "team-a", "known", "1"))
-	flush(t, first)
-	_ = first.Close()
+	publishAndClose(t, cfg, profileChange(stream.ProfileCreated, "team-a", "known", "1"))
 
 	second, _ := newBus(t, cfg)
 	start(t, second, nil) // no snapshot: no resync

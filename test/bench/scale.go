@@ -171,7 +171,7 @@ func soak(ctx context.Context, d *fleet.Daemon, hub *fleet.Hub) error {
 		if err != nil {
 			return err
 		}
-		g, _ := strconv.ParseFloat(metricLine(m, "go_goroutines"), 64)
+		g, _ := strconv.ParseFloat(fleet.MetricLine(m, "go_goroutines"), 64)
 		s := sample{at: at, rss: float64(rss) / 1e6, goroutines: g, fds: float64(fds)}
 		samples = append(samples, s)
 		fmt.Printf("  +%3.0f min: RSS %.1f MB, %0.f goroutines, %0.f open files\n", at.Minutes(), s.rss, s.goroutines, s.fds)
@@ -232,15 +232,4 @@ func soak(ctx context.Context, d *fleet.Daemon, hub *fleet.Hub) error {
 	}
 	fmt.Printf("  RSS samples (MB): %s\n", strings.Join(names, " "))
 	return nil
-}
-
-// metricLine returns the value text of the first series in metrics whose
-// line starts with prefix (name and labels), or "" if there is none.
-func metricLine(metrics, prefix string) string {
-	for _, l := range strings.Split(metrics, "\n") {
-		if rest, ok := strings.CutPrefix(l, prefix); ok && strings.HasPrefix(rest, " ") {
-			return strings.TrimSpace(rest)
-		}
-	}
-	return ""
 }

@@ -312,17 +312,6 @@ func TestKubeconfigSinkThroughRotation(t *testing.T) {
 	})
 }
 
-// metricLine returns the value text of the first series in metrics whose
-// line starts with prefix (name and labels), or "" if there is none.
-func metricLine(metrics, prefix string) string {
-	for _, l := range strings.Split(metrics, "\n") {
-		if rest, ok := strings.CutPrefix(l, prefix); ok && strings.HasPrefix(rest, " ") {
-			return strings.TrimSpace(rest)
-		}
-	}
-	return ""
-}
-
 // TestSinksHotReload edits the daemon's configuration the way a ConfigMap
 // update does (a symlink swap in the mounted directory): a sink is added,
 // changed and removed with no restart; a broken edit is rejected with
@@ -381,7 +370,7 @@ func TestSinksHotReload(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if got := metricLine(m, prefix); got != want {
+			if got := fleet.MetricLine(m, prefix); got != want {
 				return fmt.Errorf("%s = %q", prefix, got)
 			}
 			return nil

@@ -305,6 +305,17 @@ func (d *Daemon) Stop() error {
 	}
 }
 
+// MetricLine returns the value text of the first series in a /metrics text
+// whose line starts with prefix (name and labels), or "" if there is none.
+func MetricLine(metrics, prefix string) string {
+	for _, l := range strings.Split(metrics, "\n") {
+		if rest, ok := strings.CutPrefix(l, prefix); ok && strings.HasPrefix(rest, " ") {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return ""
+}
+
 // Kill ends the daemon with SIGKILL, as a node failure or the OOM killer
 // would: no lease release, no draining.
 func (d *Daemon) Kill() error {
