@@ -215,6 +215,22 @@ func TestBareClusterStatus(t *testing.T) {
 		t.Errorf("status writes for a profile with nothing to report = %v, want 0", got)
 	}
 
+	// A claim, still no version or conditions: properties only.
+	h.must(h.hub.UpdateClusterStatus(h.ctx, c, func(st *clusterv1.ManagedClusterStatus) {
+		st.ClusterClaims = []clusterv1.ManagedClusterClaim{{Name: "id.k8s.io", Value: c}}
+	}))
+	h.eventually("properties written, version and conditions left out", func() error {
+		st := rawStatus()
+		if _, ok := st["properties"]; !ok {
+			return fmt.Errorf("status = %s", st)
+		}
+		for _, k := range []string{"version", "conditions"} {
+			if v, ok := st[k]; ok {
+				return fmt.Errorf("%s written for a cluster that reports none: %s", k, v)
+			}
+		}
+		return nil
+	})
 	h.must(h.hub.UpdateClusterStatus(h.ctx, c, func(st *clusterv1.ManagedClusterStatus) {
 		st.Version.Kubernetes = "v1.35.4"
 	}))
