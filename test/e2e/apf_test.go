@@ -53,7 +53,9 @@ func TestPriorityAndFairness(t *testing.T) {
 			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
 				NominalConcurrencyShares: ptr.To[int32](1),
 				LendablePercent:          ptr.To[int32](0),
-				LimitResponse:            flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject},
+				// No borrowing from idle levels: a few seats, strictly.
+				BorrowingLimitPercent: ptr.To[int32](0),
+				LimitResponse:         flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject},
 			},
 		},
 	}
