@@ -69,18 +69,14 @@ func TestDaemonLeaderElection(t *testing.T) {
 	if err := d2.WaitReady(h.ctx, 30*time.Second); err != nil {
 		t.Fatalf("standby not ready: %v\n%s", err, logs2.String())
 	}
-	isLeader := func(d *fleet.Daemon) bool {
-		m, err := d.Metrics()
-		return err == nil && strings.Contains(m, "\nhubsync_leader 1\n")
-	}
 	h.eventually("the standby sees the lease held", func() error {
 		if !strings.Contains(logs2.String(), "another replica leads; standing by") {
 			return fmt.Errorf("not yet")
 		}
 		return nil
 	})
-	if !isLeader(d1) || isLeader(d2) {
-		t.Fatalf("leader flags: first %v, second %v; want only the first", isLeader(d1), isLeader(d2))
+	if !d1.Leading() || d2.Leading() {
+		t.Fatalf("leader flags: first %v, second %v; want only the first", d1.Leading(), d2.Leading())
 	}
 
 	if err := d1.Stop(); err != nil {
@@ -89,7 +85,7 @@ func TestDaemonLeaderElection(t *testing.T) {
 	b := h.name("b")
 	h.cluster(b, set, nil)
 	h.eventually("standby takes over", func() error {
-		if !isLeader(d2) {
+		if !d2.Leading() {
 			return fmt.Errorf("not leading yet")
 		}
 		return nil

@@ -316,6 +316,27 @@ func MetricLine(metrics, prefix string) string {
 	return ""
 }
 
+// MetricSum adds up every series of a metric in a /metrics text.
+func MetricSum(metrics, name string) float64 {
+	var sum float64
+	for _, l := range strings.Split(metrics, "\n") {
+		rest, ok := strings.CutPrefix(l, name)
+		if !ok || (!strings.HasPrefix(rest, "{") && !strings.HasPrefix(rest, " ")) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(rest[strings.LastIndex(rest, " ")+1:], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// Leading reports whether the daemon says it holds the leader lease.
+func (d *Daemon) Leading() bool {
+	m, err := d.Metrics()
+	return err == nil && MetricLine(m, "hubsync_leader") == "1"
+}
+
 // Kill ends the daemon with SIGKILL, as a node failure or the OOM killer
 // would: no lease release, no draining.
 func (d *Daemon) Kill() error {

@@ -55,16 +55,12 @@ func TestFailover(t *testing.T) {
 			t.Fatalf("replica %d not ready: %v\n%s", i, err, logs[i].String())
 		}
 	}
-	leads := func(d *fleet.Daemon) bool {
-		m, err := d.Metrics()
-		return err == nil && strings.Contains(m, "\nhubsync_leader 1\n")
-	}
 	leader, standby := -1, -1
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		switch {
-		case leads(ds[0]) && !leads(ds[1]):
+		case ds[0].Leading() && !ds[1].Leading():
 			leader, standby = 0, 1
-		case leads(ds[1]) && !leads(ds[0]):
+		case ds[1].Leading() && !ds[0].Leading():
 			leader, standby = 1, 0
 		default:
 			return false, nil
@@ -123,7 +119,7 @@ func TestFailover(t *testing.T) {
 	// The standby takes over within the lease duration (plus a retry
 	// period and slack: a sanity bound, the figure is logged).
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*lease, true, func(context.Context) (bool, error) {
-		return leads(ds[standby]), nil
+		return ds[standby].Leading(), nil
 	})
 	if err != nil {
 		t.Fatalf("the standby did not take over within %s\n%s", 2*lease, logs[standby].String())
