@@ -76,6 +76,11 @@ type Bus struct {
 	// Owned by the consumer's worker (Deliver and Resync).
 	kv   jetstream.KeyValue
 	recs stream.Records
+	// typed holds the event types announceUnknown chose for the changes of
+	// the batch being delivered, by their original id, so that a retry of
+	// a failed batch (whose records recs already holds) announces them the
+	// same way.
+	typed map[string]string
 	// readStored is set once a resync has read the bucket's records: from
 	// then on the bucket holds only what recs knows of, so later resyncs
 	// need its keys only.

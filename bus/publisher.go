@@ -132,6 +132,7 @@ func (b *Bus) Deliver(ctx context.Context, changes []stream.Change) error {
 		return err
 	}
 	b.m.batchSize.Observe(float64(len(changes)))
+	clear(b.typed)
 	return nil
 }
 
@@ -144,25 +145,24 @@ func (b *Bus) Deliver(ctx context.Context, changes []stream.Change) error {
 // may have created the profile and been killed with its announcement still
 // queued, and this replica's first write to it is an update.
 func (b *Bus) announceUnknown(ctx context.Context, changes []stream.Change) error {
-	// Profiles announced (true) or deleted (false) earlier in this batch.
-	inBatch := map[stream.Key]bool{}
-	known := func(k stream.Key) bool {
-		if v, ok := inBatch[k]; ok {
-			return v
-		}
-		r := b.recs[k]
-		return r != nil && r.Profile != nil
+	if b.typed == nil {
+		b.typed = map[string]string{}
 	}
+	// A batch holds at most one change of a (namespace, cluster).
 	for i := range changes {
 		c := &changes[i]
-		k := stream.Key{Namespace: c.Namespace, Cluster: c.Cluster}
+		id := EventID(*c)
+		if t, ok := b.typed[id]; ok {
+			c.Type = t
+			continue
+		}
+		r := b.recs[stream.Key{Namespace: c.Namespace, Cluster: c.Cluster}]
+		known := r != nil && r.Profile != nil
 		switch {
-		case c.Type == stream.ProfileDeleted:
-			inBatch[k] = false
-		case c.Type == stream.ProfileCreated && known(k):
+		case c.Type == stream.ProfileCreated && known:
 			c.Type = stream.ProfileUpdated
-		case c.Type == stream.ProfileUpdated && !known(k) && validChange(*c) == nil:
-			stored, err := b.storedProfile(ctx, k)
+		case c.Type == stream.ProfileUpdated && !known && validChange(*c) == nil:
+			stored, err := b.storedProfile(ctx, stream.Key{Namespace: c.Namespace, Cluster: c.Cluster})
 			if err != nil {
 				return err
 			}
@@ -170,9 +170,7 @@ func (b *Bus) announceUnknown(ctx context.Context, changes []stream.Change) erro
 				c.Type = stream.ProfileCreated
 			}
 		}
-		if stream.IsProfileType(c.Type) {
-			inBatch[k] = true
-		}
+		b.typed[id] = c.Type
 	}
 	return nil
 }

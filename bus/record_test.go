@@ -1,9 +1,11 @@
 package bus
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hubsync/hubsync/stream"
 )
@@ -122,4 +124,32 @@ func validateChangeEvent(t *testing.T, c stream.Change) error {
 		return err
 	}
 	return ValidateEvent(data)
+}
+
+// A batch that failed is retried after its records were applied: its
+// changes are announced as they were the first time.
+func TestAnnounceUnknownIsStableAcrossRetries(t *testing.T) {
+	b := &Bus{recs: stream.Records{}, readStored: true}
+	batch := func() []stream.Change {
+		return []stream.Change{
+			profileChange(stream.ProfileCreated, "team-a", "new", "1"),
+			profileChange(stream.ProfileUpdated, "team-a", "unknown", "2"),
+		}
+	}
+	first := batch()
+	if err := b.announceUnknown(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range first { // what a failed send leaves behind
+		kvOpFor(b.recs, c, time.Now())
+	}
+	retry := batch()
+	if err := b.announceUnknown(context.Background(), retry); err != nil {
+		t.Fatal(err)
+	}
+	for i := range first {
+		if first[i].Type != stream.ProfileCreated || retry[i].Type != first[i].Type {
+			t.Errorf("change %d: first %s, retry %s; want profile.created both times", i, first[i].Type, retry[i].Type)
+		}
+	}
 }
