@@ -53,7 +53,7 @@ func (d *debouncer) touch(key string) {
 	last, recent := d.lastTouch[key]
 	recent = recent && now.Sub(last) < d.quiet
 	d.lastTouch[key] = now
-	d.prune(now)
+	pruneOld(d.lastTouch, &d.pruneAt, now, d.quiet, func(t time.Time) time.Time { return t })
 	if t, ok := d.timers[key]; ok {
 		// A burst already waits: push it back, within maxWait of its start.
 		t.Reset(max(min(d.quiet, d.first[key].Add(d.maxWait).Sub(now)), 0))
@@ -75,21 +75,6 @@ func (d *debouncer) touch(key string) {
 			d.fire(key)
 		}
 	})
-}
-
-// prune forgets touches older than quiet once the map grows, so that it
-// holds about the keys of the current bursts; call with mu held.
-func (d *debouncer) prune(now time.Time) {
-	if len(d.lastTouch) < max(d.pruneAt, 1024) {
-		return
-	}
-	for k, t := range d.lastTouch {
-		if now.Sub(t) >= d.quiet {
-			delete(d.lastTouch, k)
-		}
-	}
-	// Next time at twice what is left: amortised O(1) per touch.
-	d.pruneAt = 2 * len(d.lastTouch)
 }
 
 func (d *debouncer) pending() int {

@@ -21,27 +21,50 @@ func statusEmpty(st cpv1alpha1.ClusterProfileStatus) bool {
 // The typed object always serialises status.version (a struct) as {} and
 // status.conditions as null; OCM's own controller leaves both out for a
 // cluster that reports no version and no conditions, and so does hubsync.
+// It is encoded in one pass through statusDocument, whose status mirrors
+// every field of the upstream type (a test keeps the two in step), rather
+// than through a generic map, which cost as much CPU as the write's own
+// encoding.
 func StatusBody(p *cpv1alpha1.ClusterProfile) ([]byte, error) {
-	raw, err := json.Marshal(p)
+	st := &p.Status
+	doc := statusDocument{
+		// Objects from a typed client carry no TypeMeta; the server needs it.
+		TypeMeta:   metav1.TypeMeta{APIVersion: cpv1alpha1.GroupVersion.String(), Kind: "ClusterProfile"},
+		ObjectMeta: &p.ObjectMeta,
+		Spec:       &p.Spec,
+		Status: statusFields{
+			Conditions:          st.Conditions,
+			Properties:          st.Properties,
+			CredentialProviders: st.CredentialProviders,
+			AccessProviders:     st.AccessProviders,
+		},
+	}
+	if st.Version != (cpv1alpha1.ClusterVersion{}) {
+		doc.Status.Version = &st.Version
+	}
+	body, err := json.Marshal(&doc)
 	if err != nil {
 		return nil, fmt.Errorf("encode profile %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	var obj map[string]any
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, fmt.Errorf("decode profile %s/%s: %w", p.Namespace, p.Name, err)
-	}
-	// Objects from a typed client carry no TypeMeta; the server needs it.
-	obj["apiVersion"] = cpv1alpha1.GroupVersion.String()
-	obj["kind"] = "ClusterProfile"
-	if st, ok := obj["status"].(map[string]any); ok {
-		if v, ok := st["version"].(map[string]any); ok && len(v) == 0 {
-			delete(st, "version")
-		}
-		if c, ok := st["conditions"].([]any); st["conditions"] == nil || (ok && len(c) == 0) {
-			delete(st, "conditions")
-		}
-	}
-	return json.Marshal(obj)
+	return body, nil
+}
+
+// statusDocument is a ClusterProfile as StatusBody writes it.
+type statusDocument struct {
+	metav1.TypeMeta `json:",inline"`
+	ObjectMeta      *metav1.ObjectMeta             `json:"metadata"`
+	Spec            *cpv1alpha1.ClusterProfileSpec `json:"spec"`
+	Status          statusFields                   `json:"status"`
+}
+
+// statusFields has every field of cpv1alpha1.ClusterProfileStatus, each
+// left out when empty.
+type statusFields struct {
+	Conditions          []metav1.Condition              `json:"conditions,omitempty"`
+	Version             *cpv1alpha1.ClusterVersion      `json:"version,omitempty"`
+	Properties          []cpv1alpha1.Property           `json:"properties,omitempty"`
+	CredentialProviders []cpv1alpha1.CredentialProvider `json:"credentialProviders,omitempty"`
+	AccessProviders     []cpv1alpha1.AccessProvider     `json:"accessProviders,omitempty"`
 }
 
 // writeStatus replaces p's status on the server (guarded by p's

@@ -2,9 +2,13 @@ package syncer
 
 import (
 	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 )
 
@@ -83,4 +87,62 @@ func TestStatusBody(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStatusFieldsCoverUpstream keeps statusFields in step with the
+// upstream status type: a field StatusBody did not know would be wiped by
+// every status write, since the write replaces the whole status.
+func TestStatusFieldsCoverUpstream(t *testing.T) {
+	jsonNames := func(typ reflect.Type) map[string]reflect.Type {
+		out := map[string]reflect.Type{}
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			out[name] = ft
+		}
+		return out
+	}
+	upstream := jsonNames(reflect.TypeOf(cpv1alpha1.ClusterProfileStatus{}))
+	ours := jsonNames(reflect.TypeOf(statusFields{}))
+	if !reflect.DeepEqual(upstream, ours) {
+		t.Errorf("statusFields %v differs from ClusterProfileStatus %v", ours, upstream)
+	}
+}
+
+// TestStatusBodyKeepsEveryField fills every status field and checks that
+// the body decodes to the same status.
+func TestStatusBodyKeepsEveryField(t *testing.T) {
+	p := &cpv1alpha1.ClusterProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: "team-a", ResourceVersion: "7", Labels: map[string]string{"a": "b"}},
+		Spec:       cpv1alpha1.ClusterProfileSpec{DisplayName: "c1", ClusterManager: cpv1alpha1.ClusterManager{Name: "open-cluster-management"}},
+		Status: cpv1alpha1.ClusterProfileStatus{
+			Conditions:          []metav1.Condition{{Type: ConditionJoined, Status: metav1.ConditionTrue, Reason: "Joined", LastTransitionTime: metav1.Unix(1, 0)}},
+			Version:             cpv1alpha1.ClusterVersion{Kubernetes: "v1.35.4"},
+			Properties:          []cpv1alpha1.Property{{Name: "region", Value: "eu"}},
+			CredentialProviders: []cpv1alpha1.CredentialProvider{{Name: "token", Cluster: clientcmdCluster()}},
+			AccessProviders:     []cpv1alpha1.AccessProvider{{Name: "open-cluster-management", Cluster: clientcmdCluster()}},
+		},
+	}
+	body, err := StatusBody(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var round cpv1alpha1.ClusterProfile
+	if err := json.Unmarshal(body, &round); err != nil {
+		t.Fatal(err)
+	}
+	if round.APIVersion != cpv1alpha1.GroupVersion.String() || round.Kind != "ClusterProfile" {
+		t.Errorf("type meta %+v", round.TypeMeta)
+	}
+	if !equality.Semantic.DeepEqual(round.Status, p.Status) || !equality.Semantic.DeepEqual(round.ObjectMeta, p.ObjectMeta) || round.Spec != p.Spec {
+		t.Errorf("round trip changed the profile:\n%s", body)
+	}
+}
+
+func clientcmdCluster() clientcmdv1.Cluster {
+	return clientcmdv1.Cluster{Server: "https://c1.example:6443", CertificateAuthorityData: []byte("ca")}
 }

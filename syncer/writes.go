@@ -21,9 +21,10 @@ import (
 // IntegerResourceVersionMutationCache does for the same purpose; if a
 // server ever returns a non-integer one, tracking is simply skipped.
 type writeTracker struct {
-	ttl time.Duration
-	mu  sync.Mutex
-	m   map[string]pendingWrite
+	ttl     time.Duration
+	mu      sync.Mutex
+	m       map[string]pendingWrite
+	pruneAt int // size of m that triggers dropping expired entries
 }
 
 type pendingWrite struct {
@@ -42,16 +43,24 @@ func (w *writeTracker) wrote(obj metav1.Object) {
 	if err != nil {
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.m[obj.GetNamespace()+"/"+obj.GetName()] = pendingWrite{rv: rv, at: time.Now()}
+	w.put(obj.GetNamespace()+"/"+obj.GetName(), pendingWrite{rv: rv})
 }
 
 // deletedObj records a delete of obj.
 func (w *writeTracker) deletedObj(obj metav1.Object) {
+	w.put(obj.GetNamespace()+"/"+obj.GetName(), pendingWrite{deleted: obj.GetUID()})
+}
+
+// put records a write; an object written once and never reconciled again
+// (a profile deleted when its cluster left a set) is forgotten once its
+// entry expires, not kept for ever.
+func (w *writeTracker) put(key string, p pendingWrite) {
+	now := time.Now()
+	p.at = now
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.m[obj.GetNamespace()+"/"+obj.GetName()] = pendingWrite{deleted: obj.GetUID(), at: time.Now()}
+	w.m[key] = p
+	pruneOld(w.m, &w.pruneAt, now, w.ttl, func(p pendingWrite) time.Time { return p.at })
 }
 
 // isEcho reports whether an informer event's object is hubsync's own last

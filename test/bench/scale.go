@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ var (
 	soakDuration    time.Duration
 	soakRotations   int
 	soakRelabels    int
+	heapProfileDir  string
 )
 
 const scaleSets = 3
@@ -111,6 +113,7 @@ func benchScale(ctx context.Context, cp *controlplane.ControlPlane, binary strin
 	conf := config.Config{}
 	conf.Workers.Topology = workers
 	conf.Credentials.Workers = workers
+	conf.Server.Pprof = heapProfileDir != ""
 	start := time.Now()
 	cpBefore := controlPlaneCPU()
 	d, err := fleet.StartDaemon(ctx, binary, cp.Config, conf, logs)
@@ -154,7 +157,7 @@ func soak(ctx context.Context, d *fleet.Daemon, hub *fleet.Hub) error {
 	rng := rand.New(rand.NewPCG(1, 2))
 	type sample struct {
 		at              time.Duration
-		rss             float64 // MB
+		rss, heap       float64 // MB
 		goroutines, fds float64
 	}
 	var samples []sample
@@ -172,10 +175,20 @@ func soak(ctx context.Context, d *fleet.Daemon, hub *fleet.Hub) error {
 			return err
 		}
 		g, _ := strconv.ParseFloat(fleet.MetricLine(m, "go_goroutines"), 64)
-		s := sample{at: at, rss: float64(rss) / 1e6, goroutines: g, fds: float64(fds)}
+		heap, _ := strconv.ParseFloat(fleet.MetricLine(m, "go_memstats_heap_inuse_bytes"), 64)
+		s := sample{at: at, rss: float64(rss) / 1e6, heap: heap / 1e6, goroutines: g, fds: float64(fds)}
 		samples = append(samples, s)
-		fmt.Printf("  +%3.0f min: RSS %.1f MB, %0.f goroutines, %0.f open files\n", at.Minutes(), s.rss, s.goroutines, s.fds)
+		fmt.Printf("  +%3.0f min: RSS %.1f MB (Go heap in use %.1f MB), %0.f goroutines, %0.f open files\n", at.Minutes(), s.rss, s.heap, s.goroutines, s.fds)
 		return nil
+	}
+	// With --heapprofile, heap profiles after the warm-up minute and at
+	// the end: go tool pprof -diff_base soak-start.pprof soak-end.pprof
+	// shows what the soak left behind.
+	heapProfile := func(name string) error {
+		if heapProfileDir == "" {
+			return nil
+		}
+		return fetchProfile(d, "/debug/pprof/heap?gc=1", filepath.Join(heapProfileDir, name))
 	}
 	begin := time.Now()
 	if err := take(0); err != nil {
@@ -209,8 +222,16 @@ func soak(ctx context.Context, d *fleet.Daemon, hub *fleet.Hub) error {
 			if err := take(el); err != nil {
 				return err
 			}
+			if nextSample == time.Minute {
+				if err := heapProfile("soak-start.pprof"); err != nil {
+					return err
+				}
+			}
 			nextSample += time.Minute
 		}
+	}
+	if err := heapProfile("soak-end.pprof"); err != nil {
+		return err
 	}
 	slope := func(y func(sample) float64) float64 {
 		var n, sx, sy, sxx, sxy float64
@@ -223,8 +244,8 @@ func soak(ctx context.Context, d *fleet.Daemon, hub *fleet.Hub) error {
 		}
 		return (n*sxy - sx*sy) / (n*sxx - sx*sx)
 	}
-	fmt.Printf("soak: %d changes in %s; slopes from minute 1 on: RSS %+.2f MB/min, goroutines %+.2f/min, open files %+.2f/min (goal: flat)\n",
-		changes, time.Since(begin).Round(time.Second), slope(func(s sample) float64 { return s.rss }),
+	fmt.Printf("soak: %d changes in %s; slopes from minute 1 on: RSS %+.2f MB/min, Go heap in use %+.2f MB/min, goroutines %+.2f/min, open files %+.2f/min (goal: flat)\n",
+		changes, time.Since(begin).Round(time.Second), slope(func(s sample) float64 { return s.rss }), slope(func(s sample) float64 { return s.heap }),
 		slope(func(s sample) float64 { return s.goroutines }), slope(func(s sample) float64 { return s.fds }))
 	var names []string
 	for _, s := range samples {
