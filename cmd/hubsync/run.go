@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -117,7 +118,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ro RunOption
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(
+		// go_gc_heap_live_bytes, the heap the last GC kept: what the
+		// daemon holds, where RSS also counts the garbage the next GC
+		// frees and free pages not yet returned to the OS.
+		collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)}),
+	), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	scheme, err := syncer.NewScheme()
 	if err != nil {
 		return err

@@ -49,11 +49,13 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -114,8 +116,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: --initial-pairs and --sink-pairs must be at least 1")
 		os.Exit(2)
 	}
-	if err := run(context.Background(), *binary, *clusters, *namespaces, *changes, *floorWorkers, *workers, *rotations, *events, *logPath); err != nil {
+	// Interrupted, it still stops hubsync, kube-apiserver and etcd.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *binary, *clusters, *namespaces, *changes, *floorWorkers, *workers, *rotations, *events, *logPath); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		stop()
 		os.Exit(1)
 	}
 }

@@ -56,7 +56,7 @@ func TestDaemonLeaderElection(t *testing.T) {
 	h.expectProfiles(ns, a)
 	metrics, err := d1.Metrics()
 	h.must(err)
-	for _, want := range []string{`hubsync_profile_writes_total{op="create"} 1`, "hubsync_queue_depth", "go_goroutines", "process_resident_memory_bytes"} {
+	for _, want := range []string{`hubsync_profile_writes_total{op="create"} 1`, "hubsync_queue_depth", "go_goroutines", "go_gc_heap_live_bytes", "process_resident_memory_bytes"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %q", want)
 		}
