@@ -24,7 +24,7 @@ type debouncer struct {
 	timers    map[string]clock.Timer
 	first     map[string]time.Time // start of a key's pending burst
 	lastTouch map[string]time.Time // keys touched within the last quiet
-	pruneAt   int                  // size of lastTouch that triggers a prune
+	pruner    pruner               // of lastTouch
 	stopped   bool
 }
 
@@ -53,7 +53,7 @@ func (d *debouncer) touch(key string) {
 	last, recent := d.lastTouch[key]
 	recent = recent && now.Sub(last) < d.quiet
 	d.lastTouch[key] = now
-	pruneOld(d.lastTouch, &d.pruneAt, now, d.quiet, func(t time.Time) time.Time { return t })
+	prune(&d.pruner, d.lastTouch, now, d.quiet, func(t time.Time) time.Time { return t })
 	if t, ok := d.timers[key]; ok {
 		// A burst already waits: push it back, within maxWait of its start.
 		t.Reset(max(min(d.quiet, d.first[key].Add(d.maxWait).Sub(now)), 0))

@@ -16,10 +16,10 @@ import (
 // file pruned, a profile.deleted announced) with no later change to repair
 // it.
 type notifiedState struct {
-	ttl     time.Duration
-	mu      sync.Mutex
-	m       map[string]notedChange
-	pruneAt int // size of m that triggers dropping expired entries
+	ttl    time.Duration
+	mu     sync.Mutex
+	m      map[string]notedChange
+	pruner pruner // of m's expired entries
 }
 
 type notedChange struct {
@@ -57,7 +57,7 @@ func (n *notifiedState) note(c stream.Change) {
 	n.m[objectKey(c)] = notedChange{c: c, rv: rv, at: now, del: del}
 	// Entries are otherwise dropped only by a snapshot, which may not come
 	// for days; an expired one no longer changes any snapshot.
-	pruneOld(n.m, &n.pruneAt, now, n.ttl, func(c notedChange) time.Time { return c.at })
+	prune(&n.pruner, n.m, now, n.ttl, func(c notedChange) time.Time { return c.at })
 }
 
 // overlay merges what the cache shows (one snapshot change per object)

@@ -10,20 +10,22 @@ import (
 	"github.com/hubsync/hubsync/stream"
 )
 
-func TestPruneOld(t *testing.T) {
+func TestPrune(t *testing.T) {
 	t0 := time.Date(2026, 11, 24, 4, 0, 0, 0, time.UTC)
 	tests := []struct {
 		name     string
-		old, new int // entries older than the ttl, and within it
-		next     int // size that triggers a prune
-		want     int // entries left
+		old, new int           // entries older than the ttl, and within it
+		next     int           // size that triggers a prune
+		since    time.Duration // since the last prune
+		want     int           // entries left
 		wantNext int
 	}{
-		{name: "small maps are left alone", old: 1000, new: 23, want: 1023},
+		{name: "small maps are left alone", old: 1000, new: 23, since: time.Hour, want: 1023},
 		{name: "at 1024 the expired go", old: 1000, new: 24, want: 24, wantNext: 48},
 		{name: "nothing expired: next doubles", old: 0, new: 1024, want: 1024, wantNext: 2048},
-		{name: "below a raised threshold: left alone", old: 3000, new: 1000, next: 5000, want: 4000, wantNext: 5000},
-		{name: "at a raised threshold", old: 3000, new: 2000, next: 5000, want: 2000, wantNext: 4000},
+		{name: "below a raised threshold, pruned recently: left alone", old: 3000, new: 1000, next: 5000, since: time.Second, want: 4000, wantNext: 5000},
+		{name: "at a raised threshold", old: 3000, new: 2000, next: 5000, since: time.Second, want: 2000, wantNext: 4000},
+		{name: "below a raised threshold, a ttl since the last prune", old: 3000, new: 1000, next: 40000, since: 30 * time.Second, want: 1000, wantNext: 2000},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -34,10 +36,10 @@ func TestPruneOld(t *testing.T) {
 			for i := range tc.new {
 				m[fmt.Sprint("new-", i)] = t0.Add(-time.Second)
 			}
-			next := tc.next
-			pruneOld(m, &next, t0, 30*time.Second, func(t time.Time) time.Time { return t })
-			if len(m) != tc.want || next != tc.wantNext {
-				t.Errorf("left %d entries, next %d; want %d, next %d", len(m), next, tc.want, tc.wantNext)
+			p := pruner{next: tc.next, last: t0.Add(-tc.since)}
+			prune(&p, m, t0, 30*time.Second, func(t time.Time) time.Time { return t })
+			if len(m) != tc.want || p.next != tc.wantNext {
+				t.Errorf("left %d entries, next %d; want %d, next %d", len(m), p.next, tc.want, tc.wantNext)
 			}
 			for k, at := range m {
 				if tc.want < tc.old+tc.new && t0.Sub(at) >= 30*time.Second {

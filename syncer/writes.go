@@ -21,10 +21,10 @@ import (
 // IntegerResourceVersionMutationCache does for the same purpose; if a
 // server ever returns a non-integer one, tracking is simply skipped.
 type writeTracker struct {
-	ttl     time.Duration
-	mu      sync.Mutex
-	m       map[string]pendingWrite
-	pruneAt int // size of m that triggers dropping expired entries
+	ttl    time.Duration
+	mu     sync.Mutex
+	m      map[string]pendingWrite
+	pruner pruner // of m's expired entries
 }
 
 type pendingWrite struct {
@@ -60,7 +60,7 @@ func (w *writeTracker) put(key string, p pendingWrite) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.m[key] = p
-	pruneOld(w.m, &w.pruneAt, now, w.ttl, func(p pendingWrite) time.Time { return p.at })
+	prune(&w.pruner, w.m, now, w.ttl, func(p pendingWrite) time.Time { return p.at })
 }
 
 // isEcho reports whether an informer event's object is hubsync's own last

@@ -100,7 +100,7 @@ func main() {
 	flag.DurationVar(&soakDuration, "soak", 0, "with --scale: then change the fleet at a steady rate for this long, sampling RSS, goroutines and open files every minute")
 	flag.IntVar(&soakRotations, "soak-rotations", 2, "token rotations per second during the soak")
 	flag.IntVar(&soakRelabels, "soak-relabels", 1, "clusters moved to another set per second during the soak")
-	flag.StringVar(&heapProfileDir, "heapprofile", "", "with --soak: directory for heap profiles of hubsync after the soak's first minute and at its end (serves pprof)")
+	flag.StringVar(&heapProfileDir, "heapprofile", "", "with --soak: directory for a heap profile of hubsync at each minute's sample, after a forced GC (serves pprof)")
 	sinkList := flag.String("sinks", "files,argocd,hooks", "the sinks of the sink pairs, for diagnosis: any of files (kubeconfig), argocd, hooks (webhook)")
 	flag.Parse()
 	for _, n := range strings.Split(*sinkList, ",") {

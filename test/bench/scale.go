@@ -163,7 +163,20 @@ func soak(ctx context.Context, d *fleet.Daemon, hub *fleet.Hub) error {
 		goroutines, fds float64
 	}
 	var samples []sample
+	// With --heapprofile, a heap profile before each sample, after a
+	// forced GC, so that the sample's live heap is exact:
+	// go tool pprof -diff_base soak-01.pprof soak-30.pprof shows what the
+	// soak left behind.
+	heapProfile := func(at time.Duration) error {
+		if heapProfileDir == "" {
+			return nil
+		}
+		return fetchProfile(d, "/debug/pprof/heap?gc=1", filepath.Join(heapProfileDir, fmt.Sprintf("soak-%02.0f.pprof", at.Minutes())))
+	}
 	take := func(at time.Duration) error {
+		if err := heapProfile(at); err != nil {
+			return err
+		}
 		rss, err := d.RSS()
 		if err != nil {
 			return err
@@ -177,23 +190,20 @@ func soak(ctx context.Context, d *fleet.Daemon, hub *fleet.Hub) error {
 			return err
 		}
 		g, _ := strconv.ParseFloat(fleet.MetricLine(m, "go_goroutines"), 64)
-		// The heap the last GC kept: RSS also holds garbage awaiting the
-		// next GC (up to as much again at GOGC=100) and free pages the
-		// runtime has not yet returned, so it moves in steps.
-		live, _ := strconv.ParseFloat(fleet.MetricLine(m, "go_gc_heap_live_bytes"), 64)
-		s := sample{at: at, rss: float64(rss) / 1e6, live: live / 1e6, goroutines: g, fds: float64(fds)}
-		samples = append(samples, s)
-		fmt.Printf("  +%3.0f min: RSS %.1f MB, live heap %.1f MB, %0.f goroutines, %0.f open files\n", at.Minutes(), s.rss, s.live, s.goroutines, s.fds)
-		return nil
-	}
-	// With --heapprofile, heap profiles after the warm-up minute and at
-	// the end: go tool pprof -diff_base soak-start.pprof soak-end.pprof
-	// shows what the soak left behind.
-	heapProfile := func(name string) error {
-		if heapProfileDir == "" {
-			return nil
+		// The heap the last GC kept (exact after the forced GC of a heap
+		// profile, else including what became garbage during that GC): RSS
+		// also holds garbage awaiting the next GC (up to as much again at
+		// GOGC=100) and free pages the runtime has not yet returned, so it
+		// moves in steps.
+		mb := func(name string) float64 {
+			v, _ := strconv.ParseFloat(fleet.MetricLine(m, name), 64)
+			return v / 1e6
 		}
-		return fetchProfile(d, "/debug/pprof/heap?gc=1", filepath.Join(heapProfileDir, name))
+		s := sample{at: at, rss: float64(rss) / 1e6, live: mb("go_gc_heap_live_bytes"), goroutines: g, fds: float64(fds)}
+		samples = append(samples, s)
+		fmt.Printf("  +%3.0f min: RSS %.1f MB (live heap %.1f, heap in use %.1f, free heap not yet returned %.1f), %0.f goroutines, %0.f open files\n",
+			at.Minutes(), s.rss, s.live, mb("go_memstats_heap_inuse_bytes"), mb("go_memstats_heap_idle_bytes")-mb("go_memstats_heap_released_bytes"), s.goroutines, s.fds)
+		return nil
 	}
 	begin := time.Now()
 	if err := take(0); err != nil {
@@ -227,16 +237,8 @@ func soak(ctx context.Context, d *fleet.Daemon, hub *fleet.Hub) error {
 			if err := take(el); err != nil {
 				return err
 			}
-			if nextSample == time.Minute {
-				if err := heapProfile("soak-start.pprof"); err != nil {
-					return err
-				}
-			}
 			nextSample += time.Minute
 		}
-	}
-	if err := heapProfile("soak-end.pprof"); err != nil {
-		return err
 	}
 	slope := func(y func(sample) float64) float64 {
 		var n, sx, sy, sxx, sxy float64
