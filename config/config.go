@@ -105,6 +105,12 @@ type Bus struct {
 	// published at once. It bounds the latency it adds. 0 publishes each
 	// change at once. Default 10ms.
 	BatchWindow *metav1.Duration `json:"batchWindow,omitempty"`
+	// YieldMax holds events while the syncer converges a burst (its initial
+	// sync, a fleet-wide change: eight or more keys waiting), for at most
+	// this long, so that the hub's profiles and copies are written first
+	// and their events follow at once, in large batches. A single change is
+	// never held. 0 publishes every change as it happens. Default 1m.
+	YieldMax *metav1.Duration `json:"yieldMax,omitempty"`
 	// Embedded configures the in-process server used when URLs is empty.
 	Embedded BusEmbedded `json:"embedded"`
 }
@@ -325,6 +331,9 @@ const (
 	// DefaultBatchWindow and MaxBatchWindow bound bus.batchWindow.
 	DefaultBatchWindow = 10 * time.Millisecond
 	MaxBatchWindow     = time.Second
+	// DefaultBusYieldMax and MaxBusYieldMax bound bus.yieldMax.
+	DefaultBusYieldMax = time.Minute
+	MaxBusYieldMax     = 10 * time.Minute
 )
 
 // Default returns a configuration with every default filled in.
@@ -391,6 +400,9 @@ func (c *Config) SetDefaults() {
 	}
 	if b.BatchWindow == nil {
 		b.BatchWindow = &metav1.Duration{Duration: DefaultBatchWindow}
+	}
+	if b.YieldMax == nil {
+		b.YieldMax = &metav1.Duration{Duration: DefaultBusYieldMax}
 	}
 	setStr(&b.Embedded.Listen, "127.0.0.1:4222")
 	setStr(&b.Embedded.DataDir, "/var/lib/hubsync/nats")
@@ -677,6 +689,9 @@ func (c *Config) validateBus() field.ErrorList {
 	}
 	if w := b.BatchWindow; w != nil && (w.Duration < 0 || w.Duration > MaxBatchWindow) {
 		errs = append(errs, field.Invalid(path.Child("batchWindow"), w.Duration.String(), fmt.Sprintf("must be 0 to %s", MaxBatchWindow)))
+	}
+	if y := b.YieldMax; y != nil && (y.Duration < 0 || y.Duration > MaxBusYieldMax) {
+		errs = append(errs, field.Invalid(path.Child("yieldMax"), y.Duration.String(), fmt.Sprintf("must be 0 (never hold events) to %s", MaxBusYieldMax)))
 	}
 	e := b.Embedded
 	ep := path.Child("embedded")

@@ -144,6 +144,7 @@ bus:
   kvBucket: access
   bufferSize: 500
   batchWindow: 0s
+  yieldMax: 0s
 `
 	no := false
 	want := Config{
@@ -176,7 +177,7 @@ bus:
 		Bus: Bus{
 			URLs: []string{"nats://nats-1:4222", "tls://nats-2:4222"}, SubjectPrefix: "ocm.events",
 			Stream:   BusStream{Name: "EVENTS", MaxAge: dur(24 * time.Hour), MaxBytes: 1 << 30, DuplicateWindow: dur(5 * time.Minute), Replicas: 3},
-			KVBucket: "access", BufferSize: 500, BatchWindow: &metav1.Duration{},
+			KVBucket: "access", BufferSize: 500, BatchWindow: &metav1.Duration{}, YieldMax: &metav1.Duration{},
 			Embedded: BusEmbedded{Listen: "127.0.0.1:4222", DataDir: "/var/lib/hubsync/nats"},
 		},
 		Tunnel:  defaultTunnel(),
@@ -473,6 +474,7 @@ func defaultBus() Bus {
 		KVBucket:      "hubsync-access",
 		BufferSize:    10000,
 		BatchWindow:   &metav1.Duration{Duration: 10 * time.Millisecond},
+		YieldMax:      &metav1.Duration{Duration: time.Minute},
 		Embedded:      BusEmbedded{Listen: "127.0.0.1:4222", DataDir: "/var/lib/hubsync/nats"},
 	}
 }
@@ -498,6 +500,8 @@ func TestBusValidation(t *testing.T) {
 		{name: "bad embedded listen", doc: "bus:\n  embedded: {listen: nowhere}\n", wantPaths: []string{"bus.embedded.listen"}},
 		{name: "negative batch window", doc: "bus:\n  batchWindow: -1ms\n", wantPaths: []string{"bus.batchWindow"}},
 		{name: "batch window over a second", doc: "bus:\n  batchWindow: 2s\n", wantPaths: []string{"bus.batchWindow"}},
+		{name: "negative yield", doc: "bus:\n  yieldMax: -1s\n", wantPaths: []string{"bus.yieldMax"}},
+		{name: "yield over ten minutes", doc: "bus:\n  yieldMax: 11m\n", wantPaths: []string{"bus.yieldMax"}},
 		{name: "embedded on every interface without auth", doc: "bus:\n  embedded: {listen: ':4222'}\n", wantPaths: []string{"bus.embedded.listen"}},
 		{name: "embedded on a pod address without auth", doc: "bus:\n  embedded: {listen: '10.0.0.5:4222'}\n", wantPaths: []string{"bus.embedded.listen"}},
 		{name: "embedded non-loopback, TLS but no client auth", doc: "bus:\n  embedded: {listen: '0.0.0.0:4222', tls: {certFile: " + readable + ", keyFile: " + readable + "}}\n", wantPaths: []string{"bus.embedded.listen"}},

@@ -133,7 +133,8 @@ func (m *Manager) start(c config.Sink) error {
 		// the syncer converges (the initial sync, a fleet-wide change), so
 		// that their files and hub writes do not slow the profiles down;
 		// they catch up right after. A webhook reports events as they
-		// happen, like NATS: it neither yields nor resyncs on a period.
+		// happen: it neither yields nor resyncs on a period. (The bus
+		// yields too, within bus.yieldMax: see bus.ConsumerOptions.)
 		opts.ResyncPeriod = m.deps.ResyncPeriod
 		opts.Yield = true
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -374,4 +375,89 @@ func replay(t *testing.T, js jetstream.JetStream, stream, filter string) []strin
 		mu.Unlock()
 	}
 	return ids
+}
+
+// TestBusHoldsEventsWhileConverging: with the syncer's Busy wired as in
+// the daemon, a burst (a namespace bound to a set of many clusters at once)
+// is written to the hub before the bus publishes any of its events, and
+// every event then arrives; a single change afterwards is published at
+// once, not held. Without the bus's yield the first event arrives while
+// most profiles are still unwritten.
+func TestBusHoldsEventsWhileConverging(t *testing.T) {
+	const n = 120
+	var bf busFixture
+	h := newHarness(t, withBus(t, &bf))
+	bf.fan.SetBusy(h.syncer.Busy)
+	bf.start(h)
+	ns := h.namespaces("burst")[0]
+	set := h.name("many")
+	h.must(h.hub.CreateExclusiveSet(h.ctx, set))
+	clusters := make([]string, n)
+	for i := range clusters {
+		clusters[i] = h.name(fmt.Sprintf("m%03d", i))
+		h.cluster(clusters[i], set, nil)
+	}
+	h.waitIdle()
+
+	type firstSeen struct {
+		profiles int // profiles in the namespace when the first event came
+		err      error
+	}
+	first := make(chan firstSeen, 1)
+	var created atomic.Int64
+	sub, err := bf.nc.Subscribe(bf.cfg.SubjectPrefix+"."+ns+".>", func(m *nats.Msg) {
+		var e event
+		if json.Unmarshal(m.Data, &e) != nil || e.Type != stream.ProfileCreated {
+			return
+		}
+		if created.Add(1) == 1 {
+			names, err := h.hub.ProfileNames(h.ctx, ns)
+			first <- firstSeen{profiles: len(names), err: err}
+		}
+	})
+	h.must(err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+
+	h.must(h.hub.Bind(h.ctx, ns, set, true)) // every cluster of the set at once
+	h.expectProfiles(ns, clusters...)
+	var got firstSeen
+	select {
+	case got = <-first:
+	case <-time.After(time.Minute):
+		t.Fatal("no profile.created event within a minute")
+	}
+	h.must(got.err)
+	if got.profiles < n*9/10 {
+		t.Errorf("the first event came when %d of %d profiles were written: the bus did not hold its events while the syncer converged", got.profiles, n)
+	}
+	h.eventually("an event for every profile", func() error {
+		if c := created.Load(); c != n {
+			return fmt.Errorf("%d of %d profile.created events", c, n)
+		}
+		return nil
+	})
+
+	// A single change is not held: its event follows at once.
+	h.waitIdle()
+	late := h.name("late")
+	updated := make(chan time.Time, 1)
+	sub2, err := bf.nc.Subscribe(bf.cfg.SubjectPrefix+"."+ns+"."+bus.EscapeToken(late)+".>", func(m *nats.Msg) {
+		select {
+		case updated <- time.Now():
+		default:
+		}
+	})
+	h.must(err)
+	t.Cleanup(func() { _ = sub2.Unsubscribe() })
+	start := time.Now()
+	h.cluster(late, set, nil)
+	select {
+	case at := <-updated:
+		// A generous sanity bound: held events would wait for yieldMax (1m).
+		if d := at.Sub(start); d > 10*time.Second {
+			t.Errorf("a single change's event took %s", d)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no event for a single new cluster within 30s")
+	}
 }
