@@ -170,14 +170,15 @@ func withDefaults(c config.Bus) config.Bus {
 
 // ConsumerOptions are the bus's options in the change stream's fan-out:
 // its queue is bus.bufferSize changes, batched within bus.batchWindow,
-// held while the syncer converges a burst for at most bus.yieldMax (the
-// bus shares hubsync's process and the hub's CPU with the writes it
-// reports), retried after 100 ms doubling to 5 s.
+// held while the syncer converges a burst for at most bus.yieldMax and at
+// most half the queue (the bus shares hubsync's process and the hub's CPU
+// with the writes it reports; the other half stays for a NATS outage),
+// retried after 100 ms doubling to 5 s.
 func (b *Bus) ConsumerOptions() stream.Options {
 	return stream.Options{
 		Name: Name, Type: config.SinkNATS,
 		QueueSize: b.cfg.BufferSize, MaxBatch: b.maxBatch, BatchWindow: b.cfg.BatchWindow.Duration,
-		Yield: b.cfg.YieldMax.Duration > 0, YieldMax: b.cfg.YieldMax.Duration,
+		Yield: b.cfg.YieldMax.Duration > 0, YieldMax: b.cfg.YieldMax.Duration, YieldLimit: max(b.cfg.BufferSize/2, 1),
 		RetryBase: 100 * time.Millisecond, RetryMax: 5 * time.Second,
 		Log: b.log,
 	}

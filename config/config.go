@@ -108,8 +108,10 @@ type Bus struct {
 	// YieldMax holds events while the syncer converges a burst (its initial
 	// sync, a fleet-wide change: eight or more keys waiting), for at most
 	// this long, so that the hub's profiles and copies are written first
-	// and their events follow at once, in large batches. A single change is
-	// never held. 0 publishes every change as it happens. Default 1m.
+	// and their events follow at once, in large batches. At most half of
+	// BufferSize changes are held: beyond, they are published as they come,
+	// so a large burst is never dropped. A single change is never held. 0
+	// publishes every change as it happens. Default 1m.
 	YieldMax *metav1.Duration `json:"yieldMax,omitempty"`
 	// Embedded configures the in-process server used when URLs is empty.
 	Embedded BusEmbedded `json:"embedded"`

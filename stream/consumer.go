@@ -117,7 +117,7 @@ func (w *consumer) run(ctx context.Context) {
 			w.wait(ctx, w.idle(), w.q.wake)
 			continue
 		}
-		if w.opts.Yield && time.Since(e.at) < w.opts.YieldMax && w.f.producerBusy() {
+		if w.opts.Yield && time.Since(e.at) < w.opts.YieldMax && (w.opts.YieldLimit <= 0 || w.q.depth() < w.opts.YieldLimit) && w.f.producerBusy() {
 			// The producer is converging: let it have the CPU and the API
 			// server, and take what piled up once it is done.
 			w.wait(ctx, min(yieldPoll, w.opts.YieldMax-time.Since(e.at)), nil)

@@ -77,6 +77,11 @@ type Options struct {
 	Yield bool
 	// YieldMax bounds how long Yield holds a change. Default 1m.
 	YieldMax time.Duration
+	// YieldLimit, if set, bounds how many changes Yield holds: beyond it
+	// the consumer delivers while the producer is busy, so that a burst
+	// larger than its queue is not dropped and resynced. For a consumer
+	// that reports events, whose dropped changes mean an outage.
+	YieldLimit int
 	// Log receives the consumer's own lines; default the Fanout's.
 	Log *slog.Logger
 }

@@ -401,6 +401,59 @@ func TestYieldHoldsWhileProducerBusy(t *testing.T) {
 	eventually(t, "the yielding consumer once the producer is done", func() bool { return len(state.names()) == 1 })
 }
 
+// TestYieldLimitDeliversRatherThanDrops: a yielding consumer with a
+// YieldLimit holds no more than that many changes while the producer stays
+// busy: a burst of twice its queue is delivered whole, nothing dropped and
+// no resync; without the limit the same burst overflows the queue.
+func TestYieldLimitDeliversRatherThanDrops(t *testing.T) {
+	tests := []struct {
+		name        string
+		limit       int
+		wantDropped bool
+	}{
+		{name: "limit at half the queue", limit: 10},
+		{name: "no limit", limit: 0, wantDropped: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _ := newFanout(t, func() []Change { return nil })
+			var busy atomic.Bool
+			busy.Store(true)
+			f.SetBusy(busy.Load)
+			r := &recorder{}
+			opts := fast("events")
+			opts.QueueSize, opts.Yield, opts.YieldMax, opts.YieldLimit = 20, true, time.Hour, tc.limit
+			if err := f.Add(opts, r); err != nil {
+				t.Fatal(err)
+			}
+			const burst = 40
+			for i := range burst {
+				f.Notify(change("a", fmt.Sprintf("c%02d", i), "1"))
+				if tc.limit > 0 {
+					// The consumer keeps up at its own pace: wait until it
+					// holds no more than the limit before the next change.
+					eventually(t, "the held changes within the limit", func() bool { return f.consumers["events"].q.depth() <= tc.limit })
+				}
+			}
+			dropped := testutil.ToFloat64(f.m.dropped.WithLabelValues("events"))
+			if tc.wantDropped {
+				if dropped == 0 {
+					t.Errorf("a burst of %d into a queue of %d held without a limit dropped nothing", burst, opts.QueueSize)
+				}
+				return
+			}
+			if dropped != 0 {
+				t.Errorf("dropped %v changes", dropped)
+			}
+			if got := len(r.names()); got < burst-tc.limit {
+				t.Errorf("%d of %d changes delivered while the producer was busy; want all but at most %d", got, burst, tc.limit)
+			}
+			busy.Store(false)
+			eventually(t, "every change of the burst once the producer is done", func() bool { return len(r.names()) == burst })
+		})
+	}
+}
+
 // TestCloseDeliversWhatYieldHolds: closing the fan-out ends the yielding,
 // so a held change is delivered before the consumer stops.
 func TestCloseDeliversWhatYieldHolds(t *testing.T) {

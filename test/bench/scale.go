@@ -136,6 +136,19 @@ func benchScale(ctx context.Context, cp *controlplane.ControlPlane, binary strin
 	fmt.Printf("initial convergence: %d profiles with full status after %s, all %d copies after %s (from hubsync's caches synced; %s from process start)\n",
 		profiles, profilesAt.Sub(ready).Round(time.Millisecond), copies, total.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	fmt.Printf("  ratio to the floor: %.2fx (goal <= 1.5x)\n", total.Seconds()/floor.Seconds())
+	// The bus holds its events during the burst, within half its queue,
+	// and publishes them after; none may be dropped.
+	idle, err := waitSinksIdle(ctx, d, "nats")
+	if err != nil {
+		return fmt.Errorf("the bus never caught up: %w", err)
+	}
+	m, err := d.Metrics()
+	if err != nil {
+		return err
+	}
+	published, _ := metricValue(m, `hubsync_sink_delivered_total{sink="nats"}`)
+	dropped, _ := metricValue(m, `hubsync_sink_dropped_total{sink="nats"}`)
+	fmt.Printf("  events: %.0f changes published, the last %s after convergence; %.0f dropped (goal 0)\n", published, idle.Round(time.Millisecond), dropped)
 	cpuUsed, _ := d.CPUTime()
 	fmt.Printf("  CPU time: hubsync %s, kube-apiserver + etcd %s\n", cpuUsed.Round(10*time.Millisecond), (controlPlaneCPU() - cpBefore).Round(10*time.Millisecond))
 	rss, err := d.PeakRSS()
