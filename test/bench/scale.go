@@ -202,17 +202,17 @@ func soak(ctx context.Context, d *fleet.Daemon, hub *fleet.Hub) error {
 		if err != nil {
 			return err
 		}
-		g, _ := strconv.ParseFloat(fleet.MetricLine(m, "go_goroutines"), 64)
+		value := func(name string) float64 {
+			v, _ := strconv.ParseFloat(fleet.MetricLine(m, name), 64)
+			return v
+		}
+		mb := func(name string) float64 { return value(name) / 1e6 }
 		// The heap the last GC kept (exact after the forced GC of a heap
 		// profile, else including what became garbage during that GC): RSS
 		// also holds garbage awaiting the next GC (up to as much again at
 		// GOGC=100) and free pages the runtime has not yet returned, so it
 		// moves in steps.
-		mb := func(name string) float64 {
-			v, _ := strconv.ParseFloat(fleet.MetricLine(m, name), 64)
-			return v / 1e6
-		}
-		s := sample{at: at, rss: float64(rss) / 1e6, live: mb("go_gc_heap_live_bytes"), goroutines: g, fds: float64(fds)}
+		s := sample{at: at, rss: float64(rss) / 1e6, live: mb("go_gc_heap_live_bytes"), goroutines: value("go_goroutines"), fds: float64(fds)}
 		samples = append(samples, s)
 		fmt.Printf("  +%3.0f min: RSS %.1f MB (live heap %.1f, heap in use %.1f, free heap not yet returned %.1f), %0.f goroutines, %0.f open files\n",
 			at.Minutes(), s.rss, s.live, mb("go_memstats_heap_inuse_bytes"), mb("go_memstats_heap_idle_bytes")-mb("go_memstats_heap_released_bytes"), s.goroutines, s.fds)
