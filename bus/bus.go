@@ -55,10 +55,15 @@ type Bus struct {
 	opTimeout       time.Duration // one publish or KV write, ack included
 	maxBatch        int           // a resync's events in flight at once
 	kvPrefix        string        // the KV bucket's subject prefix, "$KV.<bucket>."
+	// publishPrefix starts the subjects hubsync publishes events on: the
+	// subject prefix, or on the embedded server the private one the event
+	// stream maps to it (see streamConfig).
+	publishPrefix string
 
 	mu        sync.Mutex
 	started   bool
 	srv       *server.Server
+	auth      *embeddedAuth // the embedded server's
 	clientURL string
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -122,6 +127,7 @@ func New(cfg config.Bus, source string, log *slog.Logger, reg prometheus.Registe
 		opTimeout:       5 * time.Second,
 		maxBatch:        256,
 		kvPrefix:        "$KV." + cfg.KVBucket + ".",
+		publishPrefix:   cfg.SubjectPrefix,
 		recs:            stream.Records{},
 		done:            make(chan struct{}),
 	}
@@ -222,20 +228,28 @@ func (b *Bus) Start(ctx context.Context) error {
 			b.log.Warn("the embedded NATS server is a single node; using 1 replica", "replicas", b.cfg.Stream.Replicas)
 			b.cfg.Stream.Replicas = 1
 		}
-		srv, clientURL, err := startEmbedded(b.cfg.Embedded, b.log)
+		token, consumers := "", "without credentials, read-only"
+		if b.cfg.Embedded.AuthTokenFile != "" {
+			if token, err = readToken(b.cfg.Embedded.AuthTokenFile); err != nil {
+				return fmt.Errorf("bus: %w", err)
+			}
+			consumers = "with the token of bus.embedded.authTokenFile, read-only"
+		}
+		auth, err := newEmbeddedAuth(b.cfg, token)
 		if err != nil {
 			return fmt.Errorf("bus: %w", err)
 		}
-		b.srv, b.clientURL, b.embedded = srv, clientURL, true
-		opts.InProcessServer = srv
-		if b.cfg.Embedded.AuthTokenFile != "" {
-			// In-process connections skip TLS but not authorization.
-			if opts.Token, err = readToken(b.cfg.Embedded.AuthTokenFile); err != nil {
-				srv.Shutdown()
-				return fmt.Errorf("bus: %w", err)
-			}
+		srv, clientURL, err := startEmbedded(b.cfg.Embedded, auth, b.log)
+		if err != nil {
+			return fmt.Errorf("bus: %w", err)
 		}
-		b.log.Info("embedded NATS server started", "url", clientURL, "dataDir", b.cfg.Embedded.DataDir)
+		b.srv, b.auth, b.clientURL, b.embedded = srv, auth, clientURL, true
+		b.publishPrefix = privateRoot + "." + b.cfg.SubjectPrefix
+		opts.InProcessServer = srv
+		// In-process connections skip TLS but not authorization.
+		opts.User, opts.Password = selfUser, auth.selfPassword
+		opts.InboxPrefix = selfInboxPrefix
+		b.log.Info("embedded NATS server started", "url", clientURL, "dataDir", b.cfg.Embedded.DataDir, "consumers", consumers)
 	} else {
 		b.clientURL = b.cfg.URLs[0]
 		b.log.Info("connecting to NATS in the background", "urls", RedactURLs(b.cfg.URLs))
@@ -393,19 +407,7 @@ func (b *Bus) ensure(ctx context.Context) error {
 	if js == nil {
 		return errNotConnected
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        s.Name,
-		Description: "hubsync cluster-access events: CloudEvents 1.0 JSON, " + EventSchemaURL,
-		Subjects:    []string{b.cfg.SubjectPrefix + ".>"},
-		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardOld,
-		Storage:     b.storage,
-		MaxAge:      s.MaxAge.Duration,
-		MaxBytes:    maxBytes,
-		MaxMsgs:     -1,
-		Duplicates:  dup,
-		Replicas:    s.Replicas,
-	}); err != nil {
+	if _, err := js.CreateOrUpdateStream(ctx, b.streamConfig(maxBytes, dup)); err != nil {
 		return fmt.Errorf("create or update stream %s: %w", s.Name, err)
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -427,6 +429,42 @@ func (b *Bus) ensure(ctx context.Context) error {
 	b.log.Log(ctx, level, "JetStream stream and KV bucket ready", "stream", s.Name, "subjects", b.cfg.SubjectPrefix+".>",
 		"kvBucket", b.cfg.KVBucket, "duplicateWindow", dup)
 	return nil
+}
+
+// streamConfig is the event stream's configuration. On an external NATS
+// the stream listens on the event subjects, and the operator's permissions
+// decide who may publish there. On the embedded server hubsync publishes
+// on a private subject (publishPrefix) that only it may use; the stream
+// stores each event under its public subject and then the server
+// republishes it there for live subscribers. So the stream stores nothing
+// sent on the public subjects, which matters because a consumer, which
+// may create push consumers, can have the server send copies of stored
+// messages to any subject with a subscriber (see authz.go). A side
+// effect: a change published twice within the duplicate window reaches
+// live subscribers once, as it is stored once.
+func (b *Bus) streamConfig(maxBytes int64, dup time.Duration) jetstream.StreamConfig {
+	s := b.cfg.Stream
+	public := b.cfg.SubjectPrefix + ".>"
+	c := jetstream.StreamConfig{
+		Name:        s.Name,
+		Description: "hubsync cluster-access events: CloudEvents 1.0 JSON, " + EventSchemaURL,
+		Subjects:    []string{public},
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		Storage:     b.storage,
+		MaxAge:      s.MaxAge.Duration,
+		MaxBytes:    maxBytes,
+		MaxMsgs:     -1,
+		Duplicates:  dup,
+		Replicas:    s.Replicas,
+	}
+	if b.publishPrefix != b.cfg.SubjectPrefix {
+		private := b.publishPrefix + ".>"
+		c.Subjects = []string{private}
+		c.SubjectTransform = &jetstream.SubjectTransformConfig{Source: private, Destination: public}
+		c.RePublish = &jetstream.RePublish{Source: public, Destination: public}
+	}
+	return c
 }
 
 func (b *Bus) jetStream() jetstream.JetStream {

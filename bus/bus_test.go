@@ -165,6 +165,26 @@ func connect(t *testing.T, url string) *client {
 	return &client{js: js}
 }
 
+// selfConnect connects to the embedded server as hubsync itself does:
+// in-process, with the password it was started with.
+func selfConnect(t *testing.T, b *testBus) *client {
+	t.Helper()
+	nc, err := nats.Connect("", nats.InProcessServer(b.srv), nats.UserInfo(selfUser, selfPassword(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &client{js: js}
+}
+
+// selfPassword is the password of hubsync's own user on b's embedded
+// server.
+func selfPassword(b *testBus) string { return b.auth.selfPassword }
+
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	t.Cleanup(cancel)
@@ -445,7 +465,8 @@ func TestDeletedStreamAndBucketAreRecreated(t *testing.T) {
 		b.Notify(c)
 	}
 	flush(t, b)
-	cl := connect(t, b.ClientURL())
+	// Only hubsync itself may delete them on the embedded server.
+	cl := selfConnect(t, b)
 	eventually(t, "three records", func() bool { return len(cl.records(t, cfg.KVBucket)) == 3 })
 
 	ctx := ctxT(t)

@@ -19,8 +19,9 @@ import (
 
 // startEmbedded runs an in-process nats-server with JetStream on
 // cfg.DataDir, listening on cfg.Listen for local consumers (port 0 picks a
-// free port), and returns it with the URL a local client can use.
-func startEmbedded(cfg config.BusEmbedded, log *slog.Logger) (*server.Server, string, error) {
+// free port), and returns it with the URL a local client can use. auth
+// decides who its clients are and what they may do.
+func startEmbedded(cfg config.BusEmbedded, auth server.Authentication, log *slog.Logger) (*server.Server, string, error) {
 	host, portText, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return nil, "", fmt.Errorf("embedded NATS listen address %q: %w", cfg.Listen, err)
@@ -55,7 +56,8 @@ func startEmbedded(cfg config.BusEmbedded, log *slog.Logger) (*server.Server, st
 		StoreDir:   cfg.DataDir,
 		NoSigs:     true,
 		// No monitoring, cluster, gateway or leaf listeners: a local bus only.
-		HTTPPort: 0,
+		HTTPPort:                   0,
+		CustomClientAuthentication: auth,
 	}
 	scheme := "nats"
 	if cfg.TLS.CertFile != "" {
@@ -69,13 +71,6 @@ func startEmbedded(cfg config.BusEmbedded, log *slog.Logger) (*server.Server, st
 		opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, cfg.TLS.ClientCAFile != ""
 		opts.TLSTimeout = 2
 		scheme = "tls"
-	}
-	if cfg.AuthTokenFile != "" {
-		tok, err := readToken(cfg.AuthTokenFile)
-		if err != nil {
-			return nil, "", err
-		}
-		opts.Authorization = tok
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
@@ -136,8 +131,22 @@ func (l *serverLog) debug(format string, v ...any) {
 		l.log.Debug(fmt.Sprintf(format, v...))
 	}
 }
-func (l *serverLog) Warnf(format string, v ...any)  { l.log.Warn(fmt.Sprintf(format, v...)) }
-func (l *serverLog) Errorf(format string, v ...any) { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l *serverLog) Warnf(format string, v ...any) { l.log.Warn(fmt.Sprintf(format, v...)) }
+
+// Errorf logs at error level, except the server's refusals of a client
+// (a wrong credential, a consumer publishing): those are the client's
+// errors, logged as warnings. The server never puts the password or
+// token in them.
+func (l *serverLog) Errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	for _, refusal := range []string{"authentication error", "Publish Violation", "Subscription Violation"} {
+		if strings.Contains(msg, refusal) {
+			l.log.Warn("refused a NATS client: " + msg)
+			return
+		}
+	}
+	l.log.Error(msg)
+}
 
 func (l *serverLog) Fatalf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)

@@ -327,7 +327,7 @@ func (b *Bus) sendEvent(c *stream.Change) (jetstream.PubAckFuture, error) {
 		b.log.Error("skipping a change that cannot be published", "err", err, "type", c.Type, "namespace", c.Namespace, "cluster", c.Cluster)
 		return nil, nil
 	}
-	subject := Subject(b.cfg.SubjectPrefix, c.Namespace, c.Cluster, kind)
+	subject := Subject(b.publishPrefix, c.Namespace, c.Cluster, kind)
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	msg.Header.Set("Content-Type", ContentType)
 	f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(EventID(*c)))

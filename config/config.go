@@ -139,18 +139,24 @@ type BusStream struct {
 }
 
 // BusEmbedded configures the embedded nats-server. hubsync itself talks
-// to it in-process; the listener is for local consumers only.
+// to it in-process, as the only client that may write: it publishes the
+// events and owns the stream and the KV bucket. The listener is for
+// consumers, which may only read: subscribe to the events, replay them
+// and read or watch the bucket through consumers of their own.
 type BusEmbedded struct {
-	// Listen is host:port for local consumers. The server has no
-	// authentication unless configured below, so a non-loopback address is
-	// refused without TLS and client authentication.
+	// Listen is host:port for consumers. Without AuthTokenFile a consumer
+	// needs no credential, so a non-loopback address is refused without
+	// TLS and client authentication. On loopback anything in the pod (or
+	// reaching it with kubectl port-forward) may read the events.
 	Listen string `json:"listen,omitempty"`
 	// DataDir holds JetStream's files.
 	DataDir string `json:"dataDir,omitempty"`
 	// TLS serves consumers over TLS; ClientCAFile also requires a client
 	// certificate signed by that CA (authentication).
 	TLS BusEmbeddedTLS `json:"tls"`
-	// AuthTokenFile holds a token every consumer must present.
+	// AuthTokenFile holds a token every consumer must present (as a NATS
+	// token: nats://<token>@host:port, or hubsync events --token-file). It
+	// grants reading only; it is read at start.
 	AuthTokenFile string `json:"authTokenFile,omitempty"`
 }
 
@@ -162,7 +168,8 @@ type BusEmbeddedTLS struct {
 }
 
 // ClientAuth reports whether consumers of the embedded server must
-// authenticate (client certificate or token).
+// authenticate (client certificate or token). Authenticated or not, a
+// consumer may only read.
 func (e BusEmbedded) ClientAuth() bool {
 	return e.TLS.ClientCAFile != "" || e.AuthTokenFile != ""
 }
@@ -729,7 +736,7 @@ func (c *Config) validateBus() field.ErrorList {
 // Warnings lists settings that are valid but probably unsafe. They never
 // contain credentials.
 func (c *Config) Warnings() []string {
-	var out []string
+	out := c.gatewayWarnings()
 	if !c.BusEnabled() {
 		return out
 	}

@@ -257,6 +257,10 @@ func TestParseDecodeErrors(t *testing.T) {
 }
 
 func TestParseValidation(t *testing.T) {
+	const (
+		tunnelOn  = "tunnel: {enabled: true, transport: direct, managedServiceAccount: gateway-impersonator}\n"
+		providers = "accessProviders:\n- name: proxy\n  server: https://proxy:9092/{{.ClusterName}}\n"
+	)
 	tests := []struct {
 		name      string
 		doc       string
@@ -322,6 +326,18 @@ func TestParseValidation(t *testing.T) {
 		{name: "negative retry period", doc: "leaderElection:\n  retryPeriod: -1s\n", wantPaths: []string{"leaderElection.retryPeriod"}},
 		{name: "timings not checked when disabled", doc: "leaderElection:\n  leaseDuration: 10s\n  renewDeadline: 10s\n  namespace: Bad_NS\n"},
 		{name: "enabled with defaults", doc: "leaderElection:\n  enabled: true\n"},
+
+		// Sinks and the gateway's impersonating ManagedServiceAccount.
+		{name: "kubeconfig sink naming the tunnel's MSA", doc: tunnelOn + providers +
+			"sinks:\n- {name: k, type: kubeconfig, kubeconfig: {directory: /d, accessProvider: proxy, managedServiceAccount: gateway-impersonator}}\n",
+			wantPaths: []string{"sinks[0].kubeconfig.managedServiceAccount", "is the gateway's impersonating credential", "use another ManagedServiceAccount"}},
+		{name: "argocd sink naming the tunnel's MSA", doc: tunnelOn + providers +
+			"sinks:\n- {name: a, type: argocd, argocd: {consumerNamespace: team-a, accessProvider: proxy, managedServiceAccount: gateway-impersonator}}\n",
+			wantPaths: []string{"sinks[0].argocd.managedServiceAccount", "never handed to consumers"}},
+		{name: "sink naming another MSA beside the tunnel's", doc: tunnelOn + providers +
+			"sinks:\n- {name: k, type: kubeconfig, kubeconfig: {directory: /d, accessProvider: proxy, managedServiceAccount: kueue}}\n"},
+		{name: "sink naming the MSA of a tunnel that is off", doc: "tunnel: {transport: direct, managedServiceAccount: gateway-impersonator}\n" + providers +
+			"sinks:\n- {name: k, type: kubeconfig, kubeconfig: {directory: /d, accessProvider: proxy, managedServiceAccount: gateway-impersonator}}\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -509,6 +525,8 @@ func TestBusValidation(t *testing.T) {
 		{name: "embedded non-loopback, TLS and token", doc: "bus:\n  embedded: {listen: '0.0.0.0:4222', authTokenFile: " + readable + ", tls: {certFile: " + readable + ", keyFile: " + readable + "}}\n"},
 		{name: "embedded non-loopback, mutual TLS", doc: "bus:\n  embedded: {listen: '0.0.0.0:4222', tls: {certFile: " + readable + ", keyFile: " + readable + ", clientCAFile: " + readable + "}}\n"},
 		{name: "embedded on localhost", doc: "bus:\n  embedded: {listen: 'localhost:4222'}\n"},
+		{name: "embedded on loopback with a token", doc: "bus:\n  embedded: {listen: '127.0.0.1:4222', authTokenFile: " + readable + "}\n"},
+		{name: "embedded missing token file", doc: "bus:\n  embedded: {authTokenFile: " + dir + "/nope}\n", wantPaths: []string{"bus.embedded.authTokenFile"}},
 		{name: "embedded client CA without server cert", doc: "bus:\n  embedded: {tls: {clientCAFile: " + readable + "}}\n", wantPaths: []string{"bus.embedded.tls.certFile"}},
 		{name: "embedded empty token file", doc: "bus:\n  embedded: {authTokenFile: " + writeFile(t, "empty-token", " \n") + "}\n", wantPaths: []string{"bus.embedded.authTokenFile"}},
 		{name: "embedded settings with an external NATS", doc: "bus:\n  urls: [nats://a:4222]\n  embedded: {authTokenFile: " + readable + "}\n", wantPaths: []string{"bus.embedded"}},

@@ -32,14 +32,17 @@ type Gateway struct {
 	// TLS is the serving certificate.
 	TLS GatewayTLS `json:"tls"`
 	// PassThrough says what happens to a token the hub does not
-	// recognise: "jwt" (default) lets a JWT the hub did not sign (a
-	// managed cluster's ServiceAccount or ManagedServiceAccount token)
-	// through unchanged, to act as itself; "none" refuses it. Hub tokens
-	// the hub refuses (expired, revoked) and opaque tokens are always
-	// refused.
+	// recognise: "jwt" (default) lets a managed cluster's own token (a
+	// ServiceAccount or ManagedServiceAccount token of that cluster)
+	// through to that cluster, to act as itself there, once its
+	// signature verifies against the cluster's service-account keys
+	// (read from the cluster's /openid/v1/jwks through the tunnel); "none"
+	// refuses it. Hub tokens and tokens no key verifies are always
+	// refused, by the gateway itself: they never reach a cluster.
 	PassThrough string `json:"passThrough,omitempty"`
-	// HubIssuers are further issuers of hub tokens (the hub's OIDC
-	// issuers): a token naming one is never passed through. The hub's
+	// HubIssuers are the issuers of the hub's other JWTs (its OIDC
+	// providers and JWT authenticators), whose keys the hub does not
+	// publish: a token naming one is answered as a hub token. The hub's
 	// service-account tokens are recognised by its signing keys.
 	HubIssuers []string `json:"hubIssuers,omitempty"`
 	// ForwardGroups, when set, lists the only hub groups impersonated on
@@ -50,8 +53,33 @@ type Gateway struct {
 	// ReviewCacheTTL bounds how long a positive TokenReview is trusted:
 	// at most, and by default, 10s. Failed reviews are never cached.
 	ReviewCacheTTL metav1.Duration `json:"reviewCacheTTL,omitempty"`
-	// ReviewCacheSize bounds how many reviews are cached. Default 10000.
+	// ReviewCacheSize bounds how many tokens each of the gateway's
+	// memories (reviews, verifications, refusals, client addresses)
+	// keeps. Default 10000.
 	ReviewCacheSize int `json:"reviewCacheSize,omitempty"`
+	// MaxInFlightReviews bounds the hub TokenReviews waiting for an
+	// answer; a request that needs one beyond it gets 503. Default 32.
+	MaxInFlightReviews int `json:"maxInFlightReviews,omitempty"`
+	// RefusalCacheTTL is how long a refused token is answered from
+	// memory, without asking the hub or the cluster again. Default 10s,
+	// at most 1m.
+	RefusalCacheTTL metav1.Duration `json:"refusalCacheTTL,omitempty"`
+	// RefusalsPerSecond and RefusalBurst are each client address's token
+	// bucket of refused requests (401, 403, 400): an address that has
+	// spent it gets 429 for every request whose token the gateway has not
+	// accepted lately, before any TokenReview is spent on it. The address
+	// is the TCP peer's (an IPv6 /64): behind a proxy that hides client
+	// addresses, raise both. Defaults 5 and 50.
+	RefusalsPerSecond float64 `json:"refusalsPerSecond,omitempty"`
+	RefusalBurst      int     `json:"refusalBurst,omitempty"`
+	// HubQPS and HubBurst bound the gateway's own hub client (its
+	// TokenReviews and key fetches), apart from the syncer's, so that
+	// neither can starve the other on the client side. Defaults 50 and
+	// 100; -1 lifts the limit (API Priority and Fairness then paces it:
+	// deploy/flowcontrol.yaml gives the gateway a priority level of its
+	// own).
+	HubQPS   float32 `json:"hubQPS,omitempty"`
+	HubBurst int     `json:"hubBurst,omitempty"`
 	// MaxHeaderBytes bounds a request's headers. Default 64 KiB.
 	MaxHeaderBytes int `json:"maxHeaderBytes,omitempty"`
 	// ReadHeaderTimeout bounds reading a request's headers. Default 10s.
@@ -90,6 +118,12 @@ const (
 
 	DefaultGatewayListen         = ":8443"
 	DefaultGatewayMaxHeaderBytes = 64 << 10
+
+	DefaultGatewayMaxInFlightReviews = 32
+	DefaultGatewayRefusalsPerSecond  = 5
+	DefaultGatewayRefusalBurst       = 50
+	DefaultGatewayHubQPS             = 50
+	DefaultGatewayHubBurst           = 100
 )
 
 // GatewayCA says where a provider entry of type gateway takes the
@@ -118,11 +152,27 @@ func (c *Config) setGatewayDefaults() {
 		}
 	}
 	setD(&g.ReviewCacheTTL, 10*time.Second)
+	setD(&g.RefusalCacheTTL, 10*time.Second)
 	setD(&g.ReadHeaderTimeout, 10*time.Second)
 	setD(&g.BodyTimeout, time.Minute)
 	setD(&g.IdleTimeout, 2*time.Minute)
 	if g.ReviewCacheSize == 0 {
 		g.ReviewCacheSize = 10000
+	}
+	if g.MaxInFlightReviews == 0 {
+		g.MaxInFlightReviews = DefaultGatewayMaxInFlightReviews
+	}
+	if g.RefusalsPerSecond == 0 {
+		g.RefusalsPerSecond = DefaultGatewayRefusalsPerSecond
+	}
+	if g.RefusalBurst == 0 {
+		g.RefusalBurst = DefaultGatewayRefusalBurst
+	}
+	if g.HubQPS == 0 {
+		g.HubQPS = DefaultGatewayHubQPS
+	}
+	if g.HubBurst == 0 {
+		g.HubBurst = DefaultGatewayHubBurst
 	}
 	if g.MaxHeaderBytes == 0 {
 		g.MaxHeaderBytes = DefaultGatewayMaxHeaderBytes
@@ -204,6 +254,24 @@ func (c *Config) validateGateway() field.ErrorList {
 	if g.ReviewCacheSize < 1 || g.ReviewCacheSize > 1000000 {
 		errs = append(errs, field.Invalid(p.Child("reviewCacheSize"), g.ReviewCacheSize, "must be from 1 to 1000000"))
 	}
+	if g.MaxInFlightReviews < 1 || g.MaxInFlightReviews > 10000 {
+		errs = append(errs, field.Invalid(p.Child("maxInFlightReviews"), g.MaxInFlightReviews, "must be from 1 to 10000"))
+	}
+	if d := g.RefusalCacheTTL.Duration; d <= 0 || d > time.Minute {
+		errs = append(errs, field.Invalid(p.Child("refusalCacheTTL"), d.String(), "must be positive and at most 1m"))
+	}
+	if g.RefusalsPerSecond <= 0 {
+		errs = append(errs, field.Invalid(p.Child("refusalsPerSecond"), g.RefusalsPerSecond, "must be positive"))
+	}
+	if g.RefusalBurst < 1 {
+		errs = append(errs, field.Invalid(p.Child("refusalBurst"), g.RefusalBurst, "must be at least 1"))
+	}
+	if g.HubQPS < 0 && g.HubQPS != -1 || g.HubQPS == 0 {
+		errs = append(errs, field.Invalid(p.Child("hubQPS"), g.HubQPS, "must be positive, or -1 for no client-side limit"))
+	}
+	if g.HubBurst < 1 {
+		errs = append(errs, field.Invalid(p.Child("hubBurst"), g.HubBurst, "must be at least 1"))
+	}
 	if g.MaxHeaderBytes < 4096 || g.MaxHeaderBytes > 1<<20 {
 		errs = append(errs, field.Invalid(p.Child("maxHeaderBytes"), g.MaxHeaderBytes, "must be from 4096 to 1048576"))
 	}
@@ -216,4 +284,17 @@ func (c *Config) validateGateway() field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// gatewayWarnings are the gateway's legal but doubtful settings.
+func (c *Config) gatewayWarnings() []string {
+	g := c.Gateway
+	if !g.Enabled || g.PassThrough != PassThroughJWT || len(g.HubIssuers) > 0 {
+		return nil
+	}
+	return []string{"gateway.passThrough is jwt and gateway.hubIssuers is empty: the gateway tells a hub token from a " +
+		"cluster's own by the hub's service-account keys, and cannot do so by signature for the hub's other JWT issuers " +
+		"(OIDC providers, JWT authenticators); such tokens never pass through (only a token the target cluster's own keys sign " +
+		"does), but list their issuers in gateway.hubIssuers so that they are answered as hub tokens. hubsync logs every issuer " +
+		"the hub accepts that the gateway could not identify."}
 }

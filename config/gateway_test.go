@@ -16,6 +16,8 @@ func defaultGateway() Gateway {
 		ReviewCacheTTL: metav1.Duration{Duration: 10 * time.Second}, ReviewCacheSize: 10000,
 		MaxHeaderBytes: DefaultGatewayMaxHeaderBytes, ReadHeaderTimeout: metav1.Duration{Duration: 10 * time.Second},
 		BodyTimeout: metav1.Duration{Duration: time.Minute}, IdleTimeout: metav1.Duration{Duration: 2 * time.Minute},
+		MaxInFlightReviews: 32, RefusalCacheTTL: metav1.Duration{Duration: 10 * time.Second},
+		RefusalsPerSecond: 5, RefusalBurst: 50, HubQPS: 50, HubBurst: 100,
 	}
 }
 
@@ -70,6 +72,14 @@ gateway:
   maxHeaderBytes: 10
   tls: {secret: {namespace: Bad_NS, name: gw}}
 `, []string{"gateway.listen", "gateway.url", "gateway.passThrough", "gateway.reviewCacheTTL", "gateway.maxHeaderBytes", "gateway.tls.secret.namespace"}},
+		{"bad limits", base + `  maxInFlightReviews: -1
+  refusalCacheTTL: 2m
+  refusalsPerSecond: -3
+  refusalBurst: -1
+  hubQPS: -2
+  hubBurst: -1
+`, []string{"gateway.maxInFlightReviews", "gateway.refusalCacheTTL", "gateway.refusalsPerSecond", "gateway.refusalBurst", "gateway.hubQPS", "gateway.hubBurst"}},
+		{"the gateway's hub client may be unlimited", base + "  hubQPS: -1\n", nil},
 		{"gateway provider without a gateway", `
 accessProviders:
 - {name: hubsync, type: gateway}
@@ -120,5 +130,26 @@ accessProviders:
 	}
 	if got, err := RenderServer(p.Server, "c1"); err != nil || got != "https://gw.example:8443/c1" {
 		t.Fatalf("RenderServer = %q, %v", got, err)
+	}
+}
+
+func TestGatewayWarnings(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		g    Gateway
+		warn bool
+	}{
+		{"off", Gateway{PassThrough: PassThroughJWT}, false},
+		{"pass-through without hub issuers", Gateway{Enabled: true, PassThrough: PassThroughJWT}, true},
+		{"hub issuers listed", Gateway{Enabled: true, PassThrough: PassThroughJWT, HubIssuers: []string{"https://dex"}}, false},
+		{"no pass-through", Gateway{Enabled: true, PassThrough: PassThroughNone}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Config{Gateway: tt.g}
+			got := strings.Join(c.Warnings(), "\n")
+			if strings.Contains(got, "gateway.hubIssuers") != tt.warn {
+				t.Fatalf("warnings %q; want a hubIssuers warning: %v", got, tt.warn)
+			}
+		})
 	}
 }

@@ -340,7 +340,8 @@ func validateLabels(p *field.Path, labels map[string]string) field.ErrorList {
 }
 
 // validateAccess checks what a kubeconfig or Argo CD sink needs to reach a
-// cluster: a configured access provider, an MSA and an auth mode.
+// cluster: a configured access provider, an MSA other than the gateway's
+// impersonating one, and an auth mode.
 func (c *Config) validateAccess(p *field.Path, provider, msa, auth string, exec ExecAuth) field.ErrorList {
 	var errs field.ErrorList
 	if provider == "" {
@@ -353,6 +354,13 @@ func (c *Config) validateAccess(p *field.Path, provider, msa, auth string, exec 
 	} else {
 		for _, msg := range validation.IsDNS1123Subdomain(msa) {
 			errs = append(errs, field.Invalid(p.Child("managedServiceAccount"), msa, msg))
+		}
+		if msa == c.ImpersonatingMSA() {
+			// The syncer never copies it, so such a sink would have no
+			// credential to hand out; refusing the file says why at once.
+			errs = append(errs, field.Invalid(p.Child("managedServiceAccount"), msa,
+				"is the gateway's impersonating credential (tunnel.managedServiceAccount); it may impersonate anyone on its clusters "+
+					"and is never handed to consumers; use another ManagedServiceAccount"))
 		}
 	}
 	switch auth {

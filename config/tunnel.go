@@ -34,7 +34,9 @@ type Tunnel struct {
 	// ManagedServiceAccount names the ManagedServiceAccount whose token
 	// (the hub Secret <cluster>/<name>) authenticates probes and the
 	// pool's requests; empty: probes go without a token (/version is
-	// public on a default API server).
+	// public on a default API server). The gateway impersonates hub users
+	// with it, so while the tunnel is on it is never copied to consumers
+	// (whatever its labels) and no sink may name it.
 	ManagedServiceAccount string `json:"managedServiceAccount,omitempty"`
 	// ClusterSelector adds clusters that have no profile; nil adds none.
 	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
@@ -57,6 +59,11 @@ type Tunnel struct {
 	// MaxConcurrentDials bounds the dials in progress across the pool.
 	// Default 32.
 	MaxConcurrentDials int `json:"maxConcurrentDials,omitempty"`
+	// MaxConcurrentUpgradeDials bounds the dials of upgraded
+	// connections (exec, attach, port-forward through the gateway) in
+	// progress, apart from maxConcurrentDials, so that a flood of
+	// upgrades never keeps a failing cluster from reconnecting. Default 16.
+	MaxConcurrentUpgradeDials int `json:"maxConcurrentUpgradeDials,omitempty"`
 	// MaxConnectionsPerCluster bounds each cluster's connections: one,
 	// plus overflow connections while every stream of the others is busy
 	// (long watches). Default 4.
@@ -87,10 +94,11 @@ type Konnectivity struct {
 
 // Tunnel defaults.
 const (
-	DefaultTunnelProbePath   = "/version"
-	DefaultTunnelDialAddress = "{{.ClusterName}}:443"
-	DefaultTunnelMaxDials    = 32
-	DefaultTunnelMaxConns    = 4
+	DefaultTunnelProbePath    = "/version"
+	DefaultTunnelDialAddress  = "{{.ClusterName}}:443"
+	DefaultTunnelMaxDials     = 32
+	DefaultTunnelUpgradeDials = 16
+	DefaultTunnelMaxConns     = 4
 )
 
 func (c *Config) setTunnelDefaults() {
@@ -117,9 +125,24 @@ func (c *Config) setTunnelDefaults() {
 	if t.MaxConcurrentDials == 0 {
 		t.MaxConcurrentDials = DefaultTunnelMaxDials
 	}
+	if t.MaxConcurrentUpgradeDials == 0 {
+		t.MaxConcurrentUpgradeDials = DefaultTunnelUpgradeDials
+	}
 	if t.MaxConnectionsPerCluster == 0 {
 		t.MaxConnectionsPerCluster = DefaultTunnelMaxConns
 	}
+}
+
+// ImpersonatingMSA is the name of the ManagedServiceAccount whose token
+// the tunnel pool and the gateway use on every managed cluster, "" while
+// the tunnel is off. The gateway impersonates hub users with it, so it may
+// act as anyone there: it is never copied to a consumer nor named by a
+// sink.
+func (c *Config) ImpersonatingMSA() string {
+	if !c.Tunnel.Enabled {
+		return ""
+	}
+	return c.Tunnel.ManagedServiceAccount
 }
 
 func (c *Config) validateTunnel() field.ErrorList {
@@ -143,6 +166,9 @@ func (c *Config) validateTunnel() field.ErrorList {
 	}
 	if t.MaxConcurrentDials < 1 || t.MaxConcurrentDials > 10000 {
 		errs = append(errs, field.Invalid(p.Child("maxConcurrentDials"), t.MaxConcurrentDials, "must be from 1 to 10000"))
+	}
+	if t.MaxConcurrentUpgradeDials < 1 || t.MaxConcurrentUpgradeDials > 10000 {
+		errs = append(errs, field.Invalid(p.Child("maxConcurrentUpgradeDials"), t.MaxConcurrentUpgradeDials, "must be from 1 to 10000"))
 	}
 	if t.MaxConnectionsPerCluster < 1 || t.MaxConnectionsPerCluster > 64 {
 		errs = append(errs, field.Invalid(p.Child("maxConnectionsPerCluster"), t.MaxConnectionsPerCluster, "must be from 1 to 64"))

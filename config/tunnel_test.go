@@ -12,7 +12,7 @@ func defaultTunnel() Tunnel {
 		Konnectivity: Konnectivity{DialAddress: "{{.ClusterName}}:443"},
 		ProbePath:    "/version", ProbeInterval: dur(10 * time.Second), ProbeTimeout: dur(5 * time.Second),
 		DialTimeout: dur(10 * time.Second), Backoff: Retry{BaseDelay: dur(time.Second), MaxDelay: dur(30 * time.Second)},
-		MaxConcurrentDials: 32, MaxConnectionsPerCluster: 4,
+		MaxConcurrentDials: 32, MaxConcurrentUpgradeDials: 16, MaxConnectionsPerCluster: 4,
 	}
 }
 

@@ -1,11 +1,10 @@
 package gateway
 
 import (
-	"container/list"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -35,6 +34,8 @@ func (r TokenReviewer) Review(ctx context.Context, token string) (Identity, bool
 		return Identity{}, false, fmt.Errorf("hub TokenReview: %w", err)
 	}
 	if !tr.Status.Authenticated {
+		// status.error says why ("invalid bearer token"): a refusal all
+		// the same.
 		return Identity{}, false, nil
 	}
 	u := tr.Status.User
@@ -55,83 +56,107 @@ const reviewTimeout = 10 * time.Second
 // expired hub token stops working within it.
 const MaxCacheTTL = 10 * time.Second
 
-// CachedReviewer remembers positive reviews for at most TTL (never more
-// than MaxCacheTTL) and at most Size tokens, least recently used first out.
-// Refusals and errors are never cached. Tokens are kept only as their
-// SHA-256.
-type CachedReviewer struct {
-	next Reviewer
-	ttl  time.Duration
-	size int
-	now  func() time.Time
+// ErrReviewsBusy is a review refused because MaxInFlight reviews are
+// already waiting for the hub: the client is told to come back, and the
+// hub is not asked more than it can answer.
+var ErrReviewsBusy = errors.New("too many hub TokenReviews in flight")
 
-	mu      sync.Mutex
-	entries map[[32]byte]*list.Element
-	order   *list.List // front: most recently used
-	hits    func()
+// ReviewCacheOptions configure a CachedReviewer. Zero values take the
+// defaults.
+type ReviewCacheOptions struct {
+	// TTL bounds how long a positive review is trusted (0 or more than
+	// MaxCacheTTL: MaxCacheTTL).
+	TTL time.Duration
+	// Size bounds how many reviews are kept (default 10000).
+	Size int
+	// MaxInFlight bounds the TokenReviews waiting for the hub at once
+	// (default 32); beyond it Review fails with ErrReviewsBusy.
+	MaxInFlight int
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// OnHit, if set, is called on every cache hit (for a metric).
+	OnHit func()
+}
+
+// CachedReviewer remembers positive reviews for at most TTL and at most
+// Size tokens, least recently used first out. Refusals and errors are
+// never cached here (the gateway keeps refusals apart, briefly). Tokens
+// are kept only as their SHA-256.
+type CachedReviewer struct {
+	next     Reviewer
+	o        ReviewCacheOptions
+	reviews  *expiring[tokenKey, Identity]
+	inFlight chan struct{}
 	// flight makes concurrent misses of one token (every request in
 	// flight when its entry expires) send one TokenReview.
 	flight singleflight.Group
 }
 
-type cached struct {
-	key     [32]byte
-	id      Identity
-	expires time.Time
-}
+// tokenKey identifies a token without holding it.
+type tokenKey [sha256.Size]byte
 
-// NewCachedReviewer wraps next. now is the clock (time.Now when nil);
-// onHit, if set, is called on every cache hit (for a metric).
-func NewCachedReviewer(next Reviewer, ttl time.Duration, size int, now func() time.Time, onHit func()) *CachedReviewer {
-	if ttl <= 0 || ttl > MaxCacheTTL {
-		ttl = MaxCacheTTL
+func keyOf(token string) tokenKey { return sha256.Sum256([]byte(token)) }
+
+// NewCachedReviewer wraps next.
+func NewCachedReviewer(next Reviewer, o ReviewCacheOptions) *CachedReviewer {
+	if o.TTL <= 0 || o.TTL > MaxCacheTTL {
+		o.TTL = MaxCacheTTL
 	}
-	if size <= 0 {
-		size = 10000
+	if o.Size <= 0 {
+		o.Size = 10000
 	}
-	if now == nil {
-		now = time.Now
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 32
 	}
-	if onHit == nil {
-		onHit = func() {}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	return &CachedReviewer{next: next, ttl: ttl, size: size, now: now, hits: onHit,
-		entries: map[[32]byte]*list.Element{}, order: list.New()}
+	if o.OnHit == nil {
+		o.OnHit = func() {}
+	}
+	return &CachedReviewer{next: next, o: o, reviews: newExpiring[tokenKey, Identity](o.Size),
+		inFlight: make(chan struct{}, o.MaxInFlight)}
 }
 
 // Review answers from the cache when a positive review of token is fresh,
 // else asks next.
 func (c *CachedReviewer) Review(ctx context.Context, token string) (Identity, bool, error) {
-	key := sha256.Sum256([]byte(token))
-	now := c.now()
-	c.mu.Lock()
-	if el, ok := c.entries[key]; ok {
-		e := el.Value.(*cached)
-		if now.Before(e.expires) {
-			c.order.MoveToFront(el)
-			c.mu.Unlock()
-			c.hits()
-			return e.id, true, nil
-		}
-		c.order.Remove(el)
-		delete(c.entries, key)
+	return c.review(ctx, keyOf(token), token)
+}
+
+// cached returns the identity of a fresh positive review of key.
+func (c *CachedReviewer) cached(key tokenKey) (Identity, bool) {
+	id, ok := c.reviews.get(key, c.o.Now())
+	if ok {
+		c.o.OnHit()
 	}
-	c.mu.Unlock()
+	return id, ok
+}
+
+func (c *CachedReviewer) review(ctx context.Context, key tokenKey, token string) (Identity, bool, error) {
+	if id, ok := c.cached(key); ok {
+		return id, true, nil
+	}
 	v, err, _ := c.flight.Do(string(key[:]), func() (any, error) {
 		// A flight that ended just before this one may have cached it.
-		if id, ok := c.fresh(key); ok {
+		if id, ok := c.reviews.get(key, c.o.Now()); ok {
 			return reviewed{id: id, ok: true}, nil
+		}
+		select {
+		case c.inFlight <- struct{}{}:
+			defer func() { <-c.inFlight }()
+		default:
+			return nil, ErrReviewsBusy
 		}
 		// Shared by every waiter: one client going away must not fail
 		// the others' review.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
 		defer cancel()
-		asked := c.now()
+		asked := c.o.Now()
 		id, ok, err := c.next.Review(ctx, token)
 		if err == nil && ok {
-			// Trusted for ttl from when the hub was asked; refusals and
-			// errors are never cached.
-			c.store(key, id, asked.Add(c.ttl))
+			// Trusted for TTL from when the hub was asked.
+			c.reviews.put(key, id, asked.Add(c.o.TTL))
 		}
 		return reviewed{id: id, ok: ok}, err
 	})
@@ -142,41 +167,10 @@ func (c *CachedReviewer) Review(ctx context.Context, token string) (Identity, bo
 	return r.id, r.ok, nil
 }
 
-// store caches a positive review, evicting the least recently used.
-func (c *CachedReviewer) store(key [32]byte, id Identity, expires time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if el, ok := c.entries[key]; ok {
-		c.order.Remove(el)
-	}
-	c.entries[key] = c.order.PushFront(&cached{key: key, id: id, expires: expires})
-	for c.order.Len() > c.size {
-		oldest := c.order.Back()
-		c.order.Remove(oldest)
-		delete(c.entries, oldest.Value.(*cached).key)
-	}
-}
-
-// fresh returns the cached identity for key while it is fresh.
-func (c *CachedReviewer) fresh(key [32]byte) (Identity, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if el, ok := c.entries[key]; ok {
-		if e := el.Value.(*cached); c.now().Before(e.expires) {
-			return e.id, true
-		}
-	}
-	return Identity{}, false
-}
-
 type reviewed struct {
 	id Identity
 	ok bool
 }
 
 // Len is how many reviews are cached.
-func (c *CachedReviewer) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.order.Len()
-}
+func (c *CachedReviewer) Len() int { return c.reviews.len() }

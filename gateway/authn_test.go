@@ -37,7 +37,7 @@ func TestCachedReviewer(t *testing.T) {
 	clock := func() time.Time { return now }
 	f := &fakeReviewer{users: map[string]string{"alice-token": "alice", "bob-token": "bob", "carol-token": "carol"}}
 	hits := 0
-	c := NewCachedReviewer(f, time.Hour, 2, clock, func() { hits++ }) // the TTL is capped at 10s
+	c := NewCachedReviewer(f, ReviewCacheOptions{TTL: time.Hour, Size: 2, Now: clock, OnHit: func() { hits++ }}) // the TTL is capped at 10s
 	ctx := context.Background()
 	review := func(token string) (string, bool, error) {
 		id, ok, err := c.Review(ctx, token)
@@ -100,7 +100,7 @@ func (b *blockingReviewer) Review(context.Context, string) (Identity, bool, erro
 
 func TestCachedReviewerOneReviewPerTokenInFlight(t *testing.T) {
 	next := &blockingReviewer{release: make(chan struct{})}
-	c := NewCachedReviewer(next, time.Second, 10, nil, nil)
+	c := NewCachedReviewer(next, ReviewCacheOptions{TTL: time.Second, Size: 10})
 	var wg sync.WaitGroup
 	for range 50 {
 		wg.Add(1)
@@ -119,5 +119,31 @@ func TestCachedReviewerOneReviewPerTokenInFlight(t *testing.T) {
 	wg.Wait()
 	if n := next.n.Load(); n != 1 {
 		t.Fatalf("%d TokenReviews for 50 concurrent requests of one token; want 1", n)
+	}
+}
+
+// TestCachedReviewerInFlightBound: beyond MaxInFlight reviews waiting for
+// the hub, a review fails at once with ErrReviewsBusy instead of queueing.
+func TestCachedReviewerInFlightBound(t *testing.T) {
+	next := &blockingReviewer{release: make(chan struct{})}
+	c := NewCachedReviewer(next, ReviewCacheOptions{MaxInFlight: 2})
+	var wg sync.WaitGroup
+	for _, tok := range []string{"a", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, _ = c.Review(context.Background(), tok)
+		}()
+	}
+	for next.n.Load() < 2 {
+		runtime.Gosched()
+	}
+	if _, _, err := c.Review(context.Background(), "c"); !errors.Is(err, ErrReviewsBusy) {
+		t.Fatalf("a third review with two in flight: %v; want ErrReviewsBusy", err)
+	}
+	close(next.release)
+	wg.Wait()
+	if _, ok, err := c.Review(context.Background(), "c"); !ok || err != nil {
+		t.Fatalf("once the hub answered, a review goes through: %v %v", ok, err)
 	}
 }

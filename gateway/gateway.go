@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,46 +23,65 @@ import (
 	"github.com/hubsync/hubsync/tunnel"
 )
 
-// Pool is what the gateway needs of the tunnel pool.
+// Pool is what the gateway needs of the tunnel pool. Its round trippers
+// add no credential: the gateway alone decides the identity a cluster
+// sees.
 type Pool interface {
 	Status(cluster string) (tunnel.Status, bool)
+	// RoundTripper sends requests over the cluster's warm connection.
 	RoundTripper(cluster string) http.RoundTripper
-	AuthenticatedRoundTripper(cluster string) http.RoundTripper
-	UpgradeRoundTripper(cluster string, authenticate bool) http.RoundTripper
+	// UpgradeRoundTripper gives each request a connection of its own (an
+	// upgrade cannot share an HTTP/2 connection).
+	UpgradeRoundTripper(cluster string) http.RoundTripper
+	// Token is the cluster's ManagedServiceAccount token, which may
+	// impersonate; tunnel.ErrNoCredential when there is none.
+	Token(cluster string) (string, error)
 }
 
-// Classifier tells what a token the hub refused is (HubKeys).
-type Classifier interface {
-	Classify(ctx context.Context, token string) (TokenKind, error)
-}
-
-// Options configure a Gateway.
+// Options configure a Gateway. Zero values take the defaults.
 type Options struct {
 	// Pool reaches the clusters; required.
 	Pool Pool
 	// Reviewer authenticates tokens on the hub (TokenReviewer); required.
-	// The gateway caches its positive answers.
 	Reviewer Reviewer
-	// ReviewCacheTTL bounds how long a positive review is trusted
-	// (0 or more than MaxCacheTTL: MaxCacheTTL); ReviewCacheSize bounds
-	// how many are kept (0: 10000).
+	// ReviewCacheTTL bounds how long a positive review is trusted (at
+	// most MaxCacheTTL); ReviewCacheSize bounds how many tokens each of
+	// the gateway's memories keeps (0: 10000).
 	ReviewCacheTTL  time.Duration
 	ReviewCacheSize int
-	// Now is the review cache's clock; time.Now when nil.
+	// MaxInFlightReviews bounds the TokenReviews waiting for the hub;
+	// beyond it requests that need one get 503 (0: 32).
+	MaxInFlightReviews int
+	// RefusalCacheTTL is how long a refused token is answered from memory
+	// without asking the hub again (0: 10s).
+	RefusalCacheTTL time.Duration
+	// RefusalsPerSecond and RefusalBurst are each client address's
+	// token bucket of refused requests; an address that has spent it gets
+	// 429 for every request whose token the gateway has not recently
+	// accepted (0: 5 and 50).
+	RefusalsPerSecond float64
+	RefusalBurst      int
+	// Now is the clock of the caches and limits; time.Now when nil.
 	Now func() time.Time
-	// Tokens classifies the tokens the hub refuses; required when
-	// PassThrough is on.
-	Tokens Classifier
-	// PassThrough lets a JWT the hub did not sign (a managed cluster's
-	// token) through unchanged, to act as itself. Off: such tokens get 401.
+	// PassThrough lets a managed cluster's own token through, to act as
+	// itself there, once it verifies against that cluster's
+	// service-account keys. Off: such tokens get 401.
 	PassThrough bool
+	// HubKeys are the hub's service-account keys: a token they verify is
+	// the hub's and never passes through. Required with PassThrough.
+	HubKeys *KeySet
+	// HubIssuers are further issuers of hub tokens (OIDC): a token naming
+	// one never passes through.
+	HubIssuers []string
+	// KeyRefresh and KeyMinRefetch configure each cluster's key set (0:
+	// DefaultKeyRefresh and DefaultKeyMinRefetch).
+	KeyRefresh, KeyMinRefetch time.Duration
 	// ForwardGroups, when set, lists the only hub groups impersonated
 	// (prefixed) on managed clusters; others are dropped. It lets a
 	// managed cluster grant impersonation of exactly those groups by name
 	// (RBAC cannot grant a prefix). Empty: every group.
 	ForwardGroups []string
-	// Serving, if set, says whether this replica serves (the pool runs on
-	// the leader only) and why not.
+	// Serving, if set, says whether this replica serves and why not.
 	Serving func() (bool, string)
 	// BodyTimeout bounds reading a request's body (0: 1m).
 	BodyTimeout time.Duration
@@ -74,33 +92,69 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
-// Gateway serves /<cluster>/<kubernetes path>: it authenticates the
-// bearer token on the hub, impersonates a hub identity with the
-// cluster:hub: prefix through the cluster's ManagedServiceAccount, or lets
-// a managed cluster's own token through, and sends the request over the
-// cluster's warm pool entry.
+// Gateway serves /<cluster>/<kubernetes path>. It decides, from what it
+// verified, the identity the cluster sees: a hub identity (TokenReview on
+// the hub) impersonated with the cluster:hub: prefix through the
+// cluster's ManagedServiceAccount, or a managed cluster's own token
+// verified against that cluster's keys; it sets that identity itself on
+// the outgoing request and checks it last. Nothing a client sends can
+// add, remove or replace it.
 type Gateway struct {
-	opts     Options
-	m        *metrics
-	log      *slog.Logger
-	reviewer *CachedReviewer
-	buffers  *bufferPool
-	errorLog *log.Logger // the reverse proxy's, at debug level
+	opts      Options
+	m         *metrics
+	log       *slog.Logger
+	reviewer  *CachedReviewer
+	buffers   *bufferPool
+	errorLog  *log.Logger // the reverse proxy's, at debug level
+	strangers *strangers
+	// refusals are tokens refused lately (for a cluster: the answer may
+	// name it), answered from memory.
+	refusals *expiring[passKey, refusal]
+	// passes are tokens verified lately as a cluster's own.
+	passes *expiring[passKey, struct{}]
+	// known are tokens accepted lately: a limited address is not limited
+	// for them.
+	known *expiring[tokenKey, struct{}]
+
+	keysMu      sync.Mutex
+	clusterKeys map[string]*KeySet
+	// issuers are the hub's JWT issuers the gateway could not identify,
+	// each logged once.
+	issuers *expiring[string, struct{}]
 }
+
+// passKey is a token for one cluster.
+type passKey struct {
+	cluster string
+	token   tokenKey
+}
+
+// knownFor is how long an accepted token exempts its client from the
+// refusal limit.
+const knownFor = 10 * time.Minute
 
 // New builds a gateway.
 func New(opts Options) (*Gateway, error) {
 	if opts.Pool == nil || opts.Reviewer == nil {
 		return nil, errors.New("gateway: a pool and a reviewer are required")
 	}
-	if opts.PassThrough && opts.Tokens == nil {
-		return nil, errors.New("gateway: pass-through needs a token classifier")
+	if opts.PassThrough && opts.HubKeys == nil {
+		return nil, errors.New("gateway: pass-through needs the hub's keys")
 	}
 	if opts.BodyTimeout <= 0 {
 		opts.BodyTimeout = time.Minute
 	}
 	if opts.RetryAfter <= 0 {
 		opts.RetryAfter = 5 * time.Second
+	}
+	if opts.RefusalCacheTTL <= 0 {
+		opts.RefusalCacheTTL = 10 * time.Second
+	}
+	if opts.ReviewCacheSize <= 0 {
+		opts.ReviewCacheSize = 10000
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -109,17 +163,22 @@ func New(opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	reviewer := NewCachedReviewer(opts.Reviewer, opts.ReviewCacheTTL, opts.ReviewCacheSize, opts.Now, m.hits.Inc)
-	return &Gateway{opts: opts, m: m, log: opts.Log, reviewer: reviewer, buffers: &bufferPool{},
-		errorLog: slog.NewLogLogger(opts.Log.Handler(), slog.LevelDebug)}, nil
+	if opts.HubKeys != nil && opts.HubKeys.OnFetch == nil {
+		opts.HubKeys.OnFetch = m.keyFetch("hub")
+	}
+	size := opts.ReviewCacheSize
+	return &Gateway{opts: opts, m: m, log: opts.Log, buffers: &bufferPool{},
+		reviewer: NewCachedReviewer(opts.Reviewer, ReviewCacheOptions{TTL: opts.ReviewCacheTTL, Size: size,
+			MaxInFlight: opts.MaxInFlightReviews, Now: opts.Now, OnHit: m.hits.Inc}),
+		errorLog:    slog.NewLogLogger(opts.Log.Handler(), slog.LevelDebug),
+		strangers:   newStrangers(opts.RefusalsPerSecond, opts.RefusalBurst, size, opts.Now),
+		refusals:    newExpiring[passKey, refusal](size),
+		passes:      newExpiring[passKey, struct{}](size),
+		known:       newExpiring[tokenKey, struct{}](size),
+		clusterKeys: map[string]*KeySet{},
+		issuers:     newExpiring[string, struct{}](100),
+	}, nil
 }
-
-// Request modes, for metrics and logs.
-const (
-	modeImpersonate = "impersonate"
-	modePassThrough = "passthrough"
-	modeRefused     = "refused"
-)
 
 // ServeHTTP serves one request.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -133,6 +192,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // request is what one request's log line and metrics say.
 type request struct {
 	start    time.Time
+	addr     string // the client's address, the key of its refusal limit
 	cluster  string // only once known to be served: bounds metric labels
 	mode     string
 	user     string
@@ -146,27 +206,25 @@ type request struct {
 
 func (g *Gateway) serve(w *recorder, r *http.Request, rq *request) {
 	rq.mode = modeRefused
+	rq.addr = clientAddress(r.RemoteAddr)
+	// First, on every path: a hop-by-hop list could otherwise remove
+	// what the gateway sets.
+	if ref := checkConnection(r.Header); ref != nil {
+		g.refuse(w, rq, ref)
+		return
+	}
 	route, err := ParseRoute(r.URL)
 	if err != nil {
-		g.refuse(w, rq, http.StatusBadRequest, "bad_path", "BadRequest", err.Error())
+		g.refuse(w, rq, refuse(http.StatusBadRequest, "bad_path", err.Error()))
 		return
 	}
 	token, err := BearerToken(r.Header)
 	if err != nil {
-		g.refuse(w, rq, http.StatusUnauthorized, "no_token", "Unauthorized", err.Error())
+		g.refuse(w, rq, refuse(http.StatusUnauthorized, "no_token", err.Error()))
 		return
 	}
-	if HasImpersonation(r.Header) {
-		g.refuse(w, rq, http.StatusForbidden, "impersonation_header", "Forbidden",
-			"Impersonate-* headers are refused: the gateway sets the identity itself (hub users act as "+Prefix+"<user>)")
-		return
-	}
-	if hasProtocolToken(r.Header) {
-		// The API server takes a bearer token from a WebSocket
-		// subprotocol too; one there could carry a hub token past the
-		// checks above.
-		g.refuse(w, rq, http.StatusUnauthorized, "protocol_token", "Unauthorized",
-			"bearer tokens in Sec-WebSocket-Protocol are refused: send the token in the Authorization header")
+	if ref := screen(r, route, token); ref != nil {
+		g.refuse(w, rq, ref)
 		return
 	}
 	if g.opts.Serving != nil {
@@ -175,48 +233,20 @@ func (g *Gateway) serve(w *recorder, r *http.Request, rq *request) {
 			return
 		}
 	}
-	id, hub, err := g.reviewer.Review(r.Context(), token)
-	switch {
-	case err != nil:
-		g.m.reviews.WithLabelValues("error").Inc()
-		g.log.Warn("hub TokenReview failed; refusing the request", "err", err)
-		g.unavailable(w, rq, "review_failed", "the hub's TokenReview could not be reached; try again")
-		return
-	case hub && id.Username == "":
-		// Never forward as the impersonator itself.
-		g.m.reviews.WithLabelValues("authenticated").Inc()
-		g.refuse(w, rq, http.StatusUnauthorized, "no_username", "Unauthorized", "the hub authenticated the token without a username")
-		return
-	case hub:
-		g.m.reviews.WithLabelValues("authenticated").Inc()
-		rq.mode, rq.user = modeImpersonate, id.Username
-	default:
-		g.m.reviews.WithLabelValues("unauthenticated").Inc()
-		if !g.opts.PassThrough {
-			g.refuse(w, rq, http.StatusUnauthorized, "not_hub_identity", "Unauthorized", "the hub does not recognise this token")
-			return
-		}
-		kind, err := g.opts.Tokens.Classify(r.Context(), token)
-		switch {
-		case err != nil:
-			g.log.Warn("cannot tell whether a token is the hub's; refusing the request", "err", err)
-			g.unavailable(w, rq, "hub_keys_unavailable", "the hub's service-account keys could not be fetched; try again")
-			return
-		case kind == TokenHub:
-			g.refuse(w, rq, http.StatusUnauthorized, "hub_token_refused", "Unauthorized",
-				"the hub refuses this hub token (expired, revoked or for another audience); hub tokens are never forwarded")
-			return
-		case kind == TokenOpaque:
-			g.refuse(w, rq, http.StatusUnauthorized, "opaque_token", "Unauthorized",
-				"the hub does not recognise this token, and only a managed cluster's JWT may pass through")
-			return
-		}
-		rq.mode = modePassThrough
-	}
+	key := keyOf(token)
 	st, served := g.opts.Pool.Status(route.Cluster)
+	d, ref := g.decide(r.Context(), rq.addr, route.Cluster, served, token, key)
+	if ref != nil {
+		g.refuse(w, rq, ref)
+		return
+	}
+	rq.mode = d.mode
+	if d.mode == modeImpersonate {
+		rq.user = d.id.Username
+	}
 	if !served {
-		g.refuse(w, rq, http.StatusNotFound, "cluster_not_served", "NotFound",
-			fmt.Sprintf("cluster %q is not served by this gateway (no ClusterProfile or tunnel for it)", route.Cluster))
+		g.refuse(w, rq, refuse(http.StatusNotFound, "cluster_not_served",
+			fmt.Sprintf("cluster %q is not served by this gateway (no ClusterProfile or tunnel for it)", route.Cluster)))
 		return
 	}
 	rq.cluster = route.Cluster
@@ -224,26 +254,215 @@ func (g *Gateway) serve(w *recorder, r *http.Request, rq *request) {
 		g.unavailable(w, rq, "cluster_not_ready", fmt.Sprintf("cluster %q is %s%s", route.Cluster, st.State, reasonSuffix(st.Reason)))
 		return
 	}
-	g.forward(w, r, rq, route, id)
+	g.forward(w, r, rq, route, d, key)
 }
 
-// forward sends the request to the cluster over the pool.
-func (g *Gateway) forward(w *recorder, r *http.Request, rq *request, route Route, id Identity) {
-	impersonate := rq.mode == modeImpersonate
+// decide chooses the identity of a request from its token, or refuses
+// it. Tokens accepted or refused lately are answered from memory; a
+// client address that has spent its refusals waits before anything else
+// is spent on it.
+func (g *Gateway) decide(ctx context.Context, addr, cluster string, served bool, token string, key tokenKey) (decision, *refusal) {
+	now := g.opts.Now()
+	if id, ok := g.reviewer.cached(key); ok {
+		return g.impersonation(id)
+	}
+	if _, ok := g.passes.get(passKey{cluster: cluster, token: key}, now); ok && served {
+		return decision{mode: modePassThrough, token: token}, nil
+	}
+	if ref, ok := g.refusals.get(passKey{cluster: cluster, token: key}, now); ok {
+		return decision{}, &ref
+	}
+	// A token accepted lately is checked whatever its address has spent;
+	// any other check is paid for up front, and given back if it passes.
+	release := func() {}
+	if _, ok := g.known.get(key, now); !ok {
+		var wait time.Duration
+		if release, wait, ok = g.strangers.admit(addr); !ok {
+			ref := refuse(http.StatusTooManyRequests, "rate_limited",
+				"too many refused requests from this address; try again later")
+			ref.retryAfter = wait
+			return decision{}, ref
+		}
+	}
+	d, ref := g.check(ctx, cluster, served, token, key, now)
+	switch {
+	case ref == nil:
+		release()
+		g.known.put(key, struct{}{}, now.Add(knownFor))
+	case ref.code == http.StatusUnauthorized:
+		// Answered from memory next time, and charged then.
+		g.refusals.put(passKey{cluster: cluster, token: key}, *ref, now.Add(g.opts.RefusalCacheTTL))
+		ref.paid = true // this time, admit charged it
+	default:
+		release()
+	}
+	return d, ref
+}
+
+func (g *Gateway) impersonation(id Identity) (decision, *refusal) {
+	if id.Username == "" {
+		// Never forward as the impersonator itself.
+		return decision{}, refuse(http.StatusUnauthorized, "no_username", "the hub authenticated the token without a username")
+	}
+	return decision{mode: modeImpersonate, id: id}, nil
+}
+
+// check asks who the token belongs to: a managed cluster's own token
+// (verified against the cluster's keys, with no hub request), or a hub
+// identity (the hub's TokenReview).
+func (g *Gateway) check(ctx context.Context, cluster string, served bool, token string, key tokenKey, now time.Time) (decision, *refusal) {
+	var t *jwt
+	if g.opts.PassThrough {
+		t = parseJWT(token)
+	}
+	from, keysErr := fromNobody, error(nil)
+	if t != nil {
+		from, keysErr = g.origin(ctx, cluster, served, t)
+		switch {
+		case from == fromCluster && t.claims.expired(now):
+			return decision{}, refuse(http.StatusUnauthorized, "token_expired", "the token has expired")
+		case from == fromCluster:
+			until := now.Add(MaxCacheTTL)
+			if exp := t.claims.expiry(); !exp.IsZero() && exp.Before(until) {
+				until = exp
+			}
+			g.passes.put(passKey{cluster: cluster, token: key}, struct{}{}, until)
+			return decision{mode: modePassThrough, token: token}, nil
+		case from == fromHub && t.claims.expired(now):
+			g.m.reviews.WithLabelValues("skipped").Inc()
+			return decision{}, refuse(http.StatusUnauthorized, "hub_token_refused",
+				"this hub token has expired; hub tokens are never forwarded")
+		}
+	}
+	id, ok, err := g.reviewer.review(ctx, key, token)
+	switch {
+	case errors.Is(err, ErrReviewsBusy):
+		g.m.reviews.WithLabelValues("busy").Inc()
+		return decision{}, refuse(http.StatusServiceUnavailable, "reviews_busy",
+			"too many tokens are being checked with the hub; try again")
+	case err != nil:
+		g.m.reviews.WithLabelValues("error").Inc()
+		g.log.Warn("hub TokenReview failed; refusing the request", "err", err)
+		return decision{}, refuse(http.StatusServiceUnavailable, "review_failed", "the hub's TokenReview could not be reached; try again")
+	case ok:
+		g.m.reviews.WithLabelValues("authenticated").Inc()
+		if t != nil && from == fromNobody {
+			g.noteIssuer(t.claims.Issuer)
+		}
+		return g.impersonation(id)
+	}
+	g.m.reviews.WithLabelValues("unauthenticated").Inc()
+	switch {
+	case keysErr != nil:
+		g.log.Warn("cannot tell whose a token is; refusing the request", "cluster", cluster, "err", keysErr)
+		return decision{}, refuse(http.StatusServiceUnavailable, "keys_unavailable",
+			"the service-account keys that tell a hub token from a cluster's own could not be fetched; try again")
+	case from == fromHub:
+		return decision{}, refuse(http.StatusUnauthorized, "hub_token_refused",
+			"the hub refuses this hub token (expired, revoked or for another audience); hub tokens are never forwarded")
+	case t != nil:
+		return decision{}, refuse(http.StatusUnauthorized, "not_cluster_token", fmt.Sprintf(
+			"the hub does not recognise this token, and it is not signed by the service-account keys of cluster %q: "+
+				"only a cluster's own token passes through to it", cluster))
+	case g.opts.PassThrough:
+		return decision{}, refuse(http.StatusUnauthorized, "opaque_token",
+			"the hub does not recognise this token, and only a managed cluster's JWT may pass through")
+	default:
+		return decision{}, refuse(http.StatusUnauthorized, "not_hub_identity", "the hub does not recognise this token")
+	}
+}
+
+// noteIssuer logs, once, an issuer whose JWTs the hub accepts but the
+// gateway cannot identify by signature: it belongs in gateway.hubIssuers.
+func (g *Gateway) noteIssuer(issuer string) {
+	if len(issuer) > 256 {
+		issuer = issuer[:256]
+	}
+	now := g.opts.Now()
+	if _, seen := g.issuers.get(issuer, now); seen {
+		return
+	}
+	g.issuers.put(issuer, struct{}{}, now.Add(24*time.Hour))
+	g.log.Warn("the hub accepts JWTs of an issuer the gateway cannot identify by signature; add it to gateway.hubIssuers",
+		"issuer", issuer)
+}
+
+// origin is who signed a JWT, as far as the gateway can tell.
+type origin int
+
+const (
+	fromNobody  origin = iota // no key the gateway knows
+	fromHub                   // the hub's keys, or a hub issuer
+	fromCluster               // the cluster's own keys, and not the hub's
+)
+
+// origin checks t against the hub's keys, then the cluster's. A key id
+// that neither knows makes the hub's set be fetched again (it may be the
+// hub's newest key). err: a key set could not be had, so the token must
+// not pass through.
+func (g *Gateway) origin(ctx context.Context, cluster string, served bool, t *jwt) (origin, error) {
+	hub := g.opts.HubKeys
+	if _, ok, err := hub.verify(ctx, t.jws, false); err != nil {
+		return fromNobody, err
+	} else if ok || t.claims.issuedBy(g.opts.HubIssuers) {
+		return fromHub, nil
+	}
+	var keys *KeySet
+	if served {
+		keys = g.keysOf(cluster)
+		_, ok, err := keys.verify(ctx, t.jws, true)
+		if err != nil {
+			return fromNobody, err
+		}
+		if ok {
+			return fromCluster, nil
+		}
+	}
+	if !hub.Knows(t.jws) && (keys == nil || !keys.Knows(t.jws)) {
+		_, ok, err := hub.verify(ctx, t.jws, true)
+		if err != nil {
+			return fromNobody, err
+		}
+		if ok {
+			return fromHub, nil
+		}
+	}
+	return fromNobody, nil
+}
+
+// keysOf is cluster's key set, read through the pool as the
+// ManagedServiceAccount (every ServiceAccount may read it on a default
+// cluster: system:service-account-issuer-discovery).
+func (g *Gateway) keysOf(cluster string) *KeySet {
+	g.keysMu.Lock()
+	defer g.keysMu.Unlock()
+	k, ok := g.clusterKeys[cluster]
+	if !ok {
+		k = &KeySet{
+			Fetch: func(ctx context.Context) ([]byte, error) {
+				return g.fetchFromCluster(ctx, cluster, "/openid/v1/jwks")
+			},
+			RefreshEvery: g.opts.KeyRefresh, MinRefetch: g.opts.KeyMinRefetch, Now: g.opts.Now,
+			OnFetch: g.m.keyFetch("cluster"),
+		}
+		g.clusterKeys[cluster] = k
+	}
+	return k
+}
+
+// forward sends the request to the cluster over the pool with the
+// identity d.
+func (g *Gateway) forward(w *recorder, r *http.Request, rq *request, route Route, d decision, key tokenKey) {
+	want, err := g.identity(route.Cluster, d)
+	if err != nil {
+		g.proxyError(w, rq, err)
+		return
+	}
 	rq.upgrade = isUpgrade(r)
 	q := r.URL.Query()
 	watch, _ := strconv.ParseBool(q.Get("watch"))
 	follow, _ := strconv.ParseBool(q.Get("follow"))
 	rq.watch = watch || follow || strings.Contains(route.Path, "/watch/")
-	var rt http.RoundTripper
-	switch {
-	case rq.upgrade:
-		rt = g.opts.Pool.UpgradeRoundTripper(route.Cluster, impersonate)
-	case impersonate:
-		rt = g.opts.Pool.AuthenticatedRoundTripper(route.Cluster)
-	default:
-		rt = g.opts.Pool.RoundTripper(route.Cluster)
-	}
 	if r.ContentLength != 0 && !rq.upgrade {
 		// A client that sends its body slowly holds a stream; bound it,
 		// then lift the deadline so that a long response is not cut.
@@ -254,76 +473,97 @@ func (g *Gateway) forward(w *recorder, r *http.Request, rq *request, route Route
 		}
 	}
 	proxy := &httputil.ReverseProxy{
-		Transport: rt,
+		Transport: g.transportFor(route.Cluster, want, rq.upgrade),
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			out := pr.Out
-			out.URL.Scheme = "https"
-			out.URL.Host = route.Cluster
-			out.URL.Path, out.URL.RawPath = route.Path, route.RawPath
-			out.Host = ""
-			// Request-header authentication headers mean nothing over a
-			// bearer token, but are never forwarded either.
-			for k := range out.Header {
-				if lk := strings.ToLower(k); strings.HasPrefix(lk, "x-remote-") || strings.HasPrefix(lk, "impersonate-") {
-					delete(out.Header, k)
-				}
-			}
-			if impersonate {
-				// Drops the hub token and sets the prefixed identity.
-				_ = Impersonate(out.Header, g.forwarded(id))
-			}
+			// Go's proxy has removed the hop-by-hop headers (and with
+			// checkConnection, only those) and X-Forwarded-*.
+			pr.Out.URL = outgoingURL(route, pr.Out.URL.RawQuery)
+			pr.Out.Host = ""
+			pr.Out.Trailer = nil
+			setIdentity(pr.Out.Header, want)
 		},
 		// Watches and followed logs reach the client as they come; a
 		// finished answer (a get, a list) is written in as few frames as
 		// the server's buffers allow (see recorder.FlushError).
-		FlushInterval: -1,
-		BufferPool:    g.buffers,
-		ModifyResponse: func(resp *http.Response) error {
-			w.buffered = !rq.watch && finished(resp)
-			if resp.StatusCode == http.StatusSwitchingProtocols {
-				// The proxy writes a 101 on the hijacked connection,
-				// never through WriteHeader.
-				rq.switched = true
-				if body, ok := resp.Body.(io.ReadWriteCloser); ok {
-					resp.Body = g.trackUpgrade(body)
-				}
-			}
-			return nil
-		},
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) { g.proxyError(w, rq, err) },
-		ErrorLog:     g.errorLog,
+		FlushInterval:  -1,
+		BufferPool:     g.buffers,
+		ModifyResponse: func(resp *http.Response) error { return g.answer(w, rq, resp, key) },
+		ErrorHandler:   func(w http.ResponseWriter, _ *http.Request, err error) { g.proxyError(w, rq, err) },
+		ErrorLog:       g.errorLog,
 	}
 	proxy.ServeHTTP(w, r)
 }
 
-// forwarded is id with only the groups ForwardGroups allows.
-func (g *Gateway) forwarded(id Identity) Identity {
-	if len(g.opts.ForwardGroups) == 0 {
-		return id
-	}
-	var groups []string
-	for _, grp := range id.Groups {
-		if slices.Contains(g.opts.ForwardGroups, grp) {
-			groups = append(groups, grp)
+// answer decides what of the cluster's answer the client gets. These are
+// the proxy's edges, each decided as apimachinery's UpgradeAwareHandler
+// names them:
+//   - the cluster's CORS headers are removed (stripCORS);
+//   - a redirect (3xx with Location) is answered with 502, never passed
+//     on: the client would follow it past the gateway, perhaps with its
+//     hub token, to an address only the cluster's network knows;
+//   - an upgrade the cluster answers with anything but 101 is passed on
+//     when it is an error (>= 400: the Status says why, e.g. Forbidden),
+//     and answered with 502 otherwise;
+//   - a 101 to a request that asked for no upgrade, or for another
+//     protocol, is refused by Go's proxy with 502, and the connection is
+//     never hijacked;
+//   - a managed cluster refusing a token passed through (401) is
+//     remembered, so that it does not reach the cluster again soon.
+//
+// Errors before the hijack are answered with a Status (proxyError);
+// after it the client's connection is closed with the cluster's, which
+// clients see as the stream ending and re-establish.
+func (g *Gateway) answer(w *recorder, rq *request, resp *http.Response, key tokenKey) error {
+	stripCORS(resp.Header)
+	code := resp.StatusCode
+	switch {
+	case code == http.StatusSwitchingProtocols:
+		// The proxy writes a 101 on the hijacked connection, never
+		// through WriteHeader.
+		rq.switched = true
+		if body, ok := resp.Body.(io.ReadWriteCloser); ok {
+			resp.Body = g.trackUpgrade(body)
 		}
+	case rq.upgrade && code < http.StatusBadRequest:
+		g.log.Warn("a cluster answered an upgrade without switching protocols", "cluster", rq.cluster, "code", code)
+		rq.refusal = "upgrade_not_switched"
+		replaceResponse(resp, http.StatusBadGateway, fmt.Sprintf("cluster %q answered the upgrade with %d instead of switching protocols", rq.cluster, code))
+	case code >= 300 && code < 400 && resp.Header.Get("Location") != "":
+		g.log.Warn("a cluster answered with a redirect; not forwarded", "cluster", rq.cluster, "code", code)
+		rq.refusal = "redirect"
+		replaceResponse(resp, http.StatusBadGateway, fmt.Sprintf("cluster %q answered with a redirect, which the gateway does not forward", rq.cluster))
+	case code == http.StatusUnauthorized && rq.mode == modePassThrough:
+		// Revoked, or for another audience: its signature was good, but
+		// the cluster says no. Do not send it there again for a while.
+		now := g.opts.Now()
+		g.passes.remove(passKey{cluster: rq.cluster, token: key})
+		g.refusals.put(passKey{cluster: rq.cluster, token: key}, *refuse(http.StatusUnauthorized, "cluster_refused_token",
+			fmt.Sprintf("cluster %q refuses this token", rq.cluster)), now.Add(g.opts.RefusalCacheTTL))
+		g.strangers.charge(rq.addr)
 	}
-	id.Groups = groups
-	return id
+	w.buffered = !rq.watch && finished(resp)
+	return nil
 }
 
 // proxyError answers a request the pool or the cluster failed.
 func (g *Gateway) proxyError(w http.ResponseWriter, rq *request, err error) {
 	switch {
+	case errors.Is(err, errIdentity):
+		// A bug, never a client's doing: nothing was sent.
+		g.log.Error("refused to send a request whose identity the gateway did not set", "cluster", rq.cluster, "mode", rq.mode, "err", err)
+		g.refuse(w, rq, refuse(http.StatusInternalServerError, "identity_mismatch",
+			"the outgoing request's identity was not the one the gateway set; it was not sent"))
 	case errors.Is(err, tunnel.ErrNotServed):
-		g.refuse(w, rq, http.StatusNotFound, "cluster_not_served", "NotFound", err.Error())
+		g.refuse(w, rq, refuse(http.StatusNotFound, "cluster_not_served", err.Error()))
 	case errors.Is(err, tunnel.ErrNotReady):
 		g.unavailable(w, rq, "cluster_not_ready", err.Error())
 	case errors.Is(err, tunnel.ErrNoCredential):
 		g.unavailable(w, rq, "no_credential", err.Error()+": the gateway has no impersonating credential for it")
+	case errors.Is(err, tunnel.ErrUpgradesBusy):
+		g.unavailable(w, rq, "upgrades_busy", err.Error())
 	case errors.Is(err, os.ErrDeadlineExceeded) && rq.bodyDeadline:
-		rq.refusal = "slow_body"
-		writeStatus(w, http.StatusRequestTimeout, "Timeout",
-			fmt.Sprintf("the request body did not arrive within %s", g.opts.BodyTimeout))
+		g.refuse(w, rq, refuse(http.StatusRequestTimeout, "slow_body",
+			fmt.Sprintf("the request body did not arrive within %s", g.opts.BodyTimeout)))
 	case errors.Is(err, context.Canceled):
 		// The client went away.
 		rq.refusal = "client_gone"
@@ -335,20 +575,35 @@ func (g *Gateway) proxyError(w http.ResponseWriter, rq *request, err error) {
 	}
 }
 
-func (g *Gateway) refuse(w http.ResponseWriter, rq *request, code int, why, reason, msg string) {
-	rq.refusal = why
-	writeStatus(w, code, reason, msg)
+// refuse answers with the gateway's own Status. Refusals of what the
+// client sent (400, 401, 403) are charged to the client's address.
+func (g *Gateway) refuse(w http.ResponseWriter, rq *request, ref *refusal) {
+	rq.refusal = ref.why
+	switch ref.code {
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden:
+		if !ref.paid {
+			g.strangers.charge(rq.addr)
+		}
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", seconds(g.opts.RetryAfter))
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", seconds(ref.retryAfter))
+	}
+	writeStatus(w, ref.code, ref.reason, ref.msg)
 }
 
 func (g *Gateway) unavailable(w http.ResponseWriter, rq *request, why, msg string) {
-	rq.refusal = why
-	w.Header().Set("Retry-After", strconv.Itoa(int((g.opts.RetryAfter+time.Second-1)/time.Second)))
-	writeStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", msg)
+	g.refuse(w, rq, refuse(http.StatusServiceUnavailable, why, msg))
 }
 
-// writeStatus answers with a Kubernetes Status, which kubectl and
-// client-go show as the error's message.
-func writeStatus(w http.ResponseWriter, code int, reason, msg string) {
+// seconds is d for Retry-After: whole seconds, at least 1.
+func seconds(d time.Duration) string {
+	return strconv.Itoa(max(1, int((d+time.Second-1)/time.Second)))
+}
+
+// statusBody is a Kubernetes Status, which kubectl and client-go show as
+// the error's message.
+func statusBody(code int, reason, msg string) []byte {
 	var body bytes.Buffer
 	enc := json.NewEncoder(&body)
 	enc.SetEscapeHTML(false) // served as JSON, never HTML: keep "<user>" readable
@@ -356,10 +611,14 @@ func writeStatus(w http.ResponseWriter, code int, reason, msg string) {
 		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
 		"status": "Failure", "message": "hubsync gateway: " + msg, "reason": reason, "code": code,
 	})
+	return body.Bytes()
+}
+
+func writeStatus(w http.ResponseWriter, code int, reason, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
-	_, _ = w.Write(body.Bytes())
+	_, _ = w.Write(statusBody(code, reason, msg))
 }
 
 func (g *Gateway) finish(w *recorder, r *http.Request, rq *request) {
@@ -386,19 +645,6 @@ func (g *Gateway) finish(w *recorder, r *http.Request, rq *request) {
 		g.log.Log(r.Context(), level, "gateway request", "method", r.Method, "path", r.URL.EscapedPath(), "cluster", rq.cluster,
 			"mode", rq.mode, "user", rq.user, "code", code, "refused", rq.refusal, "remote", r.RemoteAddr, "duration", elapsed)
 	}
-}
-
-// protocolTokenPrefix marks a bearer token sent as a WebSocket subprotocol
-// (Kubernetes' authenticator for browsers).
-const protocolTokenPrefix = "base64url.bearer.authorization.k8s.io."
-
-func hasProtocolToken(h http.Header) bool {
-	for _, v := range h.Values("Sec-WebSocket-Protocol") {
-		if strings.Contains(strings.ToLower(v), protocolTokenPrefix) {
-			return true
-		}
-	}
-	return false
 }
 
 // isUpgrade reports a request asking to switch protocols (SPDY or

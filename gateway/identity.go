@@ -27,10 +27,15 @@ var (
 )
 
 // BearerToken returns the request's bearer token: exactly one
-// Authorization header, "Bearer <token>", the token one non-empty word.
-// Errors never quote the header.
+// Authorization header (in any spelling), "Bearer <token>", the token one
+// non-empty word. Errors never quote the header.
 func BearerToken(h http.Header) (string, error) {
-	values := h.Values("Authorization")
+	var values []string
+	for k, vs := range h {
+		if strings.EqualFold(k, "Authorization") {
+			values = append(values, vs...)
+		}
+	}
 	switch len(values) {
 	case 0:
 		return "", ErrNoToken
@@ -46,43 +51,6 @@ func BearerToken(h http.Header) (string, error) {
 		return "", ErrNotBearer
 	}
 	return token, nil
-}
-
-// HasImpersonation reports whether a client sent any Impersonate-*
-// header (Impersonate-User, -Group, -Uid, -Extra-*), in any spelling.
-func HasImpersonation(h http.Header) bool {
-	for k := range h {
-		if strings.HasPrefix(strings.ToLower(k), "impersonate-") {
-			return true
-		}
-	}
-	return false
-}
-
-// Impersonate rewrites the outgoing request's headers for a hub identity:
-// the client's Authorization and every Impersonate-* header are removed,
-// and the identity is set with every name prefixed. The uid and extra
-// fields are not forwarded: a hub uid means nothing on a managed cluster,
-// and RBAC cannot limit impersonating them to prefixed values (it matches
-// resourceNames exactly), so granting it would grant every uid.
-func Impersonate(h http.Header, id Identity) error {
-	if id.Username == "" {
-		return errors.New("the hub identity has no username")
-	}
-	h.Del("Authorization")
-	for k := range h {
-		if strings.HasPrefix(strings.ToLower(k), "impersonate-") {
-			delete(h, k)
-		}
-	}
-	h.Set("Impersonate-User", Prefix+id.Username)
-	for _, g := range id.Groups {
-		if g == "" {
-			continue
-		}
-		h.Add("Impersonate-Group", Prefix+g)
-	}
-	return nil
 }
 
 // ImpersonatedUser is the name id has on a managed cluster, for RBAC and

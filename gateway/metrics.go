@@ -9,6 +9,18 @@ type metrics struct {
 	reviews  *prometheus.CounterVec
 	hits     prometheus.Counter
 	upgraded prometheus.Gauge
+	fetches  *prometheus.CounterVec
+}
+
+// keyFetch counts the fetches of one kind of key set (hub, cluster).
+func (m *metrics) keyFetch(keys string) func(error) {
+	return func(err error) {
+		result := "ok"
+		if err != nil {
+			result = "error"
+		}
+		m.fetches.WithLabelValues(keys, result).Inc()
+	}
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -19,7 +31,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"cluster", "code", "mode"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hubsync_gateway_refused_total",
-			Help: "Gateway requests answered by the gateway itself instead of a cluster, by reason (bad_path, no_token, impersonation_header, hub_token_refused, opaque_token, cluster_not_served, cluster_not_ready, ...).",
+			Help: "Gateway requests answered by the gateway itself instead of a cluster, by reason (connection_header, bad_path, no_token, impersonation_header, credential_in_url, hub_token_refused, not_cluster_token, rate_limited, reviews_busy, cluster_not_served, cluster_not_ready, redirect, identity_mismatch, ...).",
 		}, []string{"reason"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hubsync_gateway_request_duration_seconds",
@@ -28,12 +40,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"mode"}),
 		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hubsync_gateway_token_reviews_total",
-			Help: "Bearer tokens checked, by result: authenticated (a hub identity), unauthenticated, error (the hub could not be asked).",
+			Help: "Bearer tokens checked with the hub's TokenReview, by result: authenticated (a hub identity), unauthenticated, error (the hub could not be asked), busy (too many reviews in flight: not asked), skipped (an expired hub token, refused without asking).",
 		}, []string{"result"}),
 		hits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hubsync_gateway_token_review_cache_hits_total",
 			Help: "Tokens found authenticated in the review cache (at most 10s old) instead of asking the hub.",
 		}),
+		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hubsync_gateway_key_fetches_total",
+			Help: "Fetches of service-account key sets (JWKS) that tell a hub token from a managed cluster's own, by keys (hub, cluster) and result (ok, error).",
+		}, []string{"keys", "result"}),
 		upgraded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "hubsync_gateway_upgraded_connections",
 			Help: "Upgraded connections (exec, attach, port-forward over SPDY or WebSocket) open through the gateway.",
@@ -42,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.refused, m.duration, m.reviews, m.hits, m.upgraded} {
+	for _, c := range []prometheus.Collector{m.requests, m.refused, m.duration, m.reviews, m.hits, m.upgraded, m.fetches} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

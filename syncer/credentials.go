@@ -64,9 +64,12 @@ type credentials struct {
 	mu       sync.Mutex
 	problems map[string]CopyProblem // key -> problem last reported
 
+	// impersonator is the ManagedServiceAccount name never copied.
+	impersonator string
+
 	writes    *prometheus.CounterVec
 	rotations prometheus.Counter
-	problemsG prometheus.Gauge
+	problemsG *prometheus.GaugeVec
 }
 
 // CredentialOptions configure credential copies; nil disables them.
@@ -74,13 +77,20 @@ type CredentialOptions struct {
 	Client   msaclient.Interface
 	Workers  int
 	Coalesce time.Duration
+	// Impersonator names the ManagedServiceAccount (in every cluster's
+	// namespace) whose token the gateway impersonates hub users with:
+	// tunnel.managedServiceAccount while the tunnel is on, else "". It
+	// may act as anyone on its cluster, so it is never copied to a
+	// consumer, whatever its labels, and copies of it are removed.
+	Impersonator string
 }
 
 func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) (*credentials, error) {
 	c := &credentials{
 		s: s, log: s.log.With("controller", "credentials"),
-		workers:  max(o.Workers, 1),
-		problems: map[string]CopyProblem{},
+		workers:      max(o.Workers, 1),
+		problems:     map[string]CopyProblem{},
+		impersonator: o.Impersonator,
 	}
 	c.queue = newTrackedQueue(s.opts.RetryBase, s.opts.RetryMax)
 	c.written = newWriteTracker(30 * time.Second)
@@ -93,10 +103,16 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 		Name: "hubsync_credential_rotations_total",
 		Help: "Token rotations propagated to every copy of a ManagedServiceAccount.",
 	})
-	c.problemsG = prometheus.NewGauge(prometheus.GaugeOpts{
+	c.problemsG = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "hubsync_credential_problems",
-		Help: "(cluster, ManagedServiceAccount) pairs whose copies cannot be written: no token, invalid copy name or a name conflict.",
-	})
+		Help: "(cluster, ManagedServiceAccount) pairs whose copies are not written, by reason: no_token, invalid_name, name_conflict, " +
+			"or impersonator (the gateway's impersonating ManagedServiceAccount labelled for copying, which hubsync refuses).",
+	}, []string{"reason"})
+	// Every reason has a series from the start, so that an alert on one
+	// sees 0 rather than nothing.
+	for _, p := range []CopyProblem{ProblemNoToken, ProblemNameTooLong, ProblemNameConflict, ProblemImpersonator} {
+		c.problemsG.WithLabelValues(p.MetricReason())
+	}
 	reg.MustRegister(c.writes, c.rotations, c.problemsG, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "hubsync_queue_depth",
 		Help:        "Keys waiting in a work queue.",
@@ -307,18 +323,8 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	if msa != nil && (msa.DeletionTimestamp != nil || msa.Labels[LabelSyncToClusterProfile] != "true") {
-		msa = nil
-	}
-	if msa != nil && (msa.Status.TokenSecretRef == nil || msa.Status.TokenSecretRef.Name == "") {
-		// The agent has not reported a token yet: copy nothing until it
-		// does, and leave any copies as they are.
-		c.log.Debug("ManagedServiceAccount has not reported its token Secret yet", "pair", key)
-		c.setProblem(key, nil, ProblemNone)
-		return nil
-	}
 	var hub *corev1.Secret
-	if msa != nil {
+	if msa != nil && msa.Status.TokenSecretRef != nil && msa.Status.TokenSecretRef.Name != "" {
 		// The Secret the agent reported, not whichever Secret has the
 		// MSA's name.
 		hub, err = c.hubSecrets.Secrets(cluster).Get(msa.Status.TokenSecretRef.Name)
@@ -335,16 +341,23 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 		}
 	}
 
-	// Without a synced MSA or its token Secret there must be no copies:
-	// a removed label, a deleted MSA or a deleted token all end access.
-	if msa == nil || hub == nil {
-		c.setProblem(key, nil, ProblemNone)
-		return c.deleteCopies(ctx, existing, nil)
-	}
-	if p := CheckSource(cluster, msaName, hub); p != ProblemNone {
-		// A malformed token Secret (mid-rotation, hand-edited) leaves the
-		// copies as they are rather than cutting consumers off.
-		c.setProblem(key, msa, p)
+	// The copy plan reports its problem (a name conflict, or none) once
+	// it has tried every namespace, not here: clearing it first would
+	// report a lasting conflict again on every pass.
+	plan, problem := PlanSource(cluster, msaName, msa, hub, c.impersonator)
+	switch plan {
+	case PlanRemove:
+		c.setProblem(key, msa, problem)
+		why := "its pair no longer syncs there"
+		if c.impersonator != "" && msaName == c.impersonator {
+			why = "it is the gateway's impersonating credential, never copied"
+		}
+		return c.deleteCopies(ctx, existing, nil, why)
+	case PlanHold:
+		c.setProblem(key, msa, problem)
+		if problem == ProblemNone {
+			c.log.Debug("ManagedServiceAccount has not reported its token Secret yet", "pair", key)
+		}
 		return nil
 	}
 
@@ -425,7 +438,7 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 	} else {
 		c.setProblem(key, msa, ProblemNone)
 	}
-	if err := c.deleteCopies(ctx, existing, want); err != nil {
+	if err := c.deleteCopies(ctx, existing, want, "its pair no longer syncs there"); err != nil {
 		errs = append(errs, err)
 	}
 	if rotated.Len() > 0 {
@@ -555,9 +568,10 @@ func (c *credentials) create(ctx context.Context, cluster, msaName string, want 
 	}
 }
 
-// deleteCopies removes the copies in namespaces not in keep. A Secret
-// whose controller is a live profile that is not hubsync's is left alone.
-func (c *credentials) deleteCopies(ctx context.Context, existing map[string]*corev1.Secret, keep map[string]*cpv1alpha1.ClusterProfile) error {
+// deleteCopies removes the copies in namespaces not in keep, logging why.
+// A Secret whose controller is a live profile that is not hubsync's is left
+// alone.
+func (c *credentials) deleteCopies(ctx context.Context, existing map[string]*corev1.Secret, keep map[string]*cpv1alpha1.ClusterProfile, why string) error {
 	var errs []error
 	for ns, sec := range existing {
 		if _, ok := keep[ns]; ok || pendingFor(c.written, ns+"/"+sec.Name, sec) {
@@ -568,7 +582,7 @@ func (c *credentials) deleteCopies(ctx context.Context, existing map[string]*cor
 		if copyOwnership(sec, cluster, msa, c.liveProfile(ns, cluster), c.s.opts.ClusterManager) == foreign {
 			continue
 		}
-		if err := c.deleteCopy(ctx, sec, "its pair no longer syncs there"); err != nil {
+		if err := c.deleteCopy(ctx, sec, why); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -630,16 +644,28 @@ func (c *credentials) setProblem(key string, msa *msav1beta1.ManagedServiceAccou
 	} else {
 		c.problems[key] = p
 	}
-	c.problemsG.Set(float64(len(c.problems)))
+	if p != prev {
+		if prev != ProblemNone {
+			c.problemsG.WithLabelValues(prev.MetricReason()).Dec()
+		}
+		if p != ProblemNone {
+			c.problemsG.WithLabelValues(p.MetricReason()).Inc()
+		}
+	}
 	c.mu.Unlock()
 	switch {
 	case p == prev:
 	case p == ProblemNone:
 		c.log.Info("credential problem resolved", "pair", key, "was", string(prev))
-	default:
-		c.log.Warn("credential copies cannot be written", "pair", key, "problem", string(p))
+	case p == ProblemImpersonator:
+		c.log.Warn("refusing to copy the gateway's impersonating credential", "pair", key, "reason", p.MetricReason(), "problem", string(p))
 		if msa != nil {
-			c.s.recorder.Eventf(msa, corev1.EventTypeWarning, "CredentialNotCopied", "hubsync cannot copy this token: %s", string(p))
+			c.s.recorder.Eventf(msa, corev1.EventTypeWarning, p.EventReason(), "hubsync does not copy this token: %s", string(p))
+		}
+	default:
+		c.log.Warn("credential copies cannot be written", "pair", key, "reason", p.MetricReason(), "problem", string(p))
+		if msa != nil {
+			c.s.recorder.Eventf(msa, corev1.EventTypeWarning, p.EventReason(), "hubsync cannot copy this token: %s", string(p))
 		}
 	}
 }

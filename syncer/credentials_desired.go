@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -81,13 +82,109 @@ func JWTExpiry(token []byte) (time.Time, bool) {
 // contains token material.
 type CopyProblem string
 
-// Problems with a pair's hub Secret or names.
+// Problems with a pair's hub Secret or names, and the one refusal.
 const (
 	ProblemNone         CopyProblem = ""
 	ProblemNoToken      CopyProblem = "the hub token Secret has no token"
 	ProblemNameTooLong  CopyProblem = "the copy's name <cluster>-<msa> is not a valid Secret name (over 253 characters or invalid)"
 	ProblemNameConflict CopyProblem = "another Secret already has the copy's name"
+	ProblemImpersonator CopyProblem = "it is the gateway's impersonating credential (tunnel.managedServiceAccount): " +
+		"it may impersonate anyone on its cluster, so it is never copied to consumers and its copies are removed; " +
+		"remove the sync-to-clusterprofile label, or give consumers another ManagedServiceAccount"
 )
+
+// EventReason is the reason of the Warning Event that reports p on the
+// ManagedServiceAccount. The refusal to copy the impersonator has its own,
+// so that it is not mistaken for a fault hubsync will retry.
+func (p CopyProblem) EventReason() string {
+	if p == ProblemImpersonator {
+		return "ImpersonatorNotCopied"
+	}
+	return "CredentialNotCopied"
+}
+
+// MetricReason is the reason label of p on hubsync_credential_problems.
+func (p CopyProblem) MetricReason() string {
+	switch p {
+	case ProblemNoToken:
+		return "no_token"
+	case ProblemNameTooLong:
+		return "invalid_name"
+	case ProblemNameConflict:
+		return "name_conflict"
+	case ProblemImpersonator:
+		return "impersonator"
+	default:
+		return ""
+	}
+}
+
+// SourcePlan is what becomes of the copies of one (cluster, MSA) pair.
+type SourcePlan int
+
+const (
+	// PlanRemove: no copy may exist; delete them all.
+	PlanRemove SourcePlan = iota
+	// PlanHold: write nothing and delete nothing; the copies stay as
+	// they are until the source is usable again.
+	PlanHold
+	// PlanCopy: a current copy next to each of the cluster's profiles of
+	// ours, and none elsewhere.
+	PlanCopy
+)
+
+func (p SourcePlan) String() string {
+	switch p {
+	case PlanRemove:
+		return "remove"
+	case PlanHold:
+		return "hold"
+	case PlanCopy:
+		return "copy"
+	default:
+		return fmt.Sprintf("SourcePlan(%d)", int(p))
+	}
+}
+
+// PlanSource decides what becomes of the copies of the pair (cluster,
+// msaName) and which problem to report. msa is the ManagedServiceAccount as
+// cached (nil when there is none), hub the token Secret its status reports
+// (nil when there is none or it is not cached), and impersonator the name
+// of the ManagedServiceAccount the gateway impersonates with ("" when the
+// tunnel is off).
+//
+// The impersonator is decided first and by name alone: whatever its labels
+// or the state of its token, its copies must not exist, because each one
+// would hand a consumer the power to act as anyone on the cluster. It is
+// reported only while someone asks for it to be copied (the sync label);
+// an unlabelled impersonator is the normal case and not a problem.
+func PlanSource(cluster, msaName string, msa *msav1beta1.ManagedServiceAccount, hub *corev1.Secret, impersonator string) (SourcePlan, CopyProblem) {
+	syncs := msa != nil && msa.DeletionTimestamp == nil && msa.Labels[LabelSyncToClusterProfile] == "true"
+	switch {
+	case impersonator != "" && msaName == impersonator:
+		if syncs {
+			return PlanRemove, ProblemImpersonator
+		}
+		return PlanRemove, ProblemNone
+	case !syncs:
+		// A removed label, a deleted MSA: access ends.
+		return PlanRemove, ProblemNone
+	case msa.Status.TokenSecretRef == nil || msa.Status.TokenSecretRef.Name == "":
+		// The agent has not reported a token yet: copy nothing until it
+		// does, and leave any copies as they are.
+		return PlanHold, ProblemNone
+	case hub == nil:
+		// A deleted token Secret ends access: no copy may keep the old
+		// token.
+		return PlanRemove, ProblemNone
+	}
+	if p := CheckSource(cluster, msaName, hub); p != ProblemNone {
+		// A malformed token Secret (mid-rotation, hand-edited) leaves the
+		// copies as they are rather than cutting consumers off.
+		return PlanHold, p
+	}
+	return PlanCopy, ProblemNone
+}
 
 // CheckSource reports whether a pair's copies can be written.
 func CheckSource(cluster, msa string, hub *corev1.Secret) CopyProblem {

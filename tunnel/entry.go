@@ -99,13 +99,13 @@ func (e *entry) status() Status {
 	}
 }
 
-// use returns the connection for a request, the token to add, and a
-// channel closed when the connection is replaced.
-func (e *entry) use() (*http2.ClientConn, string, <-chan struct{}, Status) {
+// use returns the connection for a request and a channel closed when
+// the connection is replaced.
+func (e *entry) use() (*http2.ClientConn, <-chan struct{}, Status) {
 	e.mu.Lock()
-	cc, token, swapped := e.cc, e.target.Token, e.swapped
+	cc, swapped := e.cc, e.swapped
 	e.mu.Unlock()
-	return cc, token, swapped, e.status()
+	return cc, swapped, e.status()
 }
 
 // maxReason bounds a failing reason (a TLS error can list every name a

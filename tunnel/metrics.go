@@ -8,6 +8,7 @@ import (
 
 type metrics struct {
 	dials        *prometheus.CounterVec
+	upgradeDials *prometheus.CounterVec
 	probes       *prometheus.CounterVec
 	requests     *prometheus.CounterVec
 	transitions  *prometheus.CounterVec
@@ -20,6 +21,10 @@ func newMetrics(reg prometheus.Registerer, statuses func() []Status) (*metrics, 
 		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hubsync_tunnel_dials_total",
 			Help: "Connections dialed by the tunnel pool (tunnel, TLS and HTTP/2), by result.",
+		}, []string{"result"}),
+		upgradeDials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hubsync_tunnel_upgrade_dials_total",
+			Help: "Connections of their own dialed for upgraded requests (exec, attach, port-forward), by result (ok, error, busy: no slot came free within a dial's time).",
 		}, []string{"result"}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hubsync_tunnel_probes_total",
@@ -47,7 +52,7 @@ func newMetrics(reg prometheus.Registerer, statuses func() []Status) (*metrics, 
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.dials, m.probes, m.requests, m.transitions, m.dialSeconds, m.probeSeconds, &stateCollector{statuses}} {
+	for _, c := range []prometheus.Collector{m.dials, m.upgradeDials, m.probes, m.requests, m.transitions, m.dialSeconds, m.probeSeconds, &stateCollector{statuses}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -69,8 +69,8 @@ type Target struct {
 	// CA is the PEM bundle that verifies the API server; empty uses the
 	// system's roots.
 	CA []byte
-	// Token authenticates probes and the requests sent through
-	// AuthenticatedRoundTripper. Never logged.
+	// Token authenticates probes, and the gateway's requests as it
+	// decides (Pool.Token). Never logged.
 	Token string
 	// TokenFingerprint identifies Token in statuses; never the token.
 	TokenFingerprint string
@@ -110,6 +110,11 @@ type Options struct {
 	// thousands of clusters joining at once never stampede the
 	// proxy-server. Default 32.
 	MaxDials int
+	// MaxUpgradeDials bounds the dials of upgraded connections (exec,
+	// attach, port-forward) in progress across the pool, apart from
+	// MaxDials: upgrades never take the slots entries redial with.
+	// Default 16.
+	MaxUpgradeDials int
 	// RetireGrace is how long a replaced connection may finish its
 	// requests (watches included) before it is closed. Default 1m.
 	RetireGrace time.Duration
@@ -143,6 +148,7 @@ const (
 	DefaultBackoffBase   = time.Second
 	DefaultBackoffMax    = 30 * time.Second
 	DefaultMaxDials      = 32
+	DefaultUpgradeDials  = 16
 	DefaultRetireGrace   = time.Minute
 	DefaultMaxConns      = 4
 	DefaultExtraIdle     = time.Minute
@@ -173,6 +179,9 @@ func (o *Options) setDefaults() {
 	if o.MaxDials <= 0 {
 		o.MaxDials = DefaultMaxDials
 	}
+	if o.MaxUpgradeDials <= 0 {
+		o.MaxUpgradeDials = DefaultUpgradeDials
+	}
 	if o.Notifier == nil {
 		o.Notifier = stream.Nop{}
 	}
@@ -188,6 +197,8 @@ type Pool struct {
 	m    *metrics
 	h2   *http2.Transport
 	sem  chan struct{}
+	// upgradeSem bounds upgrade dials, apart from sem.
+	upgradeSem chan struct{}
 	// epoch and seq make the resourceVersion of tunnel changes: unique
 	// per transition, across restarts too.
 	epoch string
@@ -251,6 +262,7 @@ func New(opts Options) (*Pool, error) {
 	p := &Pool{
 		opts: opts, log: opts.Log,
 		sem:        make(chan struct{}, opts.MaxDials),
+		upgradeSem: make(chan struct{}, opts.MaxUpgradeDials),
 		epoch:      strconv.FormatInt(time.Now().UnixNano(), 36),
 		entries:    map[string]*entry{},
 		namespaces: map[string]map[string]bool{},

@@ -3,9 +3,11 @@ package tunnel
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,13 +69,12 @@ func TestEntriesWarmWithoutRequestsAndReachTheRightServer(t *testing.T) {
 	if !b.saw("/api", "own") {
 		t.Fatal("a request's own Authorization was replaced")
 	}
-	// AuthenticatedRoundTripper acts as the ManagedServiceAccount, whatever
-	// the request carried.
-	if _, err := getWith(t, p.AuthenticatedRoundTripper("b"), "b", "/apis", http.Header{"Authorization": {"Bearer own"}}); err != nil {
-		t.Fatal(err)
+	// Token is the ManagedServiceAccount's, for whoever acts as it.
+	if tok, err := p.Token("b"); err != nil || tok != "token-b" {
+		t.Fatalf("Token(b) = %q, %v; want token-b", tok, err)
 	}
-	if !b.saw("/apis", "token-b") || b.saw("/apis", "own") {
-		t.Fatal("AuthenticatedRoundTripper did not replace the request's Authorization with the pool's token")
+	if _, err := p.Token("nowhere"); !errors.Is(err, ErrNotServed) {
+		t.Fatalf("Token of a cluster not served: %v, want ErrNotServed", err)
 	}
 	// Many concurrent requests share the one connection.
 	errs := make(chan error, 64)
@@ -143,8 +144,8 @@ func TestNotServedAndNotReadyFailAtOnce(t *testing.T) {
 	p.SetTarget("up", target(up, ca, ""))
 	p.SetSelected("up", true)
 	eventually(t, "ready", func() bool { return state(p, "up") == StateReady })
-	if _, err := getWith(t, p.AuthenticatedRoundTripper("up"), "up", "/api", nil); !errors.Is(err, ErrNoCredential) {
-		t.Fatalf("authenticated request without a token: %v, want ErrNoCredential", err)
+	if _, err := p.Token("up"); !errors.Is(err, ErrNoCredential) {
+		t.Fatalf("Token of a cluster without one: %v, want ErrNoCredential", err)
 	}
 }
 
@@ -506,5 +507,67 @@ func TestTruncate(t *testing.T) {
 		if got := truncate(tt.in, tt.n); got != tt.want || len(got) > tt.n {
 			t.Errorf("truncate(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
 		}
+	}
+}
+
+// gatedDialer holds every dial to one cluster until release is closed
+// (whatever the dial's deadline), once hold is set; other dials go
+// through.
+type gatedDialer struct {
+	DirectDialer
+	cluster string
+	hold    atomic.Bool
+	release chan struct{}
+	held    atomic.Int32
+}
+
+func (d *gatedDialer) Dial(ctx context.Context, cluster, address string) (net.Conn, error) {
+	if cluster == d.cluster && d.hold.Load() {
+		d.held.Add(1)
+		<-d.release
+	}
+	return d.DirectDialer.Dial(ctx, cluster, address)
+}
+
+// TestUpgradeDialsHaveTheirOwnBound: upgrade dials take slots of their
+// own: while they are all taken, further upgrades fail with
+// ErrUpgradesBusy after a dial's time, and a cluster joining still dials
+// although MaxDials is 1.
+func TestUpgradeDialsHaveTheirOwnBound(t *testing.T) {
+	ca := newTestCA(t)
+	up, other := newFakeAPIServer(t, ca, "up"), newFakeAPIServer(t, ca, "other")
+	d := &gatedDialer{cluster: "up", release: make(chan struct{})}
+	reg := prometheus.NewRegistry()
+	p, _ := newTestPool(t, func(o *Options) {
+		o.Dialer, o.MaxDials, o.MaxUpgradeDials, o.DialTimeout, o.Registerer = d, 1, 1, 300*time.Millisecond, reg
+	})
+	p.SetTarget("up", target(up, ca, ""))
+	p.SetSelected("up", true)
+	eventually(t, "ready", func() bool { return state(p, "up") == StateReady })
+	d.hold.Store(true)
+	upgrade := func() error {
+		req, _ := http.NewRequest(http.MethodGet, "https://up/api/v1/namespaces/a/pods/p/exec", nil)
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "websocket")
+		resp, err := p.UpgradeRoundTripper("up").RoundTrip(req)
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return err
+	}
+	first := make(chan error, 1)
+	go func() { first <- upgrade() }()
+	eventually(t, "an upgrade dial in progress", func() bool { return d.held.Load() == 1 })
+	if err := upgrade(); !errors.Is(err, ErrUpgradesBusy) {
+		t.Fatalf("an upgrade while the only slot is taken: %v; want ErrUpgradesBusy", err)
+	}
+	// The entries' dials are not held up by upgrades.
+	p.SetTarget("other", target(other, ca, ""))
+	p.SetSelected("other", true)
+	eventually(t, "another cluster dialed while the upgrade slot is taken", func() bool { return state(p, "other") == StateReady })
+	close(d.release)
+	<-first
+	if n := testutil.ToFloat64(p.m.upgradeDials.WithLabelValues("busy")); n != 1 {
+		t.Fatalf("hubsync_tunnel_upgrade_dials_total{result=busy} = %v; want 1", n)
 	}
 }

@@ -20,20 +20,27 @@ func (p *Pool) RoundTripper(cluster string) http.RoundTripper {
 	return &roundTripper{p: p, cluster: cluster}
 }
 
-// AuthenticatedRoundTripper is RoundTripper acting as the pool's
-// ManagedServiceAccount on the cluster: it sets the Authorization header
-// to that token, replacing any the request carries, and fails with
-// ErrNoCredential while the cluster has none. It is for hubsync's own
-// requests; never hand it a request whose caller has not been
-// authenticated and authorised for what it asks.
-func (p *Pool) AuthenticatedRoundTripper(cluster string) http.RoundTripper {
-	return &roundTripper{p: p, cluster: cluster, authenticate: true}
+// Token returns the cluster's ManagedServiceAccount token (the one probes
+// use), or an error wrapping ErrNotServed or ErrNoCredential. The pool
+// never sets it on a request: whoever sends one as that account sets it,
+// and must first have authenticated and authorised its caller.
+func (p *Pool) Token(cluster string) (string, error) {
+	e := p.entry(cluster)
+	if e == nil {
+		return "", fmt.Errorf("cluster %s: %w", cluster, ErrNotServed)
+	}
+	e.mu.Lock()
+	token := e.target.Token
+	e.mu.Unlock()
+	if token == "" {
+		return "", fmt.Errorf("cluster %s: %w", cluster, ErrNoCredential)
+	}
+	return token, nil
 }
 
 type roundTripper struct {
-	p            *Pool
-	cluster      string
-	authenticate bool
+	p       *Pool
+	cluster string
 }
 
 func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -42,7 +49,7 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, fmt.Errorf("cluster %s: %w", rt.cluster, ErrNotServed)
 	}
-	cc, token, swapped, st := e.use()
+	cc, swapped, st := e.use()
 	if cc == nil || st.State != StateReady {
 		closeBody(req)
 		return nil, fmt.Errorf("cluster %s: %w (%s%s)", rt.cluster, ErrNotReady, st.State, reasonSuffix(st.Reason))
@@ -58,7 +65,7 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		case <-timer.C:
 		case <-req.Context().Done():
 		}
-		if cc, token, _, st = e.use(); cc == nil || st.State != StateReady || !usable(cc) {
+		if cc, _, st = e.use(); cc == nil || st.State != StateReady || !usable(cc) {
 			closeBody(req)
 			return nil, fmt.Errorf("cluster %s: %w (%s%s)", rt.cluster, ErrNotReady, st.State, reasonSuffix(st.Reason))
 		}
@@ -66,14 +73,6 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	// Every stream of the connection busy (long watches): an overflow
 	// connection, or the least busy one to wait on.
 	cc = e.pick(req.Context(), cc)
-	if rt.authenticate {
-		if token == "" {
-			closeBody(req)
-			return nil, fmt.Errorf("cluster %s: %w", rt.cluster, ErrNoCredential)
-		}
-		req = req.Clone(req.Context())
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
 	resp, err := cc.RoundTrip(req)
 	if err != nil {
 		rt.p.m.requests.WithLabelValues("error").Inc()

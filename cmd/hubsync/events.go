@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -37,6 +37,7 @@ type busFlags struct {
 	server     string
 	creds      string
 	nkey       string
+	tokenFile  string
 	tlsCA      string
 	tlsCert    string
 	tlsKey     string
@@ -47,6 +48,7 @@ func (b *busFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.server, "server", "", "NATS URL (default: the config's first bus.urls entry, else nats://<bus.embedded.listen>, i.e. nats://127.0.0.1:4222)")
 	fs.StringVar(&b.creds, "creds", "", "NATS user credentials file (default: the config's bus.credsFile)")
 	fs.StringVar(&b.nkey, "nkey", "", "NATS NKey user seed file (default: the config's bus.nkeySeedFile)")
+	fs.StringVar(&b.tokenFile, "token-file", "", "file holding the consumer token of hubsync's embedded NATS (default: the config's bus.embedded.authTokenFile)")
 	fs.StringVar(&b.tlsCA, "tls-ca", "", "CA bundle to verify the NATS server (default: the config's bus.tls.caFile)")
 	fs.StringVar(&b.tlsCert, "tls-cert", "", "client certificate for NATS (default: the config's bus.tls.certFile)")
 	fs.StringVar(&b.tlsKey, "tls-key", "", "client key for NATS (default: the config's bus.tls.keyFile)")
@@ -79,10 +81,14 @@ func (b *busFlags) resolve() (*busTarget, error) {
 		}
 	}
 	creds, nkey := cmp.Or(b.creds, bc.CredsFile), cmp.Or(b.nkey, bc.NKeySeedFile)
+	// The configuration never has both an embedded token and bus.urls.
+	tokenFile := cmp.Or(b.tokenFile, bc.Embedded.AuthTokenFile)
 	tlsCA, tlsCert, tlsKey := cmp.Or(b.tlsCA, bc.TLS.CAFile), cmp.Or(b.tlsCert, bc.TLS.CertFile), cmp.Or(b.tlsKey, bc.TLS.KeyFile)
 	switch {
 	case creds != "" && nkey != "":
 		return nil, fmt.Errorf("a credentials file (%s) and an NKey seed file (%s) are mutually exclusive", creds, nkey)
+	case tokenFile != "" && (creds != "" || nkey != ""):
+		return nil, fmt.Errorf("a token file (%s) is for hubsync's embedded NATS, a credentials or NKey seed file for an external one: give one", tokenFile)
 	case (tlsCert == "") != (tlsKey == ""):
 		return nil, errors.New("a TLS client certificate and key go together (--tls-cert and --tls-key)")
 	}
@@ -96,6 +102,13 @@ func (b *busFlags) resolve() (*busTarget, error) {
 			return nil, fmt.Errorf("NKey seed %s: %w", nkey, err)
 		}
 		t.opts = append(t.opts, opt)
+	}
+	if tokenFile != "" {
+		tok, err := readTokenFile(tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		t.opts = append(t.opts, nats.Token(tok))
 	}
 	if tlsCA != "" {
 		t.opts = append(t.opts, nats.RootCAs(tlsCA))
@@ -119,12 +132,34 @@ func loopback(listen string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// redacted is the URL without a password, fit for an error message.
-func redacted(u string) string {
-	if p, err := url.Parse(u); err == nil && p.User != nil {
-		return p.Redacted()
+// readTokenFile reads a token, trimmed; its errors never hold the token.
+func readTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
 	}
-	return u
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("token file %s is empty", path)
+	}
+	return tok, nil
+}
+
+// redacted is the URL without its user information, fit for an error
+// message: a NATS URL may carry a token as its user name
+// (nats://TOKEN@host), which url.URL.Redacted would show. Like nats.go it
+// takes a comma-separated list, and URLs without a scheme.
+func redacted(u string) string {
+	urls := strings.Split(u, ",")
+	for i, s := range urls {
+		s = strings.TrimSpace(s)
+		if strings.Contains(s, "://") {
+			urls[i] = config.RedactURL(s)
+		} else {
+			urls[i] = strings.TrimPrefix(config.RedactURL("nats://"+s), "nats://")
+		}
+	}
+	return strings.Join(urls, ",")
 }
 
 const notRunning = "is hubsync running with the bus enabled?"

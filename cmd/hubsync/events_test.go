@@ -393,7 +393,15 @@ func TestBusUnavailable(t *testing.T) {
 		{name: "state, unreachable", args: []string{"state", "--server", closed},
 			wantStderr: []string{"cannot reach NATS at " + closed, "is hubsync running with the bus enabled?"}},
 		{name: "password not shown", args: []string{"state", "--server", strings.Replace(closed, "nats://", "nats://me:s3cret@", 1)},
-			wantStderr: []string{"cannot reach NATS at nats://me:xxxxx@"}},
+			wantStderr: []string{"cannot reach NATS at nats://REDACTED@"}},
+		{name: "token in the URL not shown", args: []string{"events", "--all", "--server", strings.Replace(closed, "nats://", "nats://s3cret-t0ken@", 1)},
+			wantStderr: []string{"cannot reach NATS at nats://REDACTED@"}},
+		{name: "token in a URL without a scheme not shown", args: []string{"state", "--server", "s3cret-t0ken@" + strings.TrimPrefix(closed, "nats://")},
+			wantStderr: []string{"cannot reach NATS at REDACTED@"}},
+		{name: "missing token file", args: []string{"state", "--server", closed, "--token-file", "/nonexistent/token"},
+			wantStderr: []string{"token file", "/nonexistent/token"}},
+		{name: "token file and credentials", args: []string{"state", "--server", closed, "--token-file", writeFile(t, t.TempDir(), "token", "s3cret-t0ken"), "--creds", "user.creds"},
+			wantStderr: []string{"give one"}},
 		{name: "default server from a config", args: []string{"state", "--config", writeConfig(t, "bus:\n  embedded:\n    listen: "+strings.TrimPrefix(closed, "nats://")+"\n")},
 			wantStderr: []string{"cannot reach NATS at " + closed}},
 		{name: "no stream", args: []string{"events", "--server", bare, "--all"},
@@ -413,6 +421,9 @@ func TestBusUnavailable(t *testing.T) {
 				if !strings.Contains(stderr, w) {
 					t.Errorf("stderr lacks %q:\n%s", w, stderr)
 				}
+			}
+			if strings.Contains(stderr, "s3cret") {
+				t.Errorf("stderr shows a secret:\n%s", stderr)
 			}
 			if d := time.Since(start); d > 2*busTimeout {
 				t.Errorf("took %v to fail", d)
@@ -477,10 +488,15 @@ func TestEventsHelpers(t *testing.T) {
 	}
 }
 
-// TestAgainstBus reads what hubsync's own bus publishes: the commands and
-// the publisher agree on subjects, escaping, stream, bucket and keys.
-func TestAgainstBus(t *testing.T) {
-	cfg := config.Default().Bus
+// runningBus is hubsync's bus with its embedded server, as the daemon
+// runs it.
+type runningBus struct {
+	url string // the embedded server's loopback URL
+	fan *stream.Fanout
+}
+
+func runBus(t *testing.T, cfg config.Bus) *runningBus {
+	t.Helper()
 	cfg.Embedded.Listen = "127.0.0.1:0"
 	cfg.Embedded.DataDir = t.TempDir()
 	b, err := bus.New(cfg, "hubsync/open-cluster-management", nil, nil)
@@ -488,7 +504,7 @@ func TestAgainstBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	fan, err := stream.NewFanout(nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -503,29 +519,151 @@ func TestAgainstBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = fan.Close(ctx); _ = b.Close() })
+	return &runningBus{url: b.ClientURL(), fan: fan}
+}
+
+// publish has the bus publish the changes and waits until it has.
+func (r *runningBus) publish(t *testing.T, changes ...stream.Change) {
+	t.Helper()
+	for _, c := range changes {
+		r.fan.Notify(c)
+	}
+	if err := r.fan.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const consumerToken = "c0nsumer-t0ken-0123456789abcdef"
+
+// TestAgainstBus reads what hubsync's own bus publishes, as a consumer of
+// its embedded server: the commands and the publisher agree on subjects,
+// escaping, stream, bucket and keys, and the commands need nothing a
+// consumer may not do. With a token configured they present it from
+// --token-file, the URL or hubsync's configuration, and are refused
+// without it.
+func TestAgainstBus(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := writeFile(t, dir, "token", consumerToken+"\n")
+	wrongFile := writeFile(t, dir, "wrong", "guess\n")
 	fp := syncer.TokenFingerprint([]byte("token"))
-	for _, c := range []stream.Change{
+	changes := []stream.Change{
 		profileChange(stream.ProfileCreated, "team-ml", "edge.eu-1", 0),
 		credentialChange(stream.CredentialSynced, "team-ml", "edge.eu-1", fp, 1),
 		profileChange(stream.ProfileCreated, "team-web", "eu-prod-01", 2),
-	} {
-		fan.Notify(c)
 	}
-	if err := fan.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	url := b.ClientURL()
-
-	code, stdout, stderr := run(ctx, "events", "--server", url, "--all", "--follow=false", "--cluster", "edge.eu-1")
-	want := "2026-11-21T04:00:00Z profile.created        team-ml/edge.eu-1  v1.35.4 healthy=True providers=open-cluster-management\n" +
+	wantEvents := "2026-11-21T04:00:00Z profile.created        team-ml/edge.eu-1  v1.35.4 healthy=True providers=open-cluster-management\n" +
 		"2026-11-21T04:01:00Z credential.synced      team-ml/edge.eu-1  secret=edge.eu-1-kueue fp=" + fp + " expires=2026-11-22T04:00:00Z\n"
-	if code != 0 || stdout != want {
-		t.Errorf("events: exit code %d\nstdout:\n%s\nwant:\n%s\nstderr:\n%s", code, stdout, want, stderr)
-	}
-	code, stdout, stderr = run(ctx, "state", "--server", url, "--namespace", "team-ml")
-	want = "NAMESPACE  CLUSTER    K8S      HEALTHY  PROVIDERS                CREDENTIALS\n" +
+	wantState := "NAMESPACE  CLUSTER    K8S      HEALTHY  PROVIDERS                CREDENTIALS\n" +
 		"team-ml    edge.eu-1  v1.35.4  True     open-cluster-management  1, next expiry 2026-11-22T04:00:00Z\n"
-	if code != 0 || stdout != want {
-		t.Errorf("state: exit code %d\nstdout:\n%s\nwant:\n%s\nstderr:\n%s", code, stdout, want, stderr)
+	withToken := func(tok string) func(string) []string {
+		return func(url string) []string {
+			return []string{"--server", strings.Replace(url, "nats://", "nats://"+tok+"@", 1)}
+		}
+	}
+	type connection struct {
+		name    string
+		flags   func(url string) []string
+		refused bool
+	}
+	for _, setup := range []struct {
+		name        string
+		token       bool // the bus is configured with the token
+		connections []connection
+	}{
+		{name: "no token configured", connections: []connection{
+			{name: "no credential", flags: func(url string) []string { return []string{"--server", url} }},
+		}},
+		{name: "token configured", token: true, connections: []connection{
+			{name: "--token-file", flags: func(url string) []string { return []string{"--server", url, "--token-file", tokenFile} }},
+			{name: "the token in the URL", flags: withToken(consumerToken)},
+			{name: "hubsync's configuration", flags: func(url string) []string {
+				listen := strings.TrimPrefix(url, "nats://")
+				return []string{"--config", writeConfig(t, "bus:\n  embedded: {listen: '"+listen+"', authTokenFile: "+tokenFile+"}\n")}
+			}},
+			{name: "no token", flags: func(url string) []string { return []string{"--server", url} }, refused: true},
+			{name: "a wrong token", flags: func(url string) []string { return []string{"--server", url, "--token-file", wrongFile} }, refused: true},
+			{name: "a wrong token in the URL", flags: withToken("guess"), refused: true},
+		}},
+	} {
+		t.Run(setup.name, func(t *testing.T) {
+			cfg := config.Default().Bus
+			if setup.token {
+				cfg.Embedded.AuthTokenFile = tokenFile
+			}
+			b := runBus(t, cfg)
+			b.publish(t, changes...)
+			for _, conn := range setup.connections {
+				t.Run(conn.name, func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					for _, cmd := range []struct {
+						args []string
+						want string
+					}{
+						{append([]string{"events", "--all", "--follow=false", "--cluster", "edge.eu-1"}, conn.flags(b.url)...), wantEvents},
+						{append([]string{"state", "--namespace", "team-ml"}, conn.flags(b.url)...), wantState},
+					} {
+						code, stdout, stderr := run(ctx, cmd.args...)
+						if strings.Contains(stderr, consumerToken) {
+							t.Errorf("%s: stderr shows the token:\n%s", cmd.args[0], stderr)
+						}
+						if conn.refused {
+							if code != 1 || !strings.Contains(stderr, "Authorization Violation") {
+								t.Errorf("%s: exit code %d, stderr:\n%s\nwant 1 and an authorization violation", cmd.args[0], code, stderr)
+							}
+							continue
+						}
+						if code != 0 || stdout != cmd.want {
+							t.Errorf("%s: exit code %d\nstdout:\n%s\nwant:\n%s\nstderr:\n%s", cmd.args[0], code, stdout, cmd.want, stderr)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestEventsFollowAsConsumer follows hubsync's own bus as a consumer with
+// the token: new events arrive through the ordered consumer.
+func TestEventsFollowAsConsumer(t *testing.T) {
+	tokenFile := writeFile(t, t.TempDir(), "token", consumerToken+"\n")
+	cfg := config.Default().Bus
+	cfg.Embedded.AuthTokenFile = tokenFile
+	b := runBus(t, cfg)
+	b.publish(t, profileChange(stream.ProfileCreated, "team-ml", "old", 0)) // creates the stream
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr fleet.LogBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"events", "--server", b.url, "--token-file", tokenFile, "--namespace", "team-ml"}, &stdout, &stderr)
+	}()
+	// The consumer exists once the command is waiting; until then a
+	// published event may predate it, so publish until one arrives.
+	deadline := time.Now().Add(10 * time.Second)
+	for minute := 0; !strings.Contains(stdout.String(), "team-ml/live"); minute++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("no event printed\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("exited early with %d: %s", code, stderr.String())
+		default:
+		}
+		b.publish(t, profileChange(stream.ProfileUpdated, "team-ml", "live", minute))
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit code %d after interrupt: %s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("did not stop when interrupted")
+	}
+	if strings.Contains(stdout.String(), "team-ml/old") {
+		t.Errorf("printed an event from before the command started:\n%s", stdout.String())
 	}
 }

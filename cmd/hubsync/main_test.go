@@ -26,6 +26,9 @@ func TestMainCommands(t *testing.T) {
 	dir := t.TempDir()
 	good := writeFile(t, dir, "good.yaml", "clusterManager: open-cluster-management\nworkers:\n  topology: 4\n")
 	badBus := writeFile(t, dir, "badbus.yaml", "bus:\n  urls: [\"http://nats:4222\"]\n  credsFile: /nonexistent/user.creds\n  tls: {caFile: /nonexistent/ca.pem}\n")
+	impersonatorSink := writeFile(t, dir, "impersonator.yaml", "tunnel: {enabled: true, transport: direct, managedServiceAccount: gateway-impersonator}\n"+
+		"accessProviders: [{name: direct, type: direct}]\n"+
+		"sinks:\n- {name: files, type: kubeconfig, kubeconfig: {directory: /var/lib/kubeconfigs, accessProvider: direct, managedServiceAccount: gateway-impersonator}}\n")
 	bad := writeFile(t, dir, "bad.yaml", "hub:\n  qps: -3\n  qsp: 3\nlogging:\n  level: loud\nserver:\n  address: nope\nresyncPeriod: 5s\n")
 	for _, tc := range []struct {
 		name       string
@@ -47,6 +50,9 @@ func TestMainCommands(t *testing.T) {
 		{name: "check-config reports bad NATS settings", args: []string{"check-config", badBus}, wantCode: 1, wantStderr: []string{
 			"3 problems", "bus.urls[0]", "must be nats://", "bus.credsFile", "cannot read", "bus.tls.caFile",
 		}},
+		{name: "check-config refuses a sink handing out the gateway's impersonating credential", args: []string{"check-config", impersonatorSink}, wantCode: 1,
+			wantStderr: []string{"impersonator.yaml", `sinks[0].kubeconfig.managedServiceAccount: Invalid value: "gateway-impersonator": is the gateway's impersonating credential`,
+				"it may impersonate anyone on its clusters and is never handed to consumers; use another ManagedServiceAccount"}},
 		{name: "check-config missing file", args: []string{"check-config", filepath.Join(dir, "nope.yaml")}, wantCode: 1,
 			wantStderr: []string{"nope.yaml", "no such file"}},
 		{name: "check-config no file", args: []string{"check-config"}, wantCode: 2, wantStderr: []string{"Usage: hubsync check-config"}},

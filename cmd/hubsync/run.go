@@ -218,7 +218,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger, ro RunOption
 				return false, "the tunnel pool is starting"
 			}
 		}
-		if gatewayErr, err = startGateway(ctx, cfg, kube, pool, serving, log.With("component", "gateway"), reg); err != nil {
+		if gatewayErr, err = startGateway(ctx, cfg, restCfg, pool, serving, log.With("component", "gateway"), reg); err != nil {
 			return err
 		}
 	}
@@ -359,7 +359,10 @@ func credentialOptions(cfg *config.Config, restCfg *rest.Config, kube kubernetes
 	if err != nil {
 		return nil, fmt.Errorf("managed service account client: %w", err)
 	}
-	return &syncer.CredentialOptions{Client: msas, Workers: cfg.Credentials.Workers, Coalesce: cfg.Credentials.Coalesce.Duration}, nil
+	return &syncer.CredentialOptions{
+		Client: msas, Workers: cfg.Credentials.Workers, Coalesce: cfg.Credentials.Coalesce.Duration,
+		Impersonator: cfg.ImpersonatingMSA(),
+	}, nil
 }
 
 var msaAPI = map[string][]string{"authentication.open-cluster-management.io/v1beta1": {"managedserviceaccounts"}}

@@ -41,7 +41,7 @@ func newTunnelPool(cfg *config.Config, clusters clusterclient.Interface, kube ku
 		Dialer: dialer, Transport: tc.Transport, ProbePath: tc.ProbePath,
 		ProbeInterval: tc.ProbeInterval.Duration, ProbeTimeout: tc.ProbeTimeout.Duration, DialTimeout: tc.DialTimeout.Duration,
 		BackoffBase: tc.Backoff.BaseDelay.Duration, BackoffMax: tc.Backoff.MaxDelay.Duration,
-		MaxDials: tc.MaxConcurrentDials, MaxConnsPerCluster: tc.MaxConnectionsPerCluster, Notifier: notifier, Recorder: recorder, Log: log, Registerer: reg,
+		MaxDials: tc.MaxConcurrentDials, MaxUpgradeDials: tc.MaxConcurrentUpgradeDials, MaxConnsPerCluster: tc.MaxConnectionsPerCluster, Notifier: notifier, Recorder: recorder, Log: log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, nil, err

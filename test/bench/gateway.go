@@ -291,7 +291,7 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 	if err != nil {
 		return err
 	}
-	keys := &gateway.HubKeys{Fetch: func(ctx context.Context) ([]byte, error) {
+	keys := &gateway.KeySet{Fetch: func(ctx context.Context) ([]byte, error) {
 		return hub.CoreV1().RESTClient().Get().AbsPath("/openid/v1/jwks").DoRaw(ctx)
 	}}
 	gwURL, gwReg, stopGW, err := serveGateway(ctx, pool, reviewer, keys, certs)
@@ -320,11 +320,10 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 	bearer := func(token string) http.Header { return http.Header{"Authorization": {"Bearer " + token}} }
 	// What the gateway sends the API server, sent straight: the
 	// impersonating credential with the prefixed identity's headers.
-	impHeader := http.Header{}
-	if err := gateway.Impersonate(impHeader, id); err != nil {
-		return err
+	impHeader := http.Header{"Authorization": {"Bearer " + msaToken}, "Impersonate-User": {gateway.ImpersonatedUser(id)}}
+	for _, g := range id.Groups {
+		impHeader.Add("Impersonate-Group", gateway.Prefix+g)
 	}
-	impHeader.Set("Authorization", "Bearer "+msaToken)
 	modes := []gatewayMode{
 		{"direct", "https://" + m.Address, directClient, bearer(directToken)},
 		{"gateway", gwURL + "/" + gatewayCluster, gwClient, bearer(hubToken)},
@@ -677,18 +676,22 @@ func startGatewayPool(ctx context.Context, d tunnel.Dialer, transport string, ta
 // serveGateway serves a gateway over pool on 127.0.0.1, configured as the
 // daemon's defaults configure it, with its metrics in a registry of its
 // own.
-func serveGateway(ctx context.Context, pool *tunnel.Pool, reviewer gateway.Reviewer, keys *gateway.HubKeys, certs gateway.CertSource) (string, *prometheus.Registry, func(), error) {
+func serveGateway(ctx context.Context, pool *tunnel.Pool, reviewer gateway.Reviewer, keys *gateway.KeySet, certs gateway.CertSource) (string, *prometheus.Registry, func(), error) {
 	gc := config.Default().Gateway
 	reg := prometheus.NewRegistry()
 	g, err := gateway.New(gateway.Options{
-		Pool:            pool,
-		Reviewer:        reviewer,
-		ReviewCacheTTL:  gc.ReviewCacheTTL.Duration,
-		ReviewCacheSize: gc.ReviewCacheSize,
-		Tokens:          keys,
-		PassThrough:     gc.PassThrough == config.PassThroughJWT,
-		BodyTimeout:     gc.BodyTimeout.Duration,
-		Registerer:      reg,
+		Pool:               pool,
+		Reviewer:           reviewer,
+		ReviewCacheTTL:     gc.ReviewCacheTTL.Duration,
+		ReviewCacheSize:    gc.ReviewCacheSize,
+		MaxInFlightReviews: gc.MaxInFlightReviews,
+		RefusalCacheTTL:    gc.RefusalCacheTTL.Duration,
+		RefusalsPerSecond:  gc.RefusalsPerSecond,
+		RefusalBurst:       gc.RefusalBurst,
+		HubKeys:            keys,
+		PassThrough:        gc.PassThrough == config.PassThroughJWT,
+		BodyTimeout:        gc.BodyTimeout.Duration,
+		Registerer:         reg,
 	})
 	if err != nil {
 		return "", nil, nil, err

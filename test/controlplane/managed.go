@@ -6,6 +6,7 @@ import (
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,12 +51,13 @@ type Managed struct {
 	// Config is an admin rest.Config (a static token in system:masters).
 	Config *rest.Config
 
-	dir  string
-	args []string
-	bin  string
-	cmd  *exec.Cmd
-	done chan struct{}
-	logs *os.File
+	dir      string
+	auditLog string
+	args     []string
+	bin      string
+	cmd      *exec.Cmd
+	done     chan struct{}
+	logs     *os.File
 }
 
 // StartManaged starts a managed API server on ip (a free port is chosen)
@@ -99,6 +102,13 @@ func StartManaged(ctx context.Context, etcdURL, name, ip string) (*Managed, erro
 	if err := os.WriteFile(saFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(saKey)}), 0o600); err != nil {
 		return fail(err)
 	}
+	// Every request is audited (metadata only), so that a test can read
+	// which identity reached the cluster and with what URL.
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n"), 0o600); err != nil {
+		return fail(err)
+	}
+	m.auditLog = filepath.Join(dir, "audit.log")
 	token := rand.Text()
 	tokens := filepath.Join(dir, "tokens.csv")
 	if err := os.WriteFile(tokens, []byte(token+",admin,admin-uid,system:masters\n"), 0o600); err != nil {
@@ -112,6 +122,7 @@ func StartManaged(ctx context.Context, etcdURL, name, ip string) (*Managed, erro
 		"--service-account-signing-key-file=" + saFile, "--service-cluster-ip-range=10.0.0.0/24",
 		"--authorization-mode=RBAC", "--token-auth-file=" + tokens,
 		"--disable-admission-plugins=ServiceAccount",
+		"--audit-policy-file=" + policy, "--audit-log-path=" + m.auditLog, "--audit-log-format=json", "--audit-log-mode=blocking",
 	}
 	m.Config = &rest.Config{Host: "https://" + m.Address, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca.PEM}}
 	if err := m.Start(ctx); err != nil {
@@ -235,4 +246,52 @@ func freePort(ip string) (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// AuditEvent is what a test reads of one audit event.
+type AuditEvent struct {
+	Stage      string `json:"stage"`
+	RequestURI string `json:"requestURI"`
+	Verb       string `json:"verb"`
+	UserAgent  string `json:"userAgent"`
+	User       struct {
+		Username string   `json:"username"`
+		Groups   []string `json:"groups"`
+	} `json:"user"`
+	ImpersonatedUser *struct {
+		Username string   `json:"username"`
+		Groups   []string `json:"groups"`
+	} `json:"impersonatedUser"`
+	ResponseStatus *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+}
+
+// AuditLog returns the audit log as written so far (JSON lines).
+func (m *Managed) AuditLog() (string, error) {
+	b, err := os.ReadFile(m.auditLog)
+	return string(b), err
+}
+
+// AuditEvents returns the audited requests whose URI contains marker
+// (every stage).
+func (m *Managed) AuditEvents(marker string) ([]AuditEvent, error) {
+	text, err := m.AuditLog()
+	if err != nil {
+		return nil, err
+	}
+	var out []AuditEvent
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.Contains(line, marker) {
+			continue
+		}
+		var e AuditEvent
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			return nil, fmt.Errorf("audit log line: %w", err)
+		}
+		if strings.Contains(e.RequestURI, marker) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }

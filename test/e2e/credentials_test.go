@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,8 +14,10 @@ import (
 	msaclient "open-cluster-management.io/managed-serviceaccount/pkg/generated/clientset/versioned"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 
+	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/syncer"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/leak"
 )
 
 // withCredentials turns credential copies on with a short coalescing window.
@@ -568,4 +571,181 @@ func TestCredentialForgedMarks(t *testing.T) {
 		return nil
 	})
 	theirs("pair no longer syncing")
+}
+
+// TestImpersonatorNeverCopied runs the real daemon with the tunnel on and
+// tunnel.managedServiceAccount naming the gateway's impersonating
+// credential. That MSA, though labelled sync-to-clusterprofile, is never
+// copied; copies of it an earlier configuration left behind are removed;
+// the refusal is reported once, as a Warning Event on the MSA, a log line
+// and hubsync_credential_problems{reason="impersonator"}. Another labelled
+// MSA of the same cluster is copied as usual, and the daemon, its pool
+// included, keeps running.
+func TestImpersonatorNeverCopied(t *testing.T) {
+	bin := buildHubsync(t)
+	h := newHarnessWithoutSyncer(t)
+	ns := h.namespaces("a", "b")
+	set, cluster := h.name("set"), h.name("c")
+	h.must(h.hub.CreateExclusiveSet(h.ctx, set))
+	h.cluster(cluster, set, nil)
+	for _, n := range ns {
+		h.must(h.hub.Bind(h.ctx, n, set, true))
+	}
+	const impersonator, app = "gateway-impersonator", "app"
+	stop := func(d *fleet.Daemon, logs *fleet.LogBuffer) {
+		if err := d.Stop(); err != nil {
+			t.Errorf("hubsync did not stop cleanly: %v", err)
+		}
+		for _, f := range leak.Tokens(logs.String(), h.hub.Tokens()) {
+			t.Errorf("%s appears in hubsync's log", f)
+		}
+		if t.Failed() {
+			t.Logf("hubsync logs:\n%s", logs.String())
+		}
+	}
+
+	// An earlier configuration, tunnel off, wrote the profiles.
+	earlierLogs := &fleet.LogBuffer{}
+	earlier, err := fleet.StartDaemon(h.ctx, bin, hubConfig, config.Config{}, earlierLogs)
+	h.must(err)
+	if err := earlier.WaitReady(h.ctx, 60*time.Second); err != nil {
+		stop(earlier, earlierLogs)
+		t.Fatal(err)
+	}
+	for _, n := range ns {
+		h.expectProfiles(n, cluster)
+	}
+	stop(earlier, earlierLogs)
+
+	// The impersonator's copies, as a hubsync that copied it would have
+	// left them: its name, label, annotations and a controller reference
+	// to the live profile, holding a token.
+	stale := fleet.FakeJWT(time.Now().Add(time.Hour))
+	h.hub.NoteToken(stale)
+	copyName := cluster + "-" + impersonator
+	for _, n := range ns {
+		p := h.profile(n, cluster)
+		_, err := h.hub.Kube.CoreV1().Secrets(n).Create(h.ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: copyName, Namespace: n,
+				Labels: map[string]string{"authentication.open-cluster-management.io/synced-from": syncer.SyncedFromValue(cluster, impersonator)},
+				Annotations: map[string]string{
+					syncer.AnnotationSource:           syncer.SourceKey(cluster, impersonator),
+					syncer.AnnotationTokenFingerprint: syncer.TokenFingerprint([]byte(stale)),
+				},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "multicluster.x-k8s.io/v1alpha1", Kind: "ClusterProfile",
+					Name: p.Name, UID: p.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
+			Type: corev1.SecretTypeOpaque,
+			Data: map[string][]byte{"token": []byte(stale), "ca.crt": []byte("CA")},
+		}, metav1.CreateOptions{})
+		h.must(err)
+	}
+	exp := time.Now().Add(time.Hour)
+	for _, m := range []string{impersonator, app} {
+		_, err := h.hub.CreateMSA(h.ctx, cluster, m, true)
+		h.must(err)
+		h.must(h.hub.PutToken(h.ctx, cluster, m, fleet.FakeJWT(exp), nil))
+	}
+
+	// Now the tunnel is on, with the impersonator as its credential. The
+	// direct transport needs no konnectivity; the pool reaching nothing
+	// does not matter here.
+	conf := config.Config{}
+	conf.Tunnel = config.Tunnel{Enabled: true, Transport: config.TunnelDirect, ManagedServiceAccount: impersonator}
+	logs := &fleet.LogBuffer{}
+	d, err := fleet.StartDaemon(h.ctx, bin, hubConfig, conf, logs)
+	h.must(err)
+	t.Cleanup(func() { stop(d, logs) })
+	h.must(d.WaitReady(h.ctx, 60*time.Second))
+
+	appCopy := cluster + "-" + app
+	secretGone := func(n, name string) error {
+		if _, err := h.hub.Kube.CoreV1().Secrets(n).Get(h.ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("%s/%s still there (%v)", n, name, err)
+		}
+		return nil
+	}
+	h.eventually("the other MSA copied, the impersonator's copies removed", func() error {
+		for _, n := range ns {
+			if _, err := h.hub.Kube.CoreV1().Secrets(n).Get(h.ctx, appCopy, metav1.GetOptions{}); err != nil {
+				return err
+			}
+			if err := secretGone(n, copyName); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	h.eventually("a Warning Event on the impersonator", func() error {
+		evs, err := h.hub.Kube.CoreV1().Events(cluster).List(h.ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Kind == "ManagedServiceAccount" && e.InvolvedObject.Name == impersonator && e.Reason == "ImpersonatorNotCopied" {
+				if e.Type != corev1.EventTypeWarning || !strings.Contains(e.Message, "impersonating credential") {
+					return fmt.Errorf("event %s: %s", e.Type, e.Message)
+				}
+				return nil
+			}
+		}
+		return errors.New("not yet")
+	})
+	h.eventually("the refusal in /metrics", func() error {
+		m, err := d.Metrics()
+		if err != nil {
+			return err
+		}
+		if got := fleet.MetricLine(m, `hubsync_credential_problems{reason="impersonator"}`); got != "1" {
+			return fmt.Errorf("hubsync_credential_problems{reason=\"impersonator\"} = %q", got)
+		}
+		return nil
+	})
+
+	// A rotation of the impersonator's token copies nothing: a rotation
+	// of the other MSA, after it, reaching its copies shows the first was
+	// handled.
+	h.must(h.hub.PutToken(h.ctx, cluster, impersonator, fleet.FakeJWT(exp), nil))
+	appTok := fleet.FakeJWT(exp)
+	h.must(h.hub.PutToken(h.ctx, cluster, app, appTok, nil))
+	h.eventually("the other MSA's rotation", func() error {
+		for _, n := range ns {
+			sec, err := h.hub.Kube.CoreV1().Secrets(n).Get(h.ctx, appCopy, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if string(sec.Data["token"]) != appTok {
+				return fmt.Errorf("%s: not rotated yet", n)
+			}
+		}
+		return nil
+	})
+	for _, n := range ns {
+		h.must(secretGone(n, copyName))
+	}
+
+	// Reported once, not on every pass; the pool runs; nothing was refused
+	// as an error.
+	if n := strings.Count(logs.String(), "refusing to copy the gateway's impersonating credential"); n != 1 {
+		t.Errorf("%d warnings about the impersonator in the log, want 1", n)
+	}
+	if !strings.Contains(logs.String(), "tunnel pool started") {
+		t.Errorf("the tunnel pool did not start")
+	}
+	m, err := d.Metrics()
+	h.must(err)
+	for _, r := range []string{"no_token", "invalid_name", "name_conflict"} {
+		if got := fleet.MetricLine(m, `hubsync_credential_problems{reason="`+r+`"}`); got != "0" {
+			t.Errorf("hubsync_credential_problems{reason=%q} = %q, want 0", r, got)
+		}
+	}
+	for _, f := range leak.Tokens(m, h.hub.Tokens()) {
+		t.Errorf("%s appears in /metrics", f)
+	}
+	evs, err := h.hub.Kube.CoreV1().Events("").List(h.ctx, metav1.ListOptions{})
+	h.must(err)
+	for _, e := range evs.Items {
+		for _, f := range leak.Tokens(e.Message, h.hub.Tokens()) {
+			t.Errorf("%s appears in Event %s/%s", f, e.Namespace, e.Name)
+		}
+	}
 }

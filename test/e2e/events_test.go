@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -459,5 +460,143 @@ func TestBusHoldsEventsWhileConverging(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no event for a single new cluster within 30s")
+	}
+}
+
+// TestDaemonBusConsumersOnlyRead runs the real binary with its embedded
+// NATS and connects to it as any local consumer would (a process in the
+// pod, or kubectl port-forward), without a credential: it reads the events
+// and the access records, and its forged event, record write and stream
+// deletion are refused, with nothing of them stored, while hubsync keeps
+// publishing.
+func TestDaemonBusConsumersOnlyRead(t *testing.T) {
+	h := newHarnessWithoutSyncer(t)
+	bin := buildHubsync(t)
+	h.must(h.hub.Namespace(h.ctx, "open-cluster-management-hub"))
+	ns := h.namespaces("consumer")[0]
+	set := h.name("set")
+	h.must(h.hub.CreateExclusiveSet(h.ctx, set))
+	h.must(h.hub.Bind(h.ctx, ns, set, true))
+	first, second, forged := h.name("first"), h.name("second"), h.name("forged")
+	h.cluster(first, set, nil)
+
+	var logs fleet.LogBuffer
+	d, err := fleet.StartDaemon(h.ctx, bin, hubConfig, config.Config{}, &logs)
+	h.must(err)
+	defer func() {
+		if err := d.Stop(); err != nil {
+			t.Errorf("hubsync did not stop cleanly: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("hubsync's log:\n%s", logs.String())
+		}
+	}()
+	if err := d.WaitReady(h.ctx, 30*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, logs.String())
+	}
+	h.expectProfiles(ns, first)
+
+	var mu sync.Mutex
+	var refused []string
+	nc, err := nats.Connect(d.NATSURL, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			mu.Lock()
+			refused = append(refused, err.Error())
+			mu.Unlock()
+		}
+	}))
+	h.must(err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	h.must(err)
+	cfg := config.Default().Bus
+	f := &busFixture{t: t, cfg: cfg, nc: nc, js: js}
+	// events and record read as this consumer: they must work.
+	hasEvent := func(cluster string) error {
+		for _, e := range f.events(h.ctx) {
+			if e.Data.Cluster == cluster && e.Type == stream.ProfileCreated {
+				return nil
+			}
+		}
+		return fmt.Errorf("no profile.created event for %s", cluster)
+	}
+	h.eventually("the consumer reads the first cluster's event and record", func() error {
+		if err := hasEvent(first); err != nil {
+			return err
+		}
+		if f.record(h.ctx, ns, first) == nil {
+			return fmt.Errorf("no record for %s/%s", ns, first)
+		}
+		return nil
+	})
+	if ids := replay(t, js, cfg.Stream.Name, cfg.SubjectPrefix+".>"); len(ids) == 0 {
+		t.Fatal("an ordered consumer replayed nothing")
+	}
+
+	change := stream.Change{
+		Type: stream.ProfileDeleted, Namespace: ns, Cluster: forged, Name: forged, ResourceVersion: "1",
+		Time: time.Now(), Profile: &stream.ProfileSummary{},
+	}
+	forgedEvent, err := bus.Encode(change, "hubsync/forged")
+	h.must(err)
+	subject := bus.Subject(cfg.SubjectPrefix, ns, forged, "profile")
+	msg := nats.NewMsg(subject)
+	msg.Data = forgedEvent
+	msg.Header.Set("Nats-Msg-Id", bus.EventID(change)) // as hubsync sends it
+	h.must(nc.PublishMsg(msg))
+	h.must(nc.Flush())
+	kv, err := js.KeyValue(h.ctx, cfg.KVBucket)
+	h.must(err)
+	attempt := func(what string, op func(ctx context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(h.ctx, 2*time.Second)
+		defer cancel()
+		if err := op(ctx); err == nil {
+			t.Errorf("a consumer could %s", what)
+		}
+	}
+	attempt("publish an event through JetStream", func(ctx context.Context) error {
+		_, err := js.Publish(ctx, subject, forgedEvent, jetstream.WithMsgID(bus.EventID(change)))
+		return err
+	})
+	attempt("write a record", func(ctx context.Context) error {
+		_, err := kv.Put(ctx, bus.KVKey(ns, forged), forgedEvent)
+		return err
+	})
+
+	// A change after the forgeries: once its event is stored, the stream
+	// has seen everything published before it.
+	h.cluster(second, set, nil)
+	h.expectProfiles(ns, first, second)
+	h.eventually("the second cluster's event", func() error { return hasEvent(second) })
+	for _, e := range f.events(h.ctx) {
+		if e.subject == subject || strings.Contains(string(e.raw), "hubsync/forged") {
+			t.Errorf("the stream stored a consumer's forged event on %s: %s", e.subject, e.raw)
+		}
+	}
+	if f.record(h.ctx, ns, forged) != nil {
+		t.Errorf("the bucket holds a consumer's record for %s/%s", ns, forged)
+	}
+
+	attempt("delete the stream", func(ctx context.Context) error { return js.DeleteStream(ctx, cfg.Stream.Name) })
+	if _, err := js.Stream(h.ctx, cfg.Stream.Name); err != nil {
+		t.Errorf("the stream after a consumer tried to delete it: %v", err)
+	}
+	h.eventually("the server's refusals reported to the consumer", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, want := range []string{subject, "$KV." + cfg.KVBucket + ".", "$JS.API.STREAM.DELETE." + cfg.Stream.Name} {
+			found := false
+			for _, r := range refused {
+				found = found || strings.Contains(r, `Publish to "`+want)
+			}
+			if !found {
+				return fmt.Errorf("no permissions violation for publishing to %s among %q", want, refused)
+			}
+		}
+		return nil
+	})
+	if !strings.Contains(logs.String(), "refused a NATS client") {
+		t.Errorf("hubsync's log does not record the refusals")
 	}
 }

@@ -1,15 +1,23 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	jose "github.com/go-jose/go-jose/v4"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -65,11 +73,15 @@ func TestHubRBAC(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	keys := &gw.HubKeys{Fetch: func(ctx context.Context) ([]byte, error) {
+	keys := &gw.KeySet{Fetch: func(ctx context.Context) ([]byte, error) {
 		return kube.CoreV1().RESTClient().Get().AbsPath("/openid/v1/jwks").DoRaw(ctx)
 	}}
-	if kind, err := keys.Classify(ctx, tr.Status.Token); err != nil || kind != gw.TokenHub {
-		t.Fatalf("classifying a hub token as %s: %v %v; want a hub token", user, kind, err)
+	jws, err := jose.ParseSigned(tr.Status.Token, []jose.SignatureAlgorithm{jose.RS256, jose.ES256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := keys.Verify(ctx, jws); err != nil || !ok {
+		t.Fatalf("verifying a hub token with the hub's keys read as %s: %v %v; want verified", user, ok, err)
 	}
 
 	// Nothing more: the role's rules are exactly those two.
@@ -92,5 +104,80 @@ func TestHubRBAC(t *testing.T) {
 	}
 	if len(role.Rules) != 2 {
 		t.Errorf("hub-rbac.yaml's ClusterRole has %d rules; the gateway uses two (TokenReviews, the JWKS)", len(role.Rules))
+	}
+}
+
+// TestHubFlowControl applies deploy/gateway/flowcontrol.yaml to the real
+// hub and checks, from the API server's own answer headers, that the
+// gateway's TokenReviews and key reads made as hubsync's ServiceAccount
+// land in the gateway's priority level, and hubsync's other requests do
+// not.
+func TestHubFlowControl(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := kubernetes.NewForConfigOrDie(env.hub.Config)
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "gateway", "flowcontrol.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var level flowcontrolv1.PriorityLevelConfiguration
+	var schema flowcontrolv1.FlowSchema
+	for _, into := range []any{&level, &schema} {
+		if err := dec.Decode(into); err != nil {
+			t.Fatal(err)
+		}
+	}
+	created, err := admin.FlowcontrolV1().PriorityLevelConfigurations().Create(ctx, &level, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.FlowcontrolV1().PriorityLevelConfigurations().Delete(context.Background(), level.Name, metav1.DeleteOptions{})
+	})
+	if _, err := admin.FlowcontrolV1().FlowSchemas().Create(ctx, &schema, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.FlowcontrolV1().FlowSchemas().Delete(context.Background(), schema.Name, metav1.DeleteOptions{})
+	})
+
+	sa := schema.Spec.Rules[0].Subjects[0].ServiceAccount
+	asHubsync := rest.CopyConfig(env.hub.Config)
+	asHubsync.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + sa.Namespace + ":" + sa.Name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + sa.Namespace, "system:authenticated"}}
+	rt, err := rest.TransportFor(asHubsync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// level returns the UID of the priority level the API server put a
+	// request in (whatever its answer: the level is chosen before
+	// authorization).
+	levelOf := func(method, path, body string) string {
+		req, _ := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(env.hub.Config.Host, "/")+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.Header.Get("X-Kubernetes-Pf-Prioritylevel-Uid")
+	}
+	review := `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":"x"}}`
+	// The API server takes up a new schema within moments.
+	deadline := time.Now().Add(30 * time.Second)
+	for levelOf(http.MethodPost, "/apis/authentication.k8s.io/v1/tokenreviews", review) != string(created.UID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("hubsync's TokenReviews are not in priority level %s", level.Name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := levelOf(http.MethodGet, "/openid/v1/jwks", ""); got != string(created.UID) {
+		t.Errorf("hubsync's reads of the hub's keys are in priority level %s; want %s", got, created.UID)
+	}
+	for _, p := range []string{"/apis/multicluster.x-k8s.io/v1alpha1/clusterprofiles", "/api/v1/namespaces/default/secrets"} {
+		if got := levelOf(http.MethodGet, p, ""); got == string(created.UID) || got == "" {
+			t.Errorf("GET %s by hubsync is in priority level %q; want another than the gateway's", p, got)
+		}
 	}
 }

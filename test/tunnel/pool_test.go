@@ -140,7 +140,12 @@ func identity(ctx context.Context, p *tunnel.Pool, cluster string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	resp, err := p.AuthenticatedRoundTripper(cluster).RoundTrip(req)
+	token, err := p.Token(cluster)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := p.RoundTripper(cluster).RoundTrip(req)
 	if err != nil {
 		return "", err
 	}

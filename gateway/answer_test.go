@@ -1,0 +1,67 @@
+package gateway
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestGatewayAnswers: what of a cluster's answer the client gets, at each
+// proxy edge apimachinery's UpgradeAwareHandler names.
+func TestGatewayAnswers(t *testing.T) {
+	w := newWorld(t)
+	upgrade := http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"}, "Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="}}
+	tests := []struct {
+		name     string
+		header   http.Header
+		code     int
+		location string
+		answer   int
+		header2  http.Header // the cluster's answer headers
+		wantCode int
+		says     string
+		absent   []string
+	}{
+		{name: "a redirect is not forwarded", answer: 302, header2: http.Header{"Location": {"https://10.0.0.9:6443/api"}},
+			wantCode: 502, says: "answered with a redirect", absent: []string{"Location"}},
+		{name: "a permanent redirect neither", answer: 308, header2: http.Header{"Location": {"/elsewhere"}}, wantCode: 502},
+		{name: "304 without Location is an answer", answer: 304, wantCode: 304},
+		{name: "CORS headers are removed", answer: 200,
+			header2:  http.Header{"Access-Control-Allow-Origin": {"*"}, "Access-Control-Allow-Credentials": {"true"}, "Access-Control-Expose-Headers": {"Date"}, "Audit-Id": {"x"}},
+			wantCode: 200, absent: []string{"Access-Control-Allow-Origin", "Access-Control-Allow-Credentials", "Access-Control-Expose-Headers"}},
+		{name: "an upgrade answered 200", header: upgrade, answer: 200, wantCode: 502, says: "instead of switching protocols"},
+		{name: "an upgrade answered with a redirect", header: upgrade, answer: 302, header2: http.Header{"Location": {"/x"}}, wantCode: 502},
+		{name: "an upgrade refused by the cluster: its Status is passed on", header: upgrade, answer: 403, wantCode: 403, says: "cluster says no"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pool := w.pool()
+			pool.answer = func(r *http.Request) *http.Response {
+				h := tt.header2.Clone()
+				if h == nil {
+					h = http.Header{}
+				}
+				h.Set("Content-Type", "application/json")
+				return &http.Response{StatusCode: tt.answer, Header: h, Body: io.NopCloser(strings.NewReader(`{"kind":"Status","message":"cluster says no"}`)), Request: r}
+			}
+			g, err := New(Options{Pool: pool, Reviewer: w.reviewer()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := bearer(w.hubToken)
+			for k, v := range tt.header {
+				h[k] = v
+			}
+			rec := serve(g, "GET", "/c1/api/v1/namespaces/a/pods/p/exec", h)
+			if rec.Code != tt.wantCode || !strings.Contains(rec.Body.String(), tt.says) {
+				t.Fatalf("%d %s; want %d saying %q", rec.Code, rec.Body, tt.wantCode, tt.says)
+			}
+			for _, k := range tt.absent {
+				if v := rec.Header().Get(k); v != "" {
+					t.Errorf("%s: %q passed to the client", k, v)
+				}
+			}
+		})
+	}
+}

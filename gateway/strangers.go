@@ -1,0 +1,105 @@
+package gateway
+
+import (
+	"net"
+	"net/netip"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// strangers limits, per client address, the requests the gateway
+// refuses: each refusal takes a token from the address's bucket, and an
+// address whose bucket is empty gets 429 for every request whose bearer
+// token the gateway has not recently accepted, before any TokenReview or
+// key lookup is spent on it. A client with a good token is never slowed
+// by a stranger, even one behind the same address, once its token has
+// been accepted.
+type strangers struct {
+	limit rate.Limit
+	burst int
+	now   func() time.Time
+	// buckets are forgotten once full again (they then hold nothing the
+	// next request would not start with), and bounded in number: a
+	// stranger rotating addresses evicts only the oldest buckets.
+	buckets *expiring[string, *rate.Limiter]
+}
+
+// Strangers defaults.
+const (
+	DefaultRefusalsPerSecond = 5
+	DefaultRefusalBurst      = 50
+	defaultMaxAddresses      = 10000
+)
+
+func newStrangers(perSecond float64, burst, addresses int, now func() time.Time) *strangers {
+	if perSecond <= 0 {
+		perSecond = DefaultRefusalsPerSecond
+	}
+	if burst <= 0 {
+		burst = DefaultRefusalBurst
+	}
+	if addresses <= 0 {
+		addresses = defaultMaxAddresses
+	}
+	return &strangers{limit: rate.Limit(perSecond), burst: burst, now: now,
+		buckets: newExpiring[string, *rate.Limiter](addresses)}
+}
+
+// refillTime is how long an empty bucket takes to fill.
+func (s *strangers) refillTime() time.Duration {
+	return time.Duration(float64(s.burst) / float64(s.limit) * float64(time.Second))
+}
+
+// admit takes one refusal from addr's bucket ahead of a check whose
+// answer may be a refusal (a TokenReview, a key lookup): concurrent
+// requests from one address then cannot all pass before the first of
+// them is refused. release gives it back when the answer was not a
+// refusal. ok is false when the bucket is empty, with the wait until it
+// holds one again.
+func (s *strangers) admit(addr string) (release func(), wait time.Duration, ok bool) {
+	now := s.now()
+	l := s.bucket(addr, now)
+	r := l.ReserveN(now, 1)
+	if d := r.DelayFrom(now); !r.OK() || d > 0 {
+		r.CancelAt(now)
+		return nil, max(d.Round(time.Second), time.Second), false
+	}
+	return func() { r.CancelAt(s.now()) }, 0, true
+}
+
+// charge takes one refusal from addr's bucket.
+func (s *strangers) charge(addr string) {
+	now := s.now()
+	s.bucket(addr, now).AllowN(now, 1)
+}
+
+// bucket is addr's bucket, kept until it would be full again (it then
+// holds nothing the next request would not start with).
+func (s *strangers) bucket(addr string, now time.Time) *rate.Limiter {
+	l, ok := s.buckets.get(addr, now)
+	if !ok {
+		l = rate.NewLimiter(s.limit, s.burst) // full
+	}
+	s.buckets.put(addr, l, now.Add(s.refillTime()))
+	return l
+}
+
+// clientAddress is the key of a request's bucket: the peer's IP address,
+// or its /64 for IPv6 (one host commonly holds a whole /64).
+func clientAddress(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}

@@ -1,0 +1,125 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestGatewayStrangers: refused requests spend their address's bucket;
+// an address that has spent it gets 429 without a TokenReview, while a
+// client whose token was accepted lately, or another address, is not
+// slowed; the bucket refills.
+func TestGatewayStrangers(t *testing.T) {
+	w := newWorld(t)
+	now := time.Unix(1000, 0)
+	pool, rev := w.pool(), w.reviewer()
+	g, err := New(Options{Pool: pool, Reviewer: rev, HubKeys: w.hubKeys(), PassThrough: true,
+		RefusalsPerSecond: 2, RefusalBurst: 10, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := func(addr, token string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, "https://gw/c1/api", nil)
+		req.RemoteAddr = addr
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		g.ServeHTTP(rec, req)
+		return rec
+	}
+	// A legitimate client behind the attacker's address, accepted before
+	// the flood.
+	if rec := from("10.0.0.1:1000", w.hubToken); rec.Code != 200 {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	reviews := rev.reviews()
+	codes := map[int]int{}
+	for i := range 100 {
+		token := fmt.Sprintf("forged-opaque-token-%d", i)
+		if i%2 == 1 {
+			token = w.stranger.token(t, map[string]any{"iss": "x", "jti": i, "exp": 1 << 40})
+		}
+		rec := from(fmt.Sprintf("10.0.0.1:%d", 2000+i), token)
+		codes[rec.Code]++
+		if rec.Code == http.StatusTooManyRequests {
+			if s, _ := strconv.Atoi(rec.Header().Get("Retry-After")); s < 1 {
+				t.Fatalf("429 with Retry-After %q", rec.Header().Get("Retry-After"))
+			}
+		}
+	}
+	if codes[401] != 10 || codes[429] != 90 {
+		t.Fatalf("codes %v; want 10 × 401 (the burst) and 90 × 429", codes)
+	}
+	if n := rev.reviews() - reviews; n != 10 {
+		t.Fatalf("%d TokenReviews for 100 forged tokens; want 10 (the burst)", n)
+	}
+	if n := len(pool.requests()); n != 1 {
+		t.Fatalf("%d requests reached the cluster; want only the legitimate one", n)
+	}
+	// The legitimate client's token is known: it is not limited, even
+	// once its cached review expires.
+	now = now.Add(MaxCacheTTL)
+	if rec := from("10.0.0.1:1000", w.hubToken); rec.Code != 200 {
+		t.Fatalf("a known token from a limited address: %d %s", rec.Code, rec.Body)
+	}
+	// Nor is another address, nor a cluster's own token.
+	if rec := from("10.0.0.2:1000", "forged-opaque-token-x"); rec.Code != 401 {
+		t.Fatalf("another address: %d", rec.Code)
+	}
+	if rec := from("[2001:db8::1]:1000", w.c1Token); rec.Code != 200 {
+		t.Fatalf("a cluster token from another address: %d %s", rec.Code, rec.Body)
+	}
+	// The bucket refills at RefusalsPerSecond.
+	now = now.Add(time.Second)
+	if rec := from("10.0.0.1:3000", "forged-opaque-token-y"); rec.Code != 401 {
+		t.Fatalf("after a second (two refusals refilled): %d; want 401", rec.Code)
+	}
+}
+
+// TestGatewayRefusalMemory: a token refused once is answered from memory
+// (no second TokenReview), and a token a cluster refused is not sent to
+// it again.
+func TestGatewayRefusalMemory(t *testing.T) {
+	w := newWorld(t)
+	pool, rev := w.pool(), w.reviewer()
+	pool.answer = func(r *http.Request) *http.Response {
+		return &http.Response{StatusCode: 401, Header: http.Header{"Content-Type": {"application/json"}}, Body: http.NoBody, Request: r}
+	}
+	g, err := New(Options{Pool: pool, Reviewer: rev, HubKeys: w.hubKeys(), PassThrough: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		serve(g, "GET", "/c1/api", bearer("forged-opaque-token"))
+	}
+	if n := rev.reviews(); n != 1 {
+		t.Fatalf("%d TokenReviews for one refused token sent three times; want 1", n)
+	}
+	// The cluster refuses its own (revoked) token: it goes there once.
+	for i := range 3 {
+		rec := serve(g, "GET", "/c1/api", bearer(w.c1Token))
+		if rec.Code != 401 {
+			t.Fatalf("request %d: %d", i, rec.Code)
+		}
+	}
+	if n := len(pool.requests()); n != 1 {
+		t.Fatalf("a token the cluster refused reached it %d times; want 1", n)
+	}
+}
+
+func TestClientAddress(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.1.2.3:443":                 "10.1.2.3",
+		"[::ffff:10.1.2.3]:443":        "10.1.2.3",
+		"[2001:db8:1:2:3:4:5:6]:1":     "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff::1]:65000": "2001:db8:1:2::/64",
+		"pipe":                         "pipe",
+	} {
+		if got := clientAddress(in); got != want {
+			t.Errorf("clientAddress(%q) = %q; want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,279 @@
+package gateway
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/hubsync/hubsync/test/controlplane"
+	"github.com/hubsync/hubsync/test/leak"
+)
+
+// The identities a managed cluster can see through the gateway.
+const (
+	seenImpersonated = "impersonated" // the MSA impersonating the prefixed hub identity
+	seenOwn          = "own"          // the cluster's own token, passed through
+	seenNothing      = "nothing"      // the request never reached the cluster
+)
+
+const (
+	msaUser = "system:serviceaccount:" + msaNamespace + ":" + msaName
+	ownUser = "system:serviceaccount:apps:own"
+)
+
+// selfSignedJWT is a service-account token for the cluster's issuer,
+// signed with a key of the client's own.
+func selfSignedJWT(t *testing.T, issuer, sub string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key},
+		(&jose.SignerOptions{}).WithType("JWT").WithHeader(jose.HeaderKey("kid"), "made-up"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	claims, _ := json.Marshal(map[string]any{"iss": issuer, "aud": []string{issuer}, "sub": sub,
+		"exp": now.Add(time.Hour).Unix(), "iat": now.Unix(), "nbf": now.Unix()})
+	obj, err := sig.Sign(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := obj.CompactSerialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// seen reads the managed cluster's audit log for the requests whose URI
+// holds marker and says which identity they arrived as. It first sends a
+// sentinel request and waits for its event: the API server writes events
+// as requests complete, so every earlier request is in the log by then.
+func (s *setup) seen(t *testing.T, marker string) []string {
+	t.Helper()
+	sentinel := "sentinel-" + marker[len("probe-"):]
+	if code, body := s.get(t, "/"+cluster+"/api/v1/namespaces/apps/configmaps/"+sentinel, "Bearer "+s.userToken, nil); code != http.StatusNotFound {
+		t.Fatalf("sentinel: %d %s", code, body)
+	}
+	var events []controlplane.AuditEvent
+	s.eventually(t, 20*time.Second, func() error {
+		got, err := env.managed.AuditEvents(sentinel)
+		if err != nil || len(got) == 0 {
+			return fmt.Errorf("no audit event for the sentinel yet (%v)", err)
+		}
+		if events, err = env.managed.AuditEvents(marker); err != nil {
+			return err
+		}
+		return nil
+	})
+	var out []string
+	for _, e := range events {
+		var who string
+		switch {
+		case e.ImpersonatedUser != nil && e.User.Username == msaUser && e.ImpersonatedUser.Username == prefixedUser:
+			who = seenImpersonated
+		case e.ImpersonatedUser == nil && e.User.Username == ownUser:
+			who = seenOwn
+		default:
+			who = fmt.Sprintf("user %q", e.User.Username)
+			if e.ImpersonatedUser != nil {
+				who += fmt.Sprintf(" impersonating %q", e.ImpersonatedUser.Username)
+			}
+		}
+		if !slices.Contains(out, who) {
+			out = append(out, who)
+		}
+	}
+	if len(out) == 0 {
+		out = []string{seenNothing}
+	}
+	return out
+}
+
+// TestClientCannotChooseTheIdentity sends every way a client could try to
+// add, remove or replace the identity a cluster sees (hop-by-hop lists,
+// duplicates, spellings, trailers, protocol headers, the query string),
+// as raw HTTP/1.1 and over HTTP/2, in both modes, and reads the real
+// managed kube-apiserver's audit log for the identity that arrived.
+func TestClientCannotChooseTheIdentity(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	s := start(t, ctx)
+	own, err := env.managed.ServiceAccountToken(ctx, "apps", "own", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.h.NoteToken(own)
+	forged := selfSignedJWT(t, "https://"+env.managed.Address, "system:serviceaccount:kube-system:clusterrole-aggregation-controller")
+	hub := "Bearer " + s.userToken
+	auth := func(v string) field { return field{"Authorization", v} }
+	const cm = "/api/v1/namespaces/apps/configmaps/"
+	const exec = "/api/v1/namespaces/apps/pods/"
+
+	tests := []struct {
+		name   string
+		protos []string // h1, h2
+		method string
+		path   string // after /<cluster>; the marker is appended to the last segment
+		query  string
+		fields []field
+		body   string
+		want   string
+	}{
+		{name: "a hub identity", fields: []field{auth(hub)}, want: seenImpersonated},
+		{name: "a cluster's own token", fields: []field{auth("Bearer " + own)}, want: seenOwn},
+		{name: "a self-signed JWT", fields: []field{auth("Bearer " + forged)}, want: seenNothing},
+		{name: "no token", want: seenNothing},
+
+		// Hop-by-hop lists (HTTP/2 has no Connection header: Go's server
+		// refuses one).
+		{name: "Connection names Authorization, self-signed JWT", fields: []field{auth("Bearer " + forged), {"Connection", "keep-alive, Authorization"}}, want: seenNothing},
+		{name: "Connection names Authorization, own token", fields: []field{auth("Bearer " + own), {"Connection", "keep-alive, Authorization"}}, want: seenNothing},
+		{name: "Connection names Authorization, hub identity", fields: []field{auth(hub), {"Connection", "Authorization"}}, want: seenNothing},
+		{name: "Connection names it in lower case, twice", fields: []field{auth(hub), {"connection", "close"}, {"connection", "authorization"}}, want: seenNothing},
+		{name: "Connection names Impersonate-User", fields: []field{auth(hub), {"Connection", "Impersonate-User, Impersonate-Group"}}, want: seenNothing},
+		{name: "an upgrade whose Connection names Authorization", protos: []string{"h1"}, path: exec, query: "/exec?command=id&stdout=true",
+			fields: []field{auth("Bearer " + forged), {"Connection", "Upgrade, Authorization"}, {"Upgrade", "websocket"},
+				{"Sec-WebSocket-Version", "13"}, {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}, {"Sec-WebSocket-Protocol", "v5.channel.k8s.io"}}, want: seenNothing},
+		{name: "Proxy-Authorization with a token", fields: []field{auth(hub), {"Proxy-Authorization", "Bearer " + own}}, want: seenNothing},
+		{name: "Proxy-Authorization is hop-by-hop", fields: []field{auth(hub), {"Proxy-Authorization", "Basic eDp5"}}, want: seenImpersonated},
+		{name: "an allowed Connection header", protos: []string{"h1"}, fields: []field{auth(hub), {"Connection", "keep-alive, TE"}, {"TE", "trailers"}}, want: seenImpersonated},
+
+		// Identity headers, duplicates and spellings.
+		{name: "Impersonate-User", fields: []field{auth(hub), {"Impersonate-User", "system:admin"}}, want: seenNothing},
+		{name: "impersonate-group in lower case", fields: []field{auth("Bearer " + own), {"impersonate-group", "system:masters"}}, want: seenNothing},
+		{name: "X-Remote-User", fields: []field{auth(hub), {"X-Remote-User", "system:admin"}, {"X-Remote-Group", "system:masters"}}, want: seenNothing},
+		{name: "two Authorization headers", fields: []field{auth(hub), auth("Bearer " + own)}, want: seenNothing},
+		{name: "two spellings of Authorization", fields: []field{auth("Bearer " + forged), {"authorization", hub}}, want: seenNothing},
+		{name: "a bearer token in a WebSocket subprotocol", fields: []field{auth("Bearer " + forged),
+			{"Sec-WebSocket-Protocol", "base64url.bearer.authorization.k8s.io." + base64.RawURLEncoding.EncodeToString([]byte(own))}}, want: seenNothing},
+		{name: "request trailers naming Authorization", protos: []string{"h1"}, method: http.MethodPost, path: "/api/v1/namespaces/apps/configmaps",
+			fields: []field{auth("Bearer " + own), {"Content-Type", "application/json"}, {"Transfer-Encoding", "chunked"}, {"Trailer", "Authorization"}},
+			body:   "2\r\n{}\r\n0\r\nAuthorization: " + hub + "\r\n\r\n", want: seenNothing},
+
+		// Credentials in the URL and in other headers.
+		{name: "access_token in the query", query: "?access_token=" + s.userToken, fields: []field{auth(hub)}, want: seenNothing},
+		{name: "the hub token in a query value", query: "?labelSelector=" + s.userToken, fields: []field{auth(hub)}, want: seenNothing},
+		{name: "the hub token in another header", fields: []field{auth(hub), {"X-Debug", s.userToken}}, want: seenNothing},
+	}
+	for i, tt := range tests {
+		protos := tt.protos
+		if protos == nil {
+			protos = []string{"h1", "h2"}
+		}
+		for _, proto := range protos {
+			t.Run(tt.name+"/"+proto, func(t *testing.T) {
+				marker := fmt.Sprintf("probe-%02d-%s", i, proto)
+				path := tt.path
+				if path == "" {
+					path = cm
+				}
+				method := tt.method
+				if method == "" {
+					method = http.MethodGet
+				}
+				target := "/" + cluster + path + marker + tt.query
+				if method == http.MethodPost {
+					target = "/" + cluster + path + "?fieldManager=" + marker + strings.ReplaceAll(tt.query, "?", "&")
+				}
+				var ans rawAnswer
+				var err error
+				if proto == "h1" {
+					ans, err = rawHTTP1(strings.TrimPrefix(s.url, "https://"), s.ca, method, target, tt.fields, tt.body)
+				} else {
+					ans, err = rawHTTP2(strings.TrimPrefix(s.url, "https://"), s.ca, method, target, tt.fields)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := s.seen(t, marker)
+				if !slices.Equal(got, []string{tt.want}) {
+					t.Fatalf("the cluster saw %v; want %s (the gateway answered %d %s)", got, tt.want, ans.code, ans.body)
+				}
+				if tt.want == seenNothing && ans.code != 0 && (ans.code < 400 || ans.code >= 500) {
+					t.Fatalf("a refused request answered %d %s; want 4xx from the gateway or a reset", ans.code, ans.body)
+				}
+				// Go's HTTP/2 server refuses a Connection header itself, in
+				// plain text; every other refusal is the gateway's Status.
+				goRefused := proto == "h2" && strings.Contains(ans.body, "is not valid in HTTP/2")
+				if tt.want == seenNothing && ans.code != 0 && !goRefused && !strings.Contains(ans.body, `"kind":"Status"`) {
+					t.Errorf("the refusal is not a Kubernetes Status: %s", ans.body)
+				}
+			})
+		}
+	}
+
+	// No hub token reached the cluster in any form, in any request.
+	audit, err := env.managed.AuditLog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range leak.Tokens(audit, []string{s.userToken}) {
+		t.Errorf("%s appears in the managed cluster's audit log", f)
+	}
+}
+
+// TestSelfSignedTokensCostNothing: a JWT no key of the target cluster
+// signs gets 401 from the gateway itself, the same whether or not the
+// cluster exists, and neither reaches the cluster nor dials it, not even
+// as an upgrade.
+func TestSelfSignedTokensCostNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s := start(t, ctx)
+	forged := selfSignedJWT(t, "https://"+env.managed.Address, "system:serviceaccount:kube-system:admin")
+	// A cluster's own token first: the gateway reads the cluster's keys
+	// through the pool once.
+	own, err := env.managed.ServiceAccountToken(ctx, "apps", "own", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.h.NoteToken(own)
+	if code, body := s.get(t, "/"+cluster+"/api/v1/namespaces/apps/configmaps", "Bearer "+own, nil); code != http.StatusForbidden {
+		t.Fatalf("a cluster's own token: %d %s; want the cluster's 403 for what it may not read", code, body)
+	}
+	requests := s.metric(t, "hubsync_tunnel_requests_total")
+	dials := s.metric(t, "hubsync_tunnel_upgrade_dials_total")
+	addr := strings.TrimPrefix(s.url, "https://")
+	var bodies []string
+	for _, c := range []string{cluster, "no-such-cluster"} {
+		for _, path := range []string{"/api/v1/namespaces", "/api/v1/namespaces/apps/pods/p1/exec?command=id&stdout=true"} {
+			fields := []field{{"Authorization", "Bearer " + forged}}
+			if strings.Contains(path, "/exec") {
+				fields = append(fields, field{"Connection", "Upgrade"}, field{"Upgrade", "websocket"}, field{"Sec-WebSocket-Version", "13"},
+					field{"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}, field{"Sec-WebSocket-Protocol", "v5.channel.k8s.io"})
+			}
+			ans, err := rawHTTP1(addr, s.ca, http.MethodGet, "/"+c+path, fields, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ans.code != http.StatusUnauthorized {
+				t.Fatalf("%s%s: %d %s; want 401", c, path, ans.code, ans.body)
+			}
+			bodies = append(bodies, strings.ReplaceAll(ans.body, c, "<cluster>"))
+		}
+	}
+	if bodies[0] != bodies[2] {
+		t.Errorf("the answers tell an existing cluster from another:\n%s\n%s", bodies[0], bodies[2])
+	}
+	if n := s.metric(t, "hubsync_tunnel_requests_total") - requests; n != 0 {
+		t.Errorf("%v requests went through the pool for self-signed tokens (the key set was fetched before: none expected)", n)
+	}
+	if n := s.metric(t, "hubsync_tunnel_upgrade_dials_total") - dials; n != 0 {
+		t.Errorf("%v upgrade dials for self-signed tokens", n)
+	}
+}
