@@ -121,7 +121,7 @@ func screen(r *http.Request, route Route, token string) *refusal {
 		return refuse(http.StatusBadRequest, "trailers",
 			"request trailers are refused: a header sent after the body could not be checked before it is forwarded")
 	}
-	forms := tokenForms(token)
+	forms := newTokenForms(token)
 	if where := credentialInURL(r.URL, route, forms); where != "" {
 		return refuse(http.StatusBadRequest, "credential_in_url", fmt.Sprintf(
 			"the URL carries a credential (%s): the gateway forwards the URL to the cluster, whose audit log would keep it; "+
@@ -132,7 +132,7 @@ func screen(r *http.Request, route Route, token string) *refusal {
 			continue
 		}
 		for _, v := range vs {
-			if containsAny(v, forms) || containsJWT(v) {
+			if forms.in(v) || containsJWT(v) {
 				return refuse(http.StatusBadRequest, "credential_in_header", fmt.Sprintf(
 					"the %s header carries a bearer token: send it only in the Authorization header", headerName(k)))
 			}
@@ -144,14 +144,14 @@ func screen(r *http.Request, route Route, token string) *refusal {
 // credentialInURL says where the URL carries a credential: a parameter
 // named access_token, or the request's token or a JWT in any parameter's
 // name or value or in the path. "" when it carries none.
-func credentialInURL(u *url.URL, route Route, forms []string) string {
-	if containsAny(route.Path, forms) || containsAny(route.RawPath, forms) || containsJWT(route.Path) {
+func credentialInURL(u *url.URL, route Route, forms *tokenForms) string {
+	if forms.in(route.Path) || forms.in(route.RawPath) || containsJWT(route.Path) {
 		return "in the path"
 	}
 	if u.RawQuery == "" {
 		return ""
 	}
-	if containsAny(u.RawQuery, forms) {
+	if forms.in(u.RawQuery) {
 		return "in the query"
 	}
 	q, _ := url.ParseQuery(u.RawQuery)
@@ -159,11 +159,11 @@ func credentialInURL(u *url.URL, route Route, forms []string) string {
 		if strings.EqualFold(name, "access_token") {
 			return "the access_token parameter"
 		}
-		if containsAny(name, forms) || containsJWT(name) {
+		if forms.in(name) || containsJWT(name) {
 			return "in a query parameter's name"
 		}
 		for _, v := range values {
-			if containsAny(v, forms) || containsJWT(v) {
+			if forms.in(v) || containsJWT(v) {
 				return "in the value of the query parameter " + headerName(name)
 			}
 		}
@@ -184,21 +184,35 @@ func headerName(name string) string {
 // a shorter one would be found in innocent paths and headers.
 const minTokenForms = 8
 
-// tokenForms are the token as sent and base64-encoded in each alphabet
-// (the forms a client would put it in elsewhere).
-func tokenForms(token string) []string {
-	if len(token) < minTokenForms {
-		return nil
-	}
-	b := []byte(token)
-	return []string{token,
-		base64.StdEncoding.EncodeToString(b), base64.RawStdEncoding.EncodeToString(b),
-		base64.URLEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b)}
+// tokenForms finds a token as sent or base64-encoded in any alphabet (the
+// forms a client would put it in elsewhere). The encodings, each longer
+// than the token, are made only for a text long enough to hold them,
+// which on the hot path none is.
+type tokenForms struct {
+	token string
+	forms []string
 }
 
-func containsAny(s string, forms []string) bool {
-	for _, f := range forms {
-		if len(f) <= len(s) && strings.Contains(s, f) {
+func newTokenForms(token string) *tokenForms {
+	if len(token) < minTokenForms {
+		return &tokenForms{}
+	}
+	return &tokenForms{token: token}
+}
+
+// in reports whether s holds the token in one of its forms.
+func (f *tokenForms) in(s string) bool {
+	if f.token == "" || len(s) < len(f.token) {
+		return false
+	}
+	if f.forms == nil {
+		b := []byte(f.token)
+		f.forms = []string{f.token,
+			base64.StdEncoding.EncodeToString(b), base64.RawStdEncoding.EncodeToString(b),
+			base64.URLEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b)}
+	}
+	for _, form := range f.forms {
+		if len(form) <= len(s) && strings.Contains(s, form) {
 			return true
 		}
 	}

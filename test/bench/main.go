@@ -38,7 +38,15 @@
 //     peak RSS and CPU time; with --soak, RSS, goroutines and open files
 //     every minute under steady rotations and relabels, with their slopes.
 //
-// --tunnel-only, --gateway-only, --initial-only, --initial-pairs,
+//   - strangers: a flood of forged tokens (half opaque, half self-signed
+//     JWTs) at the gateway of the real daemon, run as its ServiceAccount
+//     under the shipped flow control, while a legitimate client reads the
+//     same cluster through it and the syncer converges a burst: the hub
+//     TokenReviews and requests reaching the cluster per forged request,
+//     the client's errors and p99, and the burst's convergence, against
+//     quiet runs alternating with the flooded ones;
+//
+// --tunnel-only, --gateway-only, --flood-only, --initial-only, --initial-pairs,
 // --sink-pairs, --sinks and --cpuprofile narrow it down for diagnosis.
 package main
 
@@ -94,6 +102,11 @@ func main() {
 	flag.IntVar(&gatewayRequests, "gateway-requests", 640, "requests per gateway latency measurement (a multiple of 128)")
 	flag.IntVar(&gatewayLists, "gateway-lists", 24, "large lists per gateway throughput measurement (a multiple of 4)")
 	flag.StringVar(&gatewayCPUProfile, "gateway-cpuprofile", "", "file for a CPU profile of the bench process (clients and gateways) during the gateway measurements")
+	flag.BoolVar(&floodOnly, "flood-only", false, "print only the strangers figures: a flood of forged tokens at the gateway beside a legitimate client and a syncer burst")
+	flag.IntVar(&floodRepeats, "flood-repeats", 3, "pairs of runs without and with the flood")
+	flag.IntVar(&floodRequests, "flood-requests", 2000, "forged requests per flood")
+	flag.IntVar(&floodConns, "flood-conns", 50, "connections the flood comes over")
+	flag.IntVar(&floodBurst, "flood-burst", 250, "clusters of the syncer's burst during each run (x2 namespaces)")
 	flag.BoolVar(&scaleMode, "scale", false, "only the scale figures: a large fleet with credential copies (see --scale-clusters)")
 	flag.IntVar(&scaleClusters, "scale-clusters", 3000, "clusters of the scale fleet")
 	flag.IntVar(&scaleNamespaces, "scale-namespaces", 10, "namespaces of the scale fleet, each bound to one of three sets")
@@ -167,6 +180,9 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	if scaleMode {
 		return benchScale(ctx, cp, binary, floorWorkers, workers, logs)
 	}
+	if floodOnly {
+		return benchFlood(ctx, cp, binary, logs)
+	}
 	if !gatewayOnly && !initialOnly {
 		if err := benchTunnel(ctx, cp); err != nil {
 			return fmt.Errorf("tunnel figures: %w", err)
@@ -175,6 +191,9 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	if !tunnelOnly && !initialOnly {
 		if err := benchGateway(ctx, cp); err != nil {
 			return fmt.Errorf("gateway figures: %w", err)
+		}
+		if err := benchFlood(ctx, cp, binary, logs); err != nil {
+			return fmt.Errorf("strangers figures: %w", err)
 		}
 	}
 	if tunnelOnly || gatewayOnly {

@@ -131,6 +131,30 @@ func StartManaged(ctx context.Context, etcdURL, name, ip string) (*Managed, erro
 	return m, nil
 }
 
+// RotateServiceAccountKey restarts the API server signing new
+// ServiceAccount tokens with a new key, while tokens of the old one still
+// verify (both are in its key set, as during a real rotation).
+func (m *Managed) RotateServiceAccountKey(ctx context.Context) error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	file := filepath.Join(m.dir, fmt.Sprintf("sa-%d.key", len(m.args)))
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		return err
+	}
+	if err := m.Stop(); err != nil {
+		return err
+	}
+	for i, a := range m.args {
+		if strings.HasPrefix(a, "--service-account-signing-key-file=") {
+			m.args[i] = "--service-account-signing-key-file=" + file
+		}
+	}
+	m.args = append(m.args, "--service-account-key-file="+file)
+	return m.Start(ctx)
+}
+
 // Start starts the API server (again, after Stop) with the same address,
 // certificates and data, and waits until it is ready.
 func (m *Managed) Start(ctx context.Context) error {

@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	jose "github.com/go-jose/go-jose/v4"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -180,22 +185,56 @@ func (g *demoGateway) show(ctx context.Context, binary string, hubHost string) e
 	run("get", "configmaps", "-n", "payments")
 	run("get", "secrets", "-n", "payments")
 
-	// A client asking the gateway to impersonate someone else.
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.url+"/"+gatewayCluster+"/api/v1/namespaces/payments/secrets", nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+g.token)
-	req.Header.Set("Impersonate-User", "system:admin")
-	req.Header.Set("Impersonate-Group", "system:masters")
+	// Clients trying to choose the identity the cluster sees.
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: g.ca}}, Timeout: 10 * time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
+	defer client.CloseIdleConnections()
+	for _, attempt := range []struct {
+		what   string
+		header http.Header
+	}{
+		{"the app's token and Impersonate-User: system:admin, Impersonate-Group: system:masters",
+			http.Header{"Authorization": {"Bearer " + g.token}, "Impersonate-User": {"system:admin"}, "Impersonate-Group": {"system:masters"}}},
+		{"a JWT the client signed itself and Connection: keep-alive, Authorization (a hop-by-hop list that would drop the credential and reach the cluster as anonymous)",
+			http.Header{"Authorization": {"Bearer " + forgedJWT()}, "Connection": {"keep-alive, Authorization"}}},
+		{"a JWT the client signed itself",
+			http.Header{"Authorization": {"Bearer " + forgedJWT()}}},
+	} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.url+"/"+gatewayCluster+"/api/v1/namespaces/payments/secrets", nil)
+		if err != nil {
+			return err
+		}
+		req.Header = attempt.header
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		fmt.Printf("   a request with %s:\n     %s %s\n", attempt.what, resp.Status, bytes.TrimSpace(body))
 	}
-	body, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	fmt.Printf("   a request with the app's token and Impersonate-User: system:admin, Impersonate-Group: system:masters:\n     %s %s\n",
-		resp.Status, bytes.TrimSpace(body))
 	return nil
+}
+
+// forgedJWT is a service-account-shaped JWT signed with a key of the
+// client's own.
+func forgedJWT() string {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithType("JWT"))
+	if err != nil {
+		panic(err)
+	}
+	claims, _ := json.Marshal(map[string]any{"iss": "https://kubernetes.default.svc", "sub": "system:serviceaccount:kube-system:admin",
+		"exp": time.Now().Add(time.Hour).Unix()})
+	obj, err := sig.Sign(claims)
+	if err != nil {
+		panic(err)
+	}
+	tok, err := obj.CompactSerialize()
+	if err != nil {
+		panic(err)
+	}
+	return tok
 }

@@ -277,3 +277,56 @@ func TestSelfSignedTokensCostNothing(t *testing.T) {
 		t.Errorf("%v upgrade dials for self-signed tokens", n)
 	}
 }
+
+// TestClusterKeyRotation: a cluster that starts signing its tokens with a
+// new key (the old one still valid) keeps working through the gateway:
+// a token naming a key id the gateway's copy of the cluster's key set
+// lacks makes it fetch the set again, then pass the token; tokens of the
+// old key pass throughout.
+func TestClusterKeyRotation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s := start(t, ctx)
+	path := "/" + cluster + "/api/v1/namespaces/apps/configmaps"
+	// passes reports whether token reached the cluster as itself: the
+	// cluster refuses that ServiceAccount the ConfigMaps by name.
+	passes := func(token string) error {
+		code, body := s.get(t, path, "Bearer "+token, nil)
+		if code != http.StatusForbidden || !strings.Contains(body, ownUser) {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return nil
+	}
+	old, err := env.managed.ServiceAccountToken(ctx, "apps", "own", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.h.NoteToken(old)
+	if err := passes(old); err != nil {
+		t.Fatalf("a token of the cluster's key: %v", err)
+	}
+	fetches := s.metric(t, "hubsync_gateway_key_fetches_total", `keys="cluster"`, `result="ok"`)
+	if err := env.managed.RotateServiceAccountKey(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.eventually(t, time.Minute, func() error {
+		if code, body := s.get(t, path, "Bearer "+s.userToken, nil); code != http.StatusOK {
+			return fmt.Errorf("the cluster is not served again: %d %s", code, body)
+		}
+		return nil
+	})
+	rotated, err := env.managed.ServiceAccountToken(ctx, "apps", "own", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.h.NoteToken(rotated)
+	if err := passes(old); err != nil {
+		t.Fatalf("a token of the old key after the rotation: %v", err)
+	}
+	// The key set is fetched again at most every 30 s: within a minute
+	// the new key's tokens pass.
+	s.eventually(t, time.Minute, func() error { return passes(rotated) })
+	if n := s.metric(t, "hubsync_gateway_key_fetches_total", `keys="cluster"`, `result="ok"`) - fetches; n < 1 {
+		t.Fatalf("the cluster's keys were not fetched again (%v fetches)", n)
+	}
+}

@@ -1,0 +1,611 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/gateway"
+	"github.com/hubsync/hubsync/test/controlplane"
+	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/konnectivity"
+	"github.com/hubsync/hubsync/test/pki"
+)
+
+// Flood figures (flags).
+var (
+	floodOnly     bool
+	floodRepeats  int
+	floodRequests int
+	floodConns    int
+	floodBurst    int
+)
+
+const (
+	// floodIP is the managed API server's address; floodAttacker is the
+	// flood's source address, another host than the legitimate client's.
+	floodIP       = "127.0.0.24"
+	floodAttacker = "127.0.0.3"
+	floodCluster  = "bench-flood"
+	floodSet      = "flood-burst"
+	// floodAgent is the forged requests' User-Agent, by which the managed
+	// API server's audit log tells them apart.
+	floodAgent = "hubsync-bench-flood"
+	// floodNamespaces hold the burst's profiles.
+	floodNamespaces = 2
+	// floodCostGoal bounds hub TokenReviews plus requests reaching the
+	// cluster, per forged request; floodBurstGoal bounds the burst's
+	// convergence under the flood against a quiet run's.
+	floodCostGoal  = 0.10
+	floodBurstGoal = 1.5
+)
+
+// floodPhase is what one run measured.
+type floodPhase struct {
+	flooded bool
+	// The flood.
+	took    time.Duration
+	codes   map[int]int
+	reviews float64
+	reached int
+	// The legitimate client.
+	lat  []time.Duration
+	errs int
+	// The syncer's burst.
+	converge time.Duration
+}
+
+// benchFlood runs the real daemon, as its ServiceAccount under the
+// shipped RBAC and deploy/gateway/flowcontrol.yaml, with the gateway over
+// a real konnectivity proxy-server, agent and managed kube-apiserver. In
+// each run a legitimate client reads one object through the gateway
+// while the syncer converges a burst of profiles; in every other run a
+// flood of forged tokens (half opaque, half self-signed JWTs, every one
+// new) hits the gateway from another address at the same time. It prints
+// what the flood cost (hub TokenReviews, requests reaching the cluster)
+// and what it did to the legitimate client and to the burst, against the
+// quiet runs measured alternately in the same conditions.
+func benchFlood(ctx context.Context, cp *controlplane.ControlPlane, binary string, logs io.Writer) error {
+	fmt.Printf("\n== strangers: %d forged tokens from %d connections at the gateway while the syncer converges a burst of %d profiles\n",
+		floodRequests, floodConns, floodBurst*floodNamespaces)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "hubsync-bench-flood-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := konnectivity.StartServer(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer srv.Kill()
+	m, err := controlplane.StartManaged(ctx, cp.EtcdURL(), floodCluster, floodIP)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	agent, err := srv.StartAgent(floodCluster, floodIP)
+	if err != nil {
+		return err
+	}
+	defer agent.Kill()
+	mg, err := kubernetes.NewForConfig(m.Config)
+	if err != nil {
+		return err
+	}
+	hub, err := fleet.NewHub(cp.Config)
+	if err != nil {
+		return err
+	}
+
+	// The managed side: the impersonating MSA as shipped, and an object
+	// the prefixed hub identity may read.
+	msaNS, msa, err := applyGatewayRBAC(ctx, mg)
+	if err != nil {
+		return err
+	}
+	msaToken, err := m.ServiceAccountToken(ctx, msaNS, msa, 2*time.Hour)
+	if err != nil {
+		return err
+	}
+	userToken, id, err := floodHubIdentity(ctx, hub.Kube)
+	if err != nil {
+		return err
+	}
+	if _, err := m.ServiceAccountToken(ctx, gatewayNS, "direct-reader", time.Hour); err != nil {
+		return err
+	}
+	if err := grantGatewayReaders(ctx, mg, gateway.ImpersonatedUser(id), "direct-reader"); err != nil {
+		return err
+	}
+	small := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "small"}, Data: map[string]string{"key": "value"}}
+	if _, err := mg.CoreV1().ConfigMaps(gatewayNS).Create(ctx, small, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+
+	// The hub side: the cluster with its MSA token, the burst's set bound
+	// in its namespaces, and hubsync's identity as deploy/ ships it.
+	if err := hub.Namespace(ctx, floodCluster); err != nil {
+		return err
+	}
+	if err := hub.PutToken(ctx, floodCluster, msa, msaToken, map[string][]byte{"token": []byte(msaToken), "ca.crt": m.CA}); err != nil {
+		return err
+	}
+	if _, err := hub.CreateCluster(ctx, fleet.ClusterSpec{Name: floodCluster, Labels: map[string]string{"flood-bench": "gateway"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	if err := hub.UpdateCluster(ctx, floodCluster, func(mc *clusterv1.ManagedCluster) {
+		mc.Spec.ManagedClusterClientConfigs = []clusterv1.ClientConfig{{URL: "https://" + m.Address, CABundle: m.CA}}
+	}); err != nil {
+		return err
+	}
+	if err := hub.CreateExclusiveSet(ctx, floodSet); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	for i := range floodNamespaces {
+		ns := fmt.Sprintf("flood-ns-%d", i)
+		if err := hub.Namespace(ctx, ns); err != nil {
+			return err
+		}
+		if err := hub.Bind(ctx, ns, floodSet, true); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	asHubsync, err := hubsyncIdentity(ctx, cp)
+	if err != nil {
+		return err
+	}
+
+	// The gateway's serving certificate and hubsync's configuration.
+	ca, err := pki.NewCA("bench-flood-ca")
+	if err != nil {
+		return err
+	}
+	pair, err := ca.Serving("127.0.0.1")
+	if err != nil {
+		return err
+	}
+	certFile, keyFile, err := pair.Write(dir, "gateway")
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	conf := config.Config{}
+	conf.Tunnel = srv.TunnelConfig(msa)
+	conf.Tunnel.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"flood-bench": "gateway"}}
+	conf.Gateway = config.Gateway{Enabled: true, Listen: addr, URL: "https://" + addr, TLS: config.GatewayTLS{CertFile: certFile, KeyFile: keyFile}}
+	d, err := fleet.StartDaemon(ctx, binary, asHubsync, conf, logs)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Stop() }()
+	if err := d.WaitReady(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.PEM)
+	legit := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
+	defer legit.CloseIdleConnections()
+	url := "https://" + addr + "/" + floodCluster + gatewaySmallPath
+	get := func(ctx context.Context) (time.Duration, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req.Header.Set("Authorization", "Bearer "+userToken)
+		start := time.Now()
+		resp, err := legit.RoundTrip(req)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return 0, fmt.Errorf("%s", resp.Status)
+		}
+		return time.Since(start), nil
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := get(ctx)
+		return err == nil, nil
+	}); err != nil {
+		return fmt.Errorf("the gateway does not serve the legitimate client: %w", err)
+	}
+
+	// Quiet and flooded runs alternate in a balanced order.
+	var phases []floodPhase
+	for r := range 2 * floodRepeats {
+		flooded := r%4 == 1 || r%4 == 2
+		p, err := floodRun(ctx, hub, d, m, addr, roots, get, flooded)
+		if err != nil {
+			return err
+		}
+		phases = append(phases, p)
+		p.print()
+	}
+	printFloodSummary(phases)
+	return nil
+}
+
+// floodRun measures one run: the burst and the legitimate client, and
+// the flood when flooded.
+func floodRun(ctx context.Context, hub *fleet.Hub, d *fleet.Daemon, m *controlplane.Managed, addr string, roots *x509.CertPool,
+	get func(context.Context) (time.Duration, error), flooded bool) (floodPhase, error) {
+	p := floodPhase{flooded: flooded, codes: map[int]int{}}
+	metrics, err := d.Metrics()
+	if err != nil {
+		return p, err
+	}
+	reviewsBefore := hubReviews(metrics)
+	reachedBefore, err := floodReached(m)
+	if err != nil {
+		return p, err
+	}
+	var tokens []string
+	if flooded {
+		if tokens, err = forgedTokens(floodRequests, "https://"+m.Address); err != nil {
+			return p, err
+		}
+	}
+	// The legitimate client reads until the burst and the flood are over.
+	stop := make(chan struct{})
+	var legitWG sync.WaitGroup
+	var mu sync.Mutex
+	for range 2 {
+		legitWG.Add(1)
+		go func() {
+			defer legitWG.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				took, err := get(ctx)
+				mu.Lock()
+				if err != nil {
+					p.errs++
+				} else {
+					p.lat = append(p.lat, took)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	var floodWG sync.WaitGroup
+	if flooded {
+		floodWG.Add(1)
+		go func() {
+			defer floodWG.Done()
+			p.took, p.codes = flood(ctx, addr, roots, tokens)
+		}()
+	}
+	start := time.Now()
+	names := make([]string, floodBurst)
+	for i := range names {
+		names[i] = fmt.Sprintf("flood-c%04d", i)
+	}
+	err = parallel(len(names), 16, func(i int) error {
+		_, err := hub.CreateCluster(ctx, fleet.ClusterSpec{Name: names[i], Labels: fleet.ExclusiveSetLabels(floodSet, nil)})
+		return err
+	})
+	if err == nil {
+		err = waitProfiles(ctx, hub, floodBurst)
+	}
+	p.converge = time.Since(start)
+	floodWG.Wait()
+	close(stop)
+	legitWG.Wait()
+	if err != nil {
+		return p, fmt.Errorf("burst: %w", err)
+	}
+	if metrics, err = d.Metrics(); err != nil {
+		return p, err
+	}
+	p.reviews = hubReviews(metrics) - reviewsBefore
+	reached, err := floodReached(m)
+	if err != nil {
+		return p, err
+	}
+	p.reached = reached - reachedBefore
+	slices.Sort(p.lat)
+	// The fleet as it was, for the next run.
+	if err := parallel(len(names), 16, func(i int) error { return hub.DeleteCluster(ctx, names[i]) }); err != nil {
+		return p, err
+	}
+	return p, waitProfiles(ctx, hub, 0)
+}
+
+// flood sends the forged tokens from floodConns connections of their own
+// (HTTP/1.1 keep-alive, from floodAttacker), and returns its wall time and
+// the answers' codes (0: no answer).
+func flood(ctx context.Context, addr string, roots *x509.CertPool, tokens []string) (time.Duration, map[int]int) {
+	codes := map[int]int{}
+	var mu sync.Mutex
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range floodConns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, MaxConnsPerHost: 1,
+				DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(floodAttacker)}}).DialContext}
+			defer tr.CloseIdleConnections()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(tokens) {
+					return
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/"+floodCluster+gatewaySmallPath, nil)
+				req.Header.Set("Authorization", "Bearer "+tokens[i])
+				req.Header.Set("User-Agent", floodAgent)
+				code := 0
+				if resp, err := tr.RoundTrip(req); err == nil {
+					code = resp.StatusCode
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+				}
+				mu.Lock()
+				codes[code]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start), codes
+}
+
+// forgedTokens are n new tokens: half opaque strings, half JWTs for the
+// cluster's issuer signed with keys of the forger's own (each with a key
+// id of its own, so that each names a key nobody knows).
+func forgedTokens(n int, issuer string) ([]string, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, n)
+	for i := range out {
+		if i%2 == 0 {
+			out[i] = rand.Text() + rand.Text()
+			continue
+		}
+		sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key},
+			(&jose.SignerOptions{}).WithType("JWT").WithHeader(jose.HeaderKey("kid"), rand.Text()))
+		if err != nil {
+			return nil, err
+		}
+		claims, _ := json.Marshal(map[string]any{"iss": issuer, "aud": []string{issuer}, "exp": time.Now().Add(time.Hour).Unix(),
+			"sub": fmt.Sprintf("system:serviceaccount:kube-system:forged-%d", i)})
+		obj, err := sig.Sign(claims)
+		if err != nil {
+			return nil, err
+		}
+		if out[i], err = obj.CompactSerialize(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// hubReviews is the TokenReviews the daemon's gateway sent the hub.
+func hubReviews(metrics string) float64 {
+	sum := 0.0
+	for _, r := range []string{"authenticated", "unauthenticated", "error"} {
+		sum += fleet.MetricSum(metrics, `hubsync_gateway_token_reviews_total{result="`+r+`"}`)
+	}
+	return sum
+}
+
+// floodReached counts the forged requests in the managed API server's
+// audit log, whatever the stage (a failed authentication is audited at
+// ResponseStarted only), each once.
+func floodReached(m *controlplane.Managed) (int, error) {
+	log, err := m.AuditLog()
+	if err != nil {
+		return 0, err
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `"userAgent":"`+floodAgent+`"`) {
+			continue
+		}
+		var e struct {
+			AuditID string `json:"auditID"`
+		}
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			return 0, fmt.Errorf("audit log line: %w", err)
+		}
+		seen[e.AuditID] = true
+	}
+	return len(seen), nil
+}
+
+// waitProfiles waits until each burst namespace holds want profiles.
+func waitProfiles(ctx context.Context, hub *fleet.Hub, want int) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for i := range floodNamespaces {
+			names, err := hub.ProfileNames(ctx, fmt.Sprintf("flood-ns-%d", i))
+			if err != nil || len(names) != want {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// floodHubIdentity is the legitimate client's hub ServiceAccount, its
+// token and what the hub's TokenReview says it is.
+func floodHubIdentity(ctx context.Context, kube kubernetes.Interface) (string, gateway.Identity, error) {
+	for _, create := range []func() error{
+		func() error {
+			_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gatewayNS}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := kube.CoreV1().ServiceAccounts(gatewayNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "reader"}}, metav1.CreateOptions{})
+			return err
+		},
+	} {
+		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", gateway.Identity{}, err
+		}
+	}
+	secs := int64(7200)
+	tr, err := kube.CoreV1().ServiceAccounts(gatewayNS).CreateToken(ctx, "reader",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", gateway.Identity{}, err
+	}
+	id, ok, err := (gateway.TokenReviewer{Kube: kube}).Review(ctx, tr.Status.Token)
+	if err != nil || !ok {
+		return "", gateway.Identity{}, fmt.Errorf("the hub does not authenticate its own ServiceAccount token: %v", err)
+	}
+	return tr.Status.Token, id, nil
+}
+
+// hubsyncIdentity applies deploy/'s ServiceAccount, RBAC and the
+// gateway's hub RBAC and flow control with the real kubectl, and returns
+// a client configuration that acts as that ServiceAccount, so that the
+// hub's Priority and Fairness classifies hubsync's requests as in a
+// deployment (an admin would be exempt).
+func hubsyncIdentity(ctx context.Context, cp *controlplane.ControlPlane) (*rest.Config, error) {
+	kubectl, err := controlplane.KubectlPath()
+	if err != nil {
+		return nil, err
+	}
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return nil, fmt.Errorf("go env GOMOD: %w", err)
+	}
+	deploy := filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), "deploy")
+	kube, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		return nil, err
+	}
+	const ns, sa = "open-cluster-management-hub", "hubsync"
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "hubsync-bench-kubectl-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	admin := filepath.Join(dir, "admin.kubeconfig")
+	if err := fleet.WriteKubeconfig(cp.Config, admin); err != nil {
+		return nil, err
+	}
+	args := []string{"--kubeconfig", admin, "apply"}
+	for _, f := range []string{"serviceaccount.yaml", "rbac.yaml", "gateway/hub-rbac.yaml", "gateway/flowcontrol.yaml"} {
+		args = append(args, "-f", filepath.Join(deploy, f))
+	}
+	if out, err := exec.CommandContext(ctx, kubectl, args...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("kubectl apply: %w\n%s", err, out)
+	}
+	secs := int64(7200)
+	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	cfg := rest.AnonymousClientConfig(cp.Config)
+	cfg.BearerToken = tr.Status.Token
+	return cfg, nil
+}
+
+func (p floodPhase) print() {
+	kind := "quiet  "
+	flood := ""
+	if p.flooded {
+		kind = "flooded"
+		flood = fmt.Sprintf("; flood in %s: %s, %.0f hub TokenReviews, %d reached the cluster",
+			p.took.Round(time.Millisecond), codeList(p.codes), p.reviews, p.reached)
+	}
+	fmt.Printf("%s: burst converged in %s; legitimate client %d GETs, p50 %s p99 %s, %d errors%s\n",
+		kind, p.converge.Round(time.Millisecond), len(p.lat), floodPct(p.lat, 50), floodPct(p.lat, 99), p.errs, flood)
+}
+
+func codeList(codes map[int]int) string {
+	var keys []int
+	for k := range codes {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%d×%d", codes[k], k))
+	}
+	return strings.Join(parts, " ")
+}
+
+// printFloodSummary compares each flooded run with the quiet run next to
+// it, and prints the medians and ranges against the goals.
+func printFloodSummary(phases []floodPhase) {
+	var cost, burst, p99Quiet, p99Flood []float64
+	errs := 0
+	met := 0
+	for i := 0; i+1 < len(phases); i += 2 {
+		q, f := phases[i], phases[i+1]
+		if q.flooded {
+			q, f = f, q
+		}
+		cost = append(cost, 100*(f.reviews+float64(f.reached))/float64(floodRequests))
+		burst = append(burst, f.converge.Seconds()/q.converge.Seconds())
+		pq, pf := floodPct(q.lat, 99), floodPct(f.lat, 99)
+		p99Quiet = append(p99Quiet, float64(pq)/float64(time.Millisecond))
+		p99Flood = append(p99Flood, float64(pf)/float64(time.Millisecond))
+		errs += f.errs + q.errs
+		if pf <= max(3*pq, pq+50*time.Millisecond) {
+			met++
+		}
+	}
+	fmt.Printf("flood cost (hub TokenReviews + requests reaching the cluster, per forged request): %s%%; goal <= %.0f%%: %s\n",
+		floatSpread(cost, "%.1f"), 100*floodCostGoal, gatewayGoal(cost, func(v float64) bool { return v <= 100*floodCostGoal }))
+	verdict := "met"
+	if errs > 0 || met < len(p99Flood) {
+		verdict = "NOT MET"
+	}
+	fmt.Printf("legitimate client on the same cluster: %d errors in all runs; p99 quiet %s ms, flooded %s ms; goal 0 errors and p99 <= max(3x, +50 ms) of the quiet run next to it: %s (%d of %d pairs)\n",
+		errs, floatSpread(p99Quiet, "%.1f"), floatSpread(p99Flood, "%.1f"), verdict, met, len(p99Flood))
+	fmt.Printf("syncer burst (%d profiles) convergence, flooded / quiet: %sx; goal <= %.1fx: %s\n",
+		floodBurst*floodNamespaces, floatSpread(burst, "%.2f"), floodBurstGoal, gatewayGoal(burst, func(v float64) bool { return v <= floodBurstGoal }))
+}
+
+// floodPct is the p-th percentile of the latencies, 0 when there are none.
+func floodPct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return percentile(d, p)
+}
