@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,5 +117,28 @@ func TestGatewayHubKeyAddedLately(t *testing.T) {
 	}
 	if n := len(pool.requests()); n != 1 {
 		t.Fatalf("%d requests reached the cluster; want only the first", n)
+	}
+}
+
+// TestGatewayLogsUnidentifiedHubIssuers: a JWT the hub accepts that no
+// hub key signs and whose issuer is not in HubIssuers names an issuer the
+// operator should list; it is logged once.
+func TestGatewayLogsUnidentifiedHubIssuers(t *testing.T) {
+	w := newWorld(t)
+	var logs strings.Builder
+	rev := w.reviewer()
+	rev.ids[w.oidc] = Identity{Username: "bob"}
+	g, err := New(Options{Pool: w.pool(), Reviewer: rev, HubKeys: w.hubKeys(), PassThrough: true, ReviewCacheTTL: time.Nanosecond,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if rec := serve(g, "GET", "/c2/api", bearer(w.oidc)); rec.Code != 200 {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+	}
+	if n := strings.Count(logs.String(), "add it to gateway.hubIssuers"); n != 1 || !strings.Contains(logs.String(), "https://dex.example") {
+		t.Fatalf("logged %d times; want once, naming the issuer:\n%s", n, logs.String())
 	}
 }

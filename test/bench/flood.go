@@ -35,7 +35,6 @@ import (
 	"github.com/hubsync/hubsync/gateway"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
-	"github.com/hubsync/hubsync/test/konnectivity"
 	"github.com/hubsync/hubsync/test/pki"
 )
 
@@ -97,26 +96,12 @@ func benchFlood(ctx context.Context, cp *controlplane.ControlPlane, binary strin
 		floodRequests, floodConns, floodBurst*floodNamespaces)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "hubsync-bench-flood-")
+	r, err := startReach(ctx, cp, floodCluster, floodIP)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := konnectivity.StartServer(ctx, dir)
-	if err != nil {
-		return err
-	}
-	defer srv.Kill()
-	m, err := controlplane.StartManaged(ctx, cp.EtcdURL(), floodCluster, floodIP)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	agent, err := srv.StartAgent(floodCluster, floodIP)
-	if err != nil {
-		return err
-	}
-	defer agent.Kill()
+	defer r.stop()
+	dir, srv, m := r.dir, r.server, r.managed
 	mg, err := kubernetes.NewForConfig(m.Config)
 	if err != nil {
 		return err

@@ -39,7 +39,6 @@ import (
 	"github.com/hubsync/hubsync/gateway"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
-	"github.com/hubsync/hubsync/test/konnectivity"
 	"github.com/hubsync/hubsync/test/pki"
 	"github.com/hubsync/hubsync/tunnel"
 )
@@ -165,26 +164,12 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 	fmt.Println("\n== access gateway: hub TokenReview, a real konnectivity proxy-server + agent and managed kube-apiserver")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "hubsync-bench-gateway-")
+	r, err := startReach(ctx, cp, "bench-gateway", gatewayIP)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := konnectivity.StartServer(ctx, dir)
-	if err != nil {
-		return err
-	}
-	defer srv.Kill()
-	m, err := controlplane.StartManaged(ctx, cp.EtcdURL(), "bench-gateway", gatewayIP)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	agent, err := srv.StartAgent("bench-gateway", gatewayIP)
-	if err != nil {
-		return err
-	}
-	defer agent.Kill()
+	defer r.stop()
+	dir, srv, m := r.dir, r.server, r.managed
 	mcfg := rest.CopyConfig(m.Config)
 	mcfg.QPS, mcfg.Burst = 2000, 4000
 	mg, err := kubernetes.NewForConfig(mcfg)

@@ -1,7 +1,6 @@
 // Command bench prints hubsync's performance figures on a real
 // kube-apiserver + etcd, each against a floor or baseline measured in the
 // same run:
-//
 //   - initial convergence of a 500-cluster x 8-namespace fleet (4000
 //     profiles) against the time a tuned client takes for the same raw
 //     writes, measured next to each run (etcd slows as its history grows),
@@ -33,11 +32,6 @@
 //     TokenReview: a small GET's p50/p99 at concurrency 1, 32 and 128 and
 //     a large list's throughput through the gateway, directly, and through
 //     a gateway whose pool dials the API server without konnectivity;
-//   - with --scale only: 3000 clusters x 10 namespaces (10,000 profiles)
-//     and 10,000 credential copies against their raw writes, hubsync's
-//     peak RSS and CPU time; with --soak, RSS, goroutines and open files
-//     every minute under steady rotations and relabels, with their slopes.
-//
 //   - strangers: a flood of forged tokens (half opaque, half self-signed
 //     JWTs) at the gateway of the real daemon, run as its ServiceAccount
 //     under the shipped flow control, while a legitimate client reads the
@@ -45,6 +39,10 @@
 //     TokenReviews and requests reaching the cluster per forged request,
 //     the client's errors and p99, and the burst's convergence, against
 //     quiet runs alternating with the flooded ones;
+//   - with --scale only: 3000 clusters x 10 namespaces (10,000 profiles)
+//     and 10,000 credential copies against their raw writes, hubsync's
+//     peak RSS and CPU time; with --soak, RSS, goroutines and open files
+//     every minute under steady rotations and relabels, with their slopes.
 //
 // --tunnel-only, --gateway-only, --flood-only, --initial-only, --initial-pairs,
 // --sink-pairs, --sinks and --cpuprofile narrow it down for diagnosis.

@@ -38,27 +38,13 @@ const tunnelPath = "/api/v1/namespaces/default"
 // simulated clusters to ready and the memory of a warm entry.
 func benchTunnel(ctx context.Context, cp *controlplane.ControlPlane) error {
 	fmt.Println("== tunnel pool: real konnectivity proxy-server + agent + managed kube-apiserver")
-	dir, err := os.MkdirTemp("", "hubsync-bench-konnectivity-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := konnectivity.StartServer(ctx, dir)
-	if err != nil {
-		return err
-	}
-	defer srv.Kill()
 	const ip = "127.0.0.21"
-	m, err := controlplane.StartManaged(ctx, cp.EtcdURL(), "bench-managed", ip)
+	r, err := startReach(ctx, cp, "bench-managed", ip)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	agent, err := srv.StartAgent("bench", ip)
-	if err != nil {
-		return err
-	}
-	defer agent.Kill()
+	defer r.stop()
+	srv, m := r.server, r.managed
 	kd, err := tunnel.NewKonnectivityDialer(tunnel.KonnectivityConfig{
 		Address: srv.ClientAddress, CAFile: srv.CAFile, CertFile: srv.CertFile, KeyFile: srv.KeyFile,
 	})
@@ -382,4 +368,50 @@ func sorted(d []time.Duration) []time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s
+}
+
+// reach is a managed kube-apiserver on its own address, behind a real
+// konnectivity proxy-server and an agent that registers that address.
+type reach struct {
+	dir     string
+	server  *konnectivity.Server
+	managed *controlplane.Managed
+	agent   *konnectivity.Agent
+}
+
+// startReach starts a proxy-server, a managed API server named name on ip
+// (sharing the hub's etcd) and its agent.
+func startReach(ctx context.Context, cp *controlplane.ControlPlane, name, ip string) (*reach, error) {
+	dir, err := os.MkdirTemp("", "hubsync-bench-"+name+"-")
+	if err != nil {
+		return nil, err
+	}
+	r := &reach{dir: dir}
+	if r.server, err = konnectivity.StartServer(ctx, dir); err != nil {
+		r.stop()
+		return nil, err
+	}
+	if r.managed, err = controlplane.StartManaged(ctx, cp.EtcdURL(), name, ip); err != nil {
+		r.stop()
+		return nil, err
+	}
+	if r.agent, err = r.server.StartAgent(name, ip); err != nil {
+		r.stop()
+		return nil, err
+	}
+	return r, nil
+}
+
+// stop stops what startReach started and removes its files.
+func (r *reach) stop() {
+	if r.agent != nil {
+		r.agent.Kill()
+	}
+	if r.managed != nil {
+		_ = r.managed.Close()
+	}
+	if r.server != nil {
+		r.server.Kill()
+	}
+	_ = os.RemoveAll(r.dir)
 }

@@ -728,21 +728,34 @@ func mintHubToken(t *testing.T, keyFile, issuer string, exp time.Time) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	alg := jose.RS256
-	if _, ok := key.(*ecdsa.PrivateKey); ok {
-		alg = jose.ES256
-	}
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: key}, (&jose.SignerOptions{}).WithType("JWT"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	iat := exp.Add(-time.Hour).Unix()
-	claims, _ := json.Marshal(map[string]any{
+	return signJWT(t, key, "", map[string]any{
 		"iss": issuer, "aud": []string{issuer}, "sub": "system:serviceaccount:" + hubNS + ":" + hubSA,
 		"exp": exp.Unix(), "iat": iat, "nbf": iat,
 		"kubernetes.io": map[string]any{"namespace": hubNS, "serviceaccount": map[string]any{"name": hubSA, "uid": "0"}},
 	})
-	obj, err := signer.Sign(claims)
+}
+
+// signJWT signs claims with key (RSA or ECDSA), naming kid when it is set.
+func signJWT(t *testing.T, key any, kid string, claims map[string]any) string {
+	t.Helper()
+	alg := jose.RS256
+	if _, ok := key.(*ecdsa.PrivateKey); ok {
+		alg = jose.ES256
+	}
+	opts := (&jose.SignerOptions{}).WithType("JWT")
+	if kid != "" {
+		opts = opts.WithHeader(jose.HeaderKey("kid"), kid)
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: key}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := signer.Sign(payload)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,15 +6,12 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/leak"
@@ -40,23 +37,9 @@ func selfSignedJWT(t *testing.T, issuer, sub string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key},
-		(&jose.SignerOptions{}).WithType("JWT").WithHeader(jose.HeaderKey("kid"), "made-up"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
-	claims, _ := json.Marshal(map[string]any{"iss": issuer, "aud": []string{issuer}, "sub": sub,
+	return signJWT(t, key, "made-up", map[string]any{"iss": issuer, "aud": []string{issuer}, "sub": sub,
 		"exp": now.Add(time.Hour).Unix(), "iat": now.Unix(), "nbf": now.Unix()})
-	obj, err := sig.Sign(claims)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := obj.CompactSerialize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
 }
 
 // seen reads the managed cluster's audit log for the requests whose URI
