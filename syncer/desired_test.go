@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -1253,5 +1254,30 @@ func TestWriteTracker(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWriteTrackerEchoAfterSkip: hubsync's own write coming back is
+// ignored, unless a reconcile skipped the object while the cache was
+// behind that write: then the echo is the event that re-queues the work.
+func TestWriteTrackerEchoAfterSkip(t *testing.T) {
+	copyAt := func(rv string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c-msa", ResourceVersion: rv, UID: "u1"}}
+	}
+	w := newWriteTracker(time.Minute)
+	w.wrote(copyAt("10"))
+	if !w.isEcho(copyAt("10"), false) {
+		t.Fatal("the write's own event is an echo")
+	}
+	// A reconcile (an MSA's status changed) runs before the cache has the
+	// write, and skips the copy.
+	if !pendingFor(w, "ns/c-msa", (*corev1.Secret)(nil)) {
+		t.Fatal("the cache is behind the write")
+	}
+	if w.isEcho(copyAt("10"), false) {
+		t.Fatal("the echo of a write a reconcile skipped for was ignored: the skipped change would wait for the next resync")
+	}
+	if pendingFor(w, "ns/c-msa", copyAt("10")) {
+		t.Fatal("once the cache has the write, nothing is pending")
 	}
 }

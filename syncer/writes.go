@@ -31,6 +31,9 @@ type pendingWrite struct {
 	rv      uint64
 	deleted types.UID // set when the write was a delete of this UID
 	at      time.Time
+	// recheck: a reconcile skipped this object while the cache was behind
+	// the write; its echo must then re-queue the key, not be ignored.
+	recheck bool
 }
 
 func newWriteTracker(ttl time.Duration) *writeTracker {
@@ -64,13 +67,17 @@ func (w *writeTracker) put(key string, p pendingWrite) {
 }
 
 // isEcho reports whether an informer event's object is hubsync's own last
-// write to it coming back: the resourceVersion it wrote, or the object it
-// deleted.
+// write to it coming back (the resourceVersion it wrote, or the object it
+// deleted) and nothing waits for it: an echo that a reconcile skipped for
+// (see pending) is not one, so that the skipped work is done.
 func (w *writeTracker) isEcho(obj metav1.Object, deleted bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p, ok := w.m[obj.GetNamespace()+"/"+obj.GetName()]
 	if !ok {
+		return false
+	}
+	if p.recheck {
 		return false
 	}
 	if deleted {
@@ -111,6 +118,9 @@ func (w *writeTracker) pending(key string, cached metav1.Object) bool {
 	}
 	if !behind {
 		delete(w.m, key)
+		return false
 	}
-	return behind
+	p.recheck = true
+	w.m[key] = p
+	return true
 }
