@@ -35,7 +35,6 @@ import (
 	"github.com/hubsync/hubsync/gateway"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
-	"github.com/hubsync/hubsync/test/pki"
 )
 
 // Flood figures (flags).
@@ -170,15 +169,7 @@ func benchFlood(ctx context.Context, cp *controlplane.ControlPlane, binary strin
 	}
 
 	// The gateway's serving certificate and hubsync's configuration.
-	ca, err := pki.NewCA("bench-flood-ca")
-	if err != nil {
-		return err
-	}
-	pair, err := ca.Serving("127.0.0.1")
-	if err != nil {
-		return err
-	}
-	certFile, keyFile, err := pair.Write(dir, "gateway")
+	ca, certFile, keyFile, err := gatewayCert(dir, "bench-flood-ca")
 	if err != nil {
 		return err
 	}
@@ -575,8 +566,8 @@ func printFloodSummary(phases []floodPhase) {
 			met++
 		}
 	}
-	fmt.Printf("flood cost (hub TokenReviews + requests reaching the cluster, per forged request): %s%%; goal <= %.0f%%: %s\n",
-		floatSpread(cost, "%.1f"), 100*floodCostGoal, gatewayGoal(cost, func(v float64) bool { return v <= 100*floodCostGoal }))
+	fmt.Printf("flood cost (hub TokenReviews + requests reaching the cluster, per forged request): %s; goal <= %.0f%%: %s\n",
+		floatSpread(cost, "%.1f%%"), 100*floodCostGoal, gatewayGoal(cost, func(v float64) bool { return v <= 100*floodCostGoal }))
 	verdict := "met"
 	if errs > 0 || met < len(p99Flood) {
 		verdict = "NOT MET"

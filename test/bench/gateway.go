@@ -260,15 +260,7 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 	defer stopDirectPool()
 
 	// A gateway over each, served over TLS as the daemon serves it.
-	ca, err := pki.NewCA("bench-gateway-ca")
-	if err != nil {
-		return err
-	}
-	pair, err := ca.Serving("127.0.0.1")
-	if err != nil {
-		return err
-	}
-	certFile, keyFile, err := pair.Write(dir, "gateway")
+	ca, certFile, keyFile, err := gatewayCert(dir, "bench-gateway-ca")
 	if err != nil {
 		return err
 	}
@@ -836,4 +828,19 @@ func whoAmI(ctx context.Context, md gatewayMode) (string, error) {
 	}
 	u := review.Status.UserInfo
 	return fmt.Sprintf("%s, groups %s (%s)", u.Username, strings.Join(u.Groups, ", "), resp.Proto), nil
+}
+
+// gatewayCert makes a CA named name and a serving certificate for
+// 127.0.0.1 in dir, for a gateway on loopback.
+func gatewayCert(dir, name string) (*pki.CA, string, string, error) {
+	ca, err := pki.NewCA(name)
+	if err != nil {
+		return nil, "", "", err
+	}
+	pair, err := ca.Serving("127.0.0.1")
+	if err != nil {
+		return nil, "", "", err
+	}
+	certFile, keyFile, err := pair.Write(dir, "gateway")
+	return ca, certFile, keyFile, err
 }
