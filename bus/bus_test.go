@@ -153,23 +153,19 @@ type client struct {
 
 func connect(t *testing.T, url string) *client {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &client{js: js}
+	return connectWith(t, url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 }
 
 // selfConnect connects to the embedded server as hubsync itself does:
 // in-process, with the password it was started with.
 func selfConnect(t *testing.T, b *testBus) *client {
 	t.Helper()
-	nc, err := nats.Connect("", nats.InProcessServer(b.srv), nats.UserInfo(selfUser, selfPassword(b)))
+	return connectWith(t, "", nats.InProcessServer(b.srv), nats.UserInfo(selfUser, selfPassword(b)))
+}
+
+func connectWith(t *testing.T, url string, opts ...nats.Option) *client {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

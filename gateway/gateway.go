@@ -419,7 +419,9 @@ func (g *Gateway) origin(ctx context.Context, cluster string, served bool, t *jw
 		}
 	}
 	if !hub.Knows(t.jws) && (keys == nil || !keys.Knows(t.jws)) {
-		_, ok, err := hub.verify(ctx, t.jws, true)
+		// Checked against the hub's set as it was above: only a new set
+		// can tell more.
+		_, ok, err := hub.verifyRefetched(ctx, t.jws)
 		if err != nil {
 			return fromNobody, err
 		}

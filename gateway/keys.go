@@ -81,14 +81,21 @@ func (k *KeySet) verify(ctx context.Context, jws *jose.JSONWebSignature, refetch
 		return p, true, nil
 	}
 	if refetchUnknown && !k.Knows(jws) {
-		if keys, err = k.get(ctx, true); err != nil {
-			return nil, false, err
-		}
-		if p, ok := verifyWith(jws, keys); ok {
-			return p, true, nil
-		}
+		return k.verifyRefetched(ctx, jws)
 	}
 	return nil, false, nil
+}
+
+// verifyRefetched checks the token against the set fetched again (unless
+// it is younger than MinRefetch), for a token naming a key id the set
+// lacks and already checked against the set as it was.
+func (k *KeySet) verifyRefetched(ctx context.Context, jws *jose.JSONWebSignature) ([]byte, bool, error) {
+	keys, err := k.get(ctx, true)
+	if err != nil {
+		return nil, false, err
+	}
+	p, ok := verifyWith(jws, keys)
+	return p, ok, nil
 }
 
 // Knows reports whether the set (as last fetched) holds the key id the

@@ -21,7 +21,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	jose "github.com/go-jose/go-jose/v4"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,6 +34,7 @@ import (
 	"github.com/hubsync/hubsync/gateway"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/pki"
 )
 
 // Flood figures (flags).
@@ -120,7 +120,7 @@ func benchFlood(ctx context.Context, cp *controlplane.ControlPlane, binary strin
 	if err != nil {
 		return err
 	}
-	userToken, id, err := floodHubIdentity(ctx, hub.Kube)
+	userToken, id, err := benchHubIdentity(ctx, hub.Kube)
 	if err != nil {
 		return err
 	}
@@ -376,18 +376,9 @@ func forgedTokens(n int, issuer string) ([]string, error) {
 			out[i] = rand.Text() + rand.Text()
 			continue
 		}
-		sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key},
-			(&jose.SignerOptions{}).WithType("JWT").WithHeader(jose.HeaderKey("kid"), rand.Text()))
-		if err != nil {
-			return nil, err
-		}
-		claims, _ := json.Marshal(map[string]any{"iss": issuer, "aud": []string{issuer}, "exp": time.Now().Add(time.Hour).Unix(),
-			"sub": fmt.Sprintf("system:serviceaccount:kube-system:forged-%d", i)})
-		obj, err := sig.Sign(claims)
-		if err != nil {
-			return nil, err
-		}
-		if out[i], err = obj.CompactSerialize(); err != nil {
+		claims := map[string]any{"iss": issuer, "aud": []string{issuer}, "exp": time.Now().Add(time.Hour).Unix(),
+			"sub": fmt.Sprintf("system:serviceaccount:kube-system:forged-%d", i)}
+		if out[i], err = pki.SignJWT(key, rand.Text(), claims); err != nil {
 			return nil, err
 		}
 	}
@@ -440,9 +431,10 @@ func waitProfiles(ctx context.Context, hub *fleet.Hub, want int) error {
 	})
 }
 
-// floodHubIdentity is the legitimate client's hub ServiceAccount, its
-// token and what the hub's TokenReview says it is.
-func floodHubIdentity(ctx context.Context, kube kubernetes.Interface) (string, gateway.Identity, error) {
+// benchHubIdentity is the gateway clients' hub ServiceAccount
+// (gatewayNS/reader), a token of it and what the hub's TokenReview says it
+// is.
+func benchHubIdentity(ctx context.Context, kube kubernetes.Interface) (string, gateway.Identity, error) {
 	for _, create := range []func() error{
 		func() error {
 			_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gatewayNS}}, metav1.CreateOptions{})

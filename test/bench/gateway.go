@@ -195,32 +195,11 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 	}
 	// The hub identity: a ServiceAccount on the hub, and what the hub's
 	// TokenReview says it is.
-	for _, obj := range []func() error{
-		func() error {
-			_, err := hub.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gatewayNS}}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := hub.CoreV1().ServiceAccounts(gatewayNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "reader"}}, metav1.CreateOptions{})
-			return err
-		},
-	} {
-		if err := obj(); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
-		}
-	}
-	secs := int64(3600)
-	tr, err := hub.CoreV1().ServiceAccounts(gatewayNS).CreateToken(ctx, "reader",
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
+	hubToken, id, err := benchHubIdentity(ctx, hub)
 	if err != nil {
 		return err
 	}
-	hubToken := tr.Status.Token
 	reviewer := &countingReviewer{Reviewer: gateway.TokenReviewer{Kube: hub}}
-	id, ok, err := reviewer.Reviewer.Review(ctx, hubToken)
-	if err != nil || !ok {
-		return fmt.Errorf("the hub does not authenticate its own ServiceAccount token: %v", err)
-	}
 	// The objects, and who may read them: the prefixed hub identity and,
 	// for the direct requests, a managed ServiceAccount.
 	directToken, err := m.ServiceAccountToken(ctx, gatewayNS, "direct-reader", time.Hour)

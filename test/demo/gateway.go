@@ -3,12 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	jose "github.com/go-jose/go-jose/v4"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -218,21 +213,7 @@ func (g *demoGateway) show(ctx context.Context, binary string, hubHost string) e
 // forgedJWT is a service-account-shaped JWT signed with a key of the
 // client's own.
 func forgedJWT() string {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		panic(err)
-	}
-	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithType("JWT"))
-	if err != nil {
-		panic(err)
-	}
-	claims, _ := json.Marshal(map[string]any{"iss": "https://kubernetes.default.svc", "sub": "system:serviceaccount:kube-system:admin",
-		"exp": time.Now().Add(time.Hour).Unix()})
-	obj, err := sig.Sign(claims)
-	if err != nil {
-		panic(err)
-	}
-	tok, err := obj.CompactSerialize()
+	tok, err := pki.SelfSignedJWT("https://kubernetes.default.svc", "system:serviceaccount:kube-system:admin", "")
 	if err != nil {
 		panic(err)
 	}

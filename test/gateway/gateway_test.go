@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -21,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	jose "github.com/go-jose/go-jose/v4"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -739,27 +737,7 @@ func mintHubToken(t *testing.T, keyFile, issuer string, exp time.Time) string {
 // signJWT signs claims with key (RSA or ECDSA), naming kid when it is set.
 func signJWT(t *testing.T, key any, kid string, claims map[string]any) string {
 	t.Helper()
-	alg := jose.RS256
-	if _, ok := key.(*ecdsa.PrivateKey); ok {
-		alg = jose.ES256
-	}
-	opts := (&jose.SignerOptions{}).WithType("JWT")
-	if kid != "" {
-		opts = opts.WithHeader(jose.HeaderKey("kid"), kid)
-	}
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: key}, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	payload, err := json.Marshal(claims)
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj, err := signer.Sign(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := obj.CompactSerialize()
+	tok, err := pki.SignJWT(key, kid, claims)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/leak"
+	"github.com/hubsync/hubsync/test/pki"
 )
 
 // The identities a managed cluster can see through the gateway.
@@ -33,13 +31,11 @@ const (
 // signed with a key of the client's own.
 func selfSignedJWT(t *testing.T, issuer, sub string) string {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tok, err := pki.SelfSignedJWT(issuer, sub, "made-up")
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	return signJWT(t, key, "made-up", map[string]any{"iss": issuer, "aud": []string{issuer}, "sub": sub,
-		"exp": now.Add(time.Hour).Unix(), "iat": now.Unix(), "nbf": now.Unix()})
+	return tok
 }
 
 // seen reads the managed cluster's audit log for the requests whose URI
