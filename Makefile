@@ -39,7 +39,7 @@ check: fmt vet
 # Fast tests of pure logic first, then end-to-end tests against a real
 # kube-apiserver + etcd.
 unit:
-	$(GO) test -race -count=1 ./config/... ./stream/... ./syncer/... ./bus/... ./sinks/... ./tunnel/... ./gateway/... ./cmd/...
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/) ./test/layout/...
 
 e2e: kube-binaries konnectivity-binaries
 	KUBEBUILDER_ASSETS=$$($(ASSETS) 2>/dev/null) KONNECTIVITY_ASSETS=$$($(KONN) 2>/dev/null) \

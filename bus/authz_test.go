@@ -17,7 +17,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/stream/streamtest"
 )
 
 // violations collects the permissions violations the server reports to a
@@ -80,12 +82,12 @@ func (f *consumerFixture) storedIDs(t *testing.T) []string {
 	t.Helper()
 	var ids []string
 	for _, m := range f.self.messages(t, f.cfg.Stream.Name) {
-		e, err := Decode(m.Data)
+		e, err := events.Decode(m.Data)
 		if err != nil {
 			t.Fatalf("the stream holds a message that is not an event, on %s: %v\n%s", m.Subject, err, m.Data)
 		}
-		kind, _ := Kind(e.Type)
-		if want := Subject(f.cfg.SubjectPrefix, e.Data.Namespace, e.Data.Cluster, kind); m.Subject != want {
+		kind, _ := events.Kind(e.Type)
+		if want := events.Subject(f.cfg.SubjectPrefix, e.Data.Namespace, e.Data.Cluster, kind); m.Subject != want {
 			t.Fatalf("event %s stored on %s, want %s", e.ID, m.Subject, want)
 		}
 		ids = append(ids, e.ID)
@@ -96,7 +98,7 @@ func (f *consumerFixture) storedIDs(t *testing.T) []string {
 func (f *consumerFixture) wantIDs() []string {
 	var ids []string
 	for _, c := range f.changes {
-		ids = append(ids, EventID(c))
+		ids = append(ids, events.ID(c))
 	}
 	return ids
 }
@@ -139,9 +141,9 @@ func TestConsumerPermissions(t *testing.T) {
 			start(t, b, nil)
 			f := &consumerFixture{b: b, cfg: cfg, v: &violations{}}
 			for _, c := range []stream.Change{
-				profileChange(stream.ProfileCreated, "team-a", "c1", "1"),
-				profileChange(stream.ProfileCreated, "team-a", "c2", "1"),
-				profileChange(stream.ProfileCreated, "team-b", "edge.eu-1", "1"),
+				streamtest.Profile(stream.ProfileCreated, "team-a", "c1", "1"),
+				streamtest.Profile(stream.ProfileCreated, "team-a", "c2", "1"),
+				streamtest.Profile(stream.ProfileCreated, "team-b", "edge.eu-1", "1"),
 			} {
 				f.publish(t, c)
 			}
@@ -183,7 +185,7 @@ func TestConsumerPermissions(t *testing.T) {
 				}
 			})
 			t.Run("state unchanged and hubsync still publishes", func(t *testing.T) {
-				f.publish(t, profileChange(stream.ProfileUpdated, "team-a", "c1", "2"))
+				f.publish(t, streamtest.Profile(stream.ProfileUpdated, "team-a", "c1", "2"))
 				if got, want := f.storedIDs(t), f.wantIDs(); !slices.Equal(got, want) {
 					t.Errorf("stored events %v, want %v", got, want)
 				}
@@ -251,7 +253,7 @@ var consumerMay = []struct {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := ValidateEvent(m.Data); err != nil {
+		if err := events.ValidateEvent(m.Data); err != nil {
 			t.Fatal(err)
 		}
 	}},
@@ -342,7 +344,7 @@ var consumerMay = []struct {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := ValidateRecord(e.Value()); err != nil {
+			if err := events.ValidateRecord(e.Value()); err != nil {
 				t.Errorf("%s: %v", k, err)
 			}
 			if _, err := kv.GetRevision(ctx, k, e.Revision()); err != nil {
@@ -379,19 +381,19 @@ var consumerMay = []struct {
 		if err := f.nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		c := profileChange(stream.ProfileCreated, "team-c", "c1", "1")
+		c := streamtest.Profile(stream.ProfileCreated, "team-c", "c1", "1")
 		f.publish(t, c)
 		m, err := live.NextMsg(4 * time.Second)
 		if err != nil {
 			t.Fatalf("no live event: %v", err)
 		}
-		if e, err := Decode(m.Data); err != nil || e.ID != EventID(c) || m.Subject != Subject(f.cfg.SubjectPrefix, "team-c", "c1", "profile") {
-			t.Errorf("live event %s on %s (%v), want %s on %s", m.Data, m.Subject, err, EventID(c), Subject(f.cfg.SubjectPrefix, "team-c", "c1", "profile"))
+		if e, err := events.Decode(m.Data); err != nil || e.ID != events.ID(c) || m.Subject != events.Subject(f.cfg.SubjectPrefix, "team-c", "c1", "profile") {
+			t.Errorf("live event %s on %s (%v), want %s on %s", m.Data, m.Subject, err, events.ID(c), events.Subject(f.cfg.SubjectPrefix, "team-c", "c1", "profile"))
 		}
 		select {
 		case e := <-w.Updates():
-			if e == nil || e.Key() != KVKey("team-c", "c1") {
-				t.Errorf("the watch saw %v, want %s", e, KVKey("team-c", "c1"))
+			if e == nil || e.Key() != events.KVKey("team-c", "c1") {
+				t.Errorf("the watch saw %v, want %s", e, events.KVKey("team-c", "c1"))
 			}
 		case <-ctx.Done():
 			t.Error("the watch saw no update")
@@ -431,7 +433,7 @@ var consumerMay = []struct {
 		// it has seen the copies. A copy keeps its original subject
 		// ($KV.<bucket>.<key>), so storedIDs finds it as a message that is
 		// not an event.
-		f.publish(t, profileChange(stream.ProfileUpdated, "team-a", "c2", "2"))
+		f.publish(t, streamtest.Profile(stream.ProfileUpdated, "team-a", "c2", "2"))
 		if got, want := f.storedIDs(t), f.wantIDs(); !slices.Equal(got, want) {
 			t.Fatalf("stored events %v, want %v", got, want)
 		}
@@ -452,7 +454,7 @@ func readIDs[M interface{ Data() []byte }](t *testing.T, n int, next func() (M, 
 		if err != nil {
 			t.Fatalf("after %d of %d: %v", len(ids), n, err)
 		}
-		e, err := Decode(m.Data())
+		e, err := events.Decode(m.Data())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -469,22 +471,22 @@ var consumerMayNot = []struct {
 	run     func(ctx context.Context, f *consumerFixture) error
 }{
 	{name: "publish an event",
-		subject: func(c config.Bus) string { return Subject(c.SubjectPrefix, "team-a", "c9", "profile") },
+		subject: func(c config.Bus) string { return events.Subject(c.SubjectPrefix, "team-a", "c9", "profile") },
 		run: func(_ context.Context, f *consumerFixture) error {
-			return forgedPublish(f, Subject(f.cfg.SubjectPrefix, "team-a", "c9", "profile"))
+			return forgedPublish(f, events.Subject(f.cfg.SubjectPrefix, "team-a", "c9", "profile"))
 		}},
 	{name: "publish an event through JetStream",
-		subject: func(c config.Bus) string { return Subject(c.SubjectPrefix, "team-a", "c9", "credential") },
+		subject: func(c config.Bus) string { return events.Subject(c.SubjectPrefix, "team-a", "c9", "credential") },
 		run: func(ctx context.Context, f *consumerFixture) error {
-			_, err := f.js.Publish(ctx, Subject(f.cfg.SubjectPrefix, "team-a", "c9", "credential"), forgedEvent(f))
+			_, err := f.js.Publish(ctx, events.Subject(f.cfg.SubjectPrefix, "team-a", "c9", "credential"), forgedEvent(f))
 			return err
 		}},
 	{name: "publish on hubsync's own subject",
 		subject: func(c config.Bus) string {
-			return privateRoot + "." + Subject(c.SubjectPrefix, "team-a", "c9", "profile")
+			return privateRoot + "." + events.Subject(c.SubjectPrefix, "team-a", "c9", "profile")
 		},
 		run: func(_ context.Context, f *consumerFixture) error {
-			return forgedPublish(f, privateRoot+"."+Subject(f.cfg.SubjectPrefix, "team-a", "c9", "profile"))
+			return forgedPublish(f, privateRoot+"."+events.Subject(f.cfg.SubjectPrefix, "team-a", "c9", "profile"))
 		}},
 	{name: "put a record",
 		subject: func(c config.Bus) string { return "$KV." + c.KVBucket + ".team-a.c1" },
@@ -574,7 +576,7 @@ var consumerMayNot = []struct {
 }
 
 func forgedEvent(f *consumerFixture) []byte {
-	data, err := Encode(profileChange(stream.ProfileDeleted, "team-a", "c9", "666"), "hubsync/forged")
+	data, err := events.Encode(streamtest.Profile(stream.ProfileDeleted, "team-a", "c9", "666"), "hubsync/forged")
 	if err != nil {
 		panic(err)
 	}
@@ -617,7 +619,7 @@ func refused(t *testing.T, f *consumerFixture, subject string, op func(context.C
 // subjects.
 func TestEmbeddedStreamMovesToPrivateSubjects(t *testing.T) {
 	cfg := busConfig(t)
-	old := profileChange(stream.ProfileCreated, "team-a", "c1", "1")
+	old := streamtest.Profile(stream.ProfileCreated, "team-a", "c1", "1")
 	func() {
 		// The same data directory, served the way an external NATS is,
 		// where the stream listens on the event subjects.
@@ -650,14 +652,14 @@ func TestEmbeddedStreamMovesToPrivateSubjects(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	next := profileChange(stream.ProfileUpdated, "team-a", "c1", "2")
+	next := streamtest.Profile(stream.ProfileUpdated, "team-a", "c1", "2")
 	f.publish(t, next)
 	m, err := live.NextMsg(4 * time.Second)
 	if err != nil {
 		t.Fatalf("no live event: %v", err)
 	}
-	if e, err := Decode(m.Data); err != nil || e.ID != EventID(next) {
-		t.Errorf("live event %s (%v), want %s", m.Data, err, EventID(next))
+	if e, err := events.Decode(m.Data); err != nil || e.ID != events.ID(next) {
+		t.Errorf("live event %s (%v), want %s", m.Data, err, events.ID(next))
 	}
 	if got, want := f.storedIDs(t), f.wantIDs(); !slices.Equal(got, want) {
 		t.Errorf("stored events %v, want %v", got, want)

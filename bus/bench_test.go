@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/stream/streamtest"
 )
 
 // BenchmarkPublish measures end-to-end throughput with file storage: each
@@ -55,7 +56,7 @@ func BenchmarkPublish(bm *testing.B) {
 			}
 			changes := make([]stream.Change, bm.N)
 			for i := range changes {
-				changes[i] = profileChange(stream.ProfileUpdated, "team-a", fmt.Sprintf("c%d", i%100), strconv.Itoa(i))
+				changes[i] = streamtest.Profile(stream.ProfileUpdated, "team-a", fmt.Sprintf("c%d", i%100), strconv.Itoa(i))
 			}
 			bm.ResetTimer()
 			begin := time.Now()

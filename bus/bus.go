@@ -37,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/stream"
 )
 
@@ -412,7 +413,7 @@ func (b *Bus) ensure(ctx context.Context) error {
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      b.cfg.KVBucket,
-		Description: "hubsync access records per (namespace, cluster), " + RecordSchemaURL,
+		Description: "hubsync access records per (namespace, cluster), " + events.RecordSchemaURL,
 		History:     1,
 		Replicas:    s.Replicas,
 		Storage:     b.storage,
@@ -447,7 +448,7 @@ func (b *Bus) streamConfig(maxBytes int64, dup time.Duration) jetstream.StreamCo
 	public := b.cfg.SubjectPrefix + ".>"
 	c := jetstream.StreamConfig{
 		Name:        s.Name,
-		Description: "hubsync cluster-access events: CloudEvents 1.0 JSON, " + EventSchemaURL,
+		Description: "hubsync cluster-access events: CloudEvents 1.0 JSON, " + events.EventSchemaURL,
 		Subjects:    []string{public},
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardOld,

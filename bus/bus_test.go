@@ -24,7 +24,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/stream/streamtest"
 )
 
 // testLog discards logs unless HUBSYNC_TEST_LOG is set.
@@ -243,7 +245,7 @@ func (c *client) records(t *testing.T, bucket string) map[string]Record {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := ValidateRecord(e.Value()); err != nil {
+		if err := events.ValidateRecord(e.Value()); err != nil {
 			t.Errorf("record %s: %v", k, err)
 		}
 		var r Record
@@ -302,9 +304,9 @@ func testPublishInOrderPerSubject(t *testing.T, window time.Duration) {
 	const perKey = 40
 	for i := range perKey {
 		for _, k := range keys {
-			c := profileChange(stream.ProfileUpdated, k[0], k[1], strconv.Itoa(i))
+			c := streamtest.Profile(stream.ProfileUpdated, k[0], k[1], strconv.Itoa(i))
 			if i%4 == 3 {
-				c = credentialChange(stream.CredentialRotated, k[0], k[1], "kueue", strconv.Itoa(i))
+				c = streamtest.Credential(stream.CredentialRotated, k[0], k[1], "kueue", strconv.Itoa(i))
 			}
 			b.Notify(c)
 		}
@@ -319,21 +321,21 @@ func testPublishInOrderPerSubject(t *testing.T, window time.Duration) {
 	}
 	last := map[string]int{}
 	for _, m := range msgs {
-		e, err := Decode(m.Data)
+		e, err := events.Decode(m.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := ValidateEvent(m.Data); err != nil {
+		if err := events.ValidateEvent(m.Data); err != nil {
 			t.Error(err)
 		}
-		kind, _ := Kind(e.Type)
-		if want := Subject("hubsync", e.Data.Namespace, e.Data.Cluster, kind); m.Subject != want {
+		kind, _ := events.Kind(e.Type)
+		if want := events.Subject("hubsync", e.Data.Namespace, e.Data.Cluster, kind); m.Subject != want {
 			t.Errorf("subject %s, want %s", m.Subject, want)
 		}
 		if id := m.Header.Get(jetstream.MsgIDHeader); id != e.ID {
 			t.Errorf("Nats-Msg-Id %q, event id %q", id, e.ID)
 		}
-		if ct := m.Header.Get("Content-Type"); ct != ContentType {
+		if ct := m.Header.Get("Content-Type"); ct != events.ContentType {
 			t.Errorf("Content-Type %q", ct)
 		}
 		// Order per key: resourceVersions go up across both kinds.
@@ -375,7 +377,7 @@ func testPublishInOrderPerSubject(t *testing.T, window time.Duration) {
 		t.Fatalf("%d records, want %d", len(recs), len(keys))
 	}
 	for _, k := range keys {
-		r := recs[KVKey(k[0], k[1])]
+		r := recs[events.KVKey(k[0], k[1])]
 		if r.Profile == nil || len(r.Credentials) != 1 || r.Credentials[0].ResourceVersion != strconv.Itoa(perKey-1) {
 			t.Errorf("record %v: %+v", k, r)
 		}
@@ -401,7 +403,7 @@ func TestServerRestartMidBurstKeepsOrder(t *testing.T) {
 	published := func() float64 { return value(b.m.published.WithLabelValues(stream.ProfileUpdated)) }
 	for i := range perKey {
 		for _, k := range keys {
-			c := profileChange(stream.ProfileUpdated, k[0], k[1], strconv.Itoa(i))
+			c := streamtest.Profile(stream.ProfileUpdated, k[0], k[1], strconv.Itoa(i))
 			c.Profile.KubernetesVersion = fmt.Sprintf("v1.%d.0", i)
 			b.Notify(c)
 		}
@@ -423,7 +425,7 @@ func TestServerRestartMidBurstKeepsOrder(t *testing.T) {
 	msgs := cl.messages(t, cfg.Stream.Name)
 	next := map[string]int{}
 	for _, m := range msgs {
-		e, err := Decode(m.Data)
+		e, err := events.Decode(m.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,7 +441,7 @@ func TestServerRestartMidBurstKeepsOrder(t *testing.T) {
 	}
 	recs := cl.records(t, cfg.KVBucket)
 	for _, k := range keys {
-		if r := recs[KVKey(k[0], k[1])]; r.Profile == nil || r.Profile.KubernetesVersion != fmt.Sprintf("v1.%d.0", perKey-1) {
+		if r := recs[events.KVKey(k[0], k[1])]; r.Profile == nil || r.Profile.KubernetesVersion != fmt.Sprintf("v1.%d.0", perKey-1) {
 			t.Errorf("record %v: %+v", k, r.Profile)
 		}
 	}
@@ -455,7 +457,7 @@ func TestDeletedStreamAndBucketAreRecreated(t *testing.T) {
 	start(t, b, syn.snapshot)
 	var state []stream.Change
 	for i := range 3 {
-		c := profileChange(stream.ProfileCreated, "team-a", fmt.Sprintf("c%d", i), "1")
+		c := streamtest.Profile(stream.ProfileCreated, "team-a", fmt.Sprintf("c%d", i), "1")
 		state = append(state, c)
 		syn.set(state)
 		b.Notify(c)
@@ -472,14 +474,14 @@ func TestDeletedStreamAndBucketAreRecreated(t *testing.T) {
 	if err := cl.js.DeleteKeyValue(ctx, cfg.KVBucket); err != nil {
 		t.Fatal(err)
 	}
-	c := profileChange(stream.ProfileCreated, "team-a", "c3", "1")
+	c := streamtest.Profile(stream.ProfileCreated, "team-a", "c3", "1")
 	state = append(state, c)
 	syn.set(state)
 	b.Notify(c)
 	eventually(t, "the bucket refilled with all four", func() bool { return len(cl.records(t, cfg.KVBucket)) == 4 })
 	eventually(t, "the new event in the recreated stream", func() bool {
 		for _, m := range cl.messages(t, cfg.Stream.Name) {
-			if e, err := Decode(m.Data); err == nil && e.Data.Cluster == "c3" {
+			if e, err := events.Decode(m.Data); err == nil && e.Data.Cluster == "c3" {
 				return true
 			}
 		}
@@ -492,11 +494,11 @@ func eventTypes(t *testing.T, cl *client, cfg config.Bus, ns, cluster string) []
 	t.Helper()
 	var out []string
 	for _, m := range cl.messages(t, cfg.Stream.Name) {
-		e, err := Decode(m.Data)
+		e, err := events.Decode(m.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := ValidateEvent(m.Data); err != nil {
+		if err := events.ValidateEvent(m.Data); err != nil {
 			t.Error(err)
 		}
 		if e.Data.Namespace == ns && e.Data.Cluster == cluster {
@@ -515,10 +517,10 @@ func TestRestartAnnouncesRemovalsMissedWhileDown(t *testing.T) {
 	first, _ := newBus(t, cfg)
 	start(t, first, nil)
 	for _, c := range []stream.Change{
-		profileChange(stream.ProfileCreated, "team-a", "stays", "1"),
-		credentialChange(stream.CredentialSynced, "team-a", "stays", "kueue", "2"),
-		credentialChange(stream.CredentialSynced, "team-a", "stays", "argocd", "3"),
-		profileChange(stream.ProfileCreated, "team-a", "goes", "4"),
+		streamtest.Profile(stream.ProfileCreated, "team-a", "stays", "1"),
+		streamtest.Credential(stream.CredentialSynced, "team-a", "stays", "kueue", "2"),
+		streamtest.Credential(stream.CredentialSynced, "team-a", "stays", "argocd", "3"),
+		streamtest.Profile(stream.ProfileCreated, "team-a", "goes", "4"),
 	} {
 		first.Notify(c)
 	}
@@ -527,15 +529,15 @@ func TestRestartAnnouncesRemovalsMissedWhileDown(t *testing.T) {
 
 	// Meanwhile "goes" lost its profile and "stays" its argocd copy.
 	now := []stream.Change{
-		profileChange(stream.ProfileUpdated, "team-a", "stays", "1"),
-		credentialChange(stream.CredentialSynced, "team-a", "stays", "kueue", "2"),
+		streamtest.Profile(stream.ProfileUpdated, "team-a", "stays", "1"),
+		streamtest.Credential(stream.CredentialSynced, "team-a", "stays", "kueue", "2"),
 	}
 	second, _ := newBus(t, cfg)
 	start(t, second, func() []stream.Change { return now })
 	cl := connect(t, cfg.URLs[0])
 	eventually(t, "the bucket to match the new state", func() bool {
 		recs := cl.records(t, cfg.KVBucket)
-		r, ok := recs[KVKey("team-a", "stays")]
+		r, ok := recs[events.KVKey("team-a", "stays")]
 		return len(recs) == 1 && ok && len(r.Credentials) == 1
 	})
 	flush(t, second)
@@ -549,7 +551,7 @@ func TestRestartAnnouncesRemovalsMissedWhileDown(t *testing.T) {
 		t.Errorf("stays: %v, want %v", got, want)
 	}
 	for _, m := range cl.messages(t, cfg.Stream.Name) {
-		e, _ := Decode(m.Data)
+		e, _ := events.Decode(m.Data)
 		switch e.Type {
 		case stream.ProfileDeleted:
 			if e.Data.Profile == nil || e.Data.Profile.KubernetesVersion != "v1.35.4" {
@@ -583,11 +585,11 @@ func publishAndClose(t *testing.T, cfg config.Bus, changes ...stream.Change) {
 func TestResyncAnnouncesUnknownProfilesAsCreated(t *testing.T) {
 	cfg := busConfig(t)
 	cfg.URLs = []string{runServer(t, t.TempDir(), 0).ClientURL()}
-	publishAndClose(t, cfg, profileChange(stream.ProfileCreated, "team-a", "known", "1"))
+	publishAndClose(t, cfg, streamtest.Profile(stream.ProfileCreated, "team-a", "known", "1"))
 
 	now := []stream.Change{
-		profileChange(stream.ProfileUpdated, "team-a", "known", "1"),
-		profileChange(stream.ProfileUpdated, "team-a", "lost", "2"),
+		streamtest.Profile(stream.ProfileUpdated, "team-a", "known", "1"),
+		streamtest.Profile(stream.ProfileUpdated, "team-a", "lost", "2"),
 	}
 	second, _ := newBus(t, cfg)
 	start(t, second, func() []stream.Change { return now })
@@ -596,7 +598,7 @@ func TestResyncAnnouncesUnknownProfilesAsCreated(t *testing.T) {
 	flush(t, second)
 	// The syncer's own word on it comes after the resync's: not a second
 	// creation.
-	second.Notify(profileChange(stream.ProfileCreated, "team-a", "lost", "3"))
+	second.Notify(streamtest.Profile(stream.ProfileCreated, "team-a", "lost", "3"))
 	flush(t, second)
 	// Then, like every profile, re-announced as it is when the bus connects.
 	if got := eventTypes(t, cl, cfg, "team-a", "lost"); len(got) == 0 || got[0] != stream.ProfileCreated || slices.Contains(got[1:], stream.ProfileCreated) {
@@ -605,10 +607,10 @@ func TestResyncAnnouncesUnknownProfilesAsCreated(t *testing.T) {
 	if got := eventTypes(t, cl, cfg, "team-a", "known"); !slices.Equal(got, []string{stream.ProfileCreated, stream.ProfileUpdated}) {
 		t.Errorf("known: %v", got)
 	}
-	want := profileChange(stream.ProfileCreated, "team-a", "lost", "2")
+	want := streamtest.Profile(stream.ProfileCreated, "team-a", "lost", "2")
 	for _, m := range cl.messages(t, cfg.Stream.Name) {
-		if e, _ := Decode(m.Data); e.Data.Cluster == "lost" && e.Type == stream.ProfileCreated && e.ID != EventID(want) {
-			t.Errorf("the creation's id %s is not the id of the lost announcement %s", e.ID, EventID(want))
+		if e, _ := events.Decode(m.Data); e.Data.Cluster == "lost" && e.Type == stream.ProfileCreated && e.ID != events.ID(want) {
+			t.Errorf("the creation's id %s is not the id of the lost announcement %s", e.ID, events.ID(want))
 		}
 	}
 }
@@ -619,18 +621,18 @@ func TestResyncAnnouncesUnknownProfilesAsCreated(t *testing.T) {
 func TestDeliverAnnouncesUnknownProfilesAsCreated(t *testing.T) {
 	cfg := busConfig(t)
 	cfg.URLs = []string{runServer(t, t.TempDir(), 0).ClientURL()}
-	publishAndClose(t, cfg, profileChange(stream.ProfileCreated, "team-a", "known", "1"))
+	publishAndClose(t, cfg, streamtest.Profile(stream.ProfileCreated, "team-a", "known", "1"))
 
 	second, _ := newBus(t, cfg)
 	start(t, second, nil) // no snapshot: no resync
 	for _, c := range []stream.Change{
-		profileChange(stream.ProfileUpdated, "team-a", "known", "2"),
-		profileChange(stream.ProfileUpdated, "team-a", "lost", "3"),
-		profileChange(stream.ProfileUpdated, "team-a", "lost", "4"),
-		profileChange(stream.ProfileCreated, "team-a", "new", "5"),
-		profileChange(stream.ProfileUpdated, "team-a", "new", "6"),
-		profileChange(stream.ProfileDeleted, "team-a", "new", "7"),
-		profileChange(stream.ProfileCreated, "team-a", "new", "8"),
+		streamtest.Profile(stream.ProfileUpdated, "team-a", "known", "2"),
+		streamtest.Profile(stream.ProfileUpdated, "team-a", "lost", "3"),
+		streamtest.Profile(stream.ProfileUpdated, "team-a", "lost", "4"),
+		streamtest.Profile(stream.ProfileCreated, "team-a", "new", "5"),
+		streamtest.Profile(stream.ProfileUpdated, "team-a", "new", "6"),
+		streamtest.Profile(stream.ProfileDeleted, "team-a", "new", "7"),
+		streamtest.Profile(stream.ProfileCreated, "team-a", "new", "8"),
 	} {
 		second.Notify(c)
 	}
@@ -651,14 +653,14 @@ func TestRepublishedChangeIsStoredOnce(t *testing.T) {
 	cfg := busConfig(t)
 	b, _ := newBus(t, cfg)
 	start(t, b, nil)
-	c := profileChange(stream.ProfileCreated, "team-a", "c1", "7")
+	c := streamtest.Profile(stream.ProfileCreated, "team-a", "c1", "7")
 	for range 3 {
 		b.Notify(c)
 	}
 	later := c
-	later.Time = t0.Add(time.Minute) // not part of the identity
+	later.Time = streamtest.Time.Add(time.Minute) // not part of the identity
 	b.Notify(later)
-	b.Notify(profileChange(stream.ProfileUpdated, "team-a", "c1", "7"))
+	b.Notify(streamtest.Profile(stream.ProfileUpdated, "team-a", "c1", "7"))
 	flush(t, b)
 	msgs := connect(t, b.ClientURL()).messages(t, cfg.Stream.Name)
 	if len(msgs) != 2 {
@@ -674,33 +676,33 @@ func TestKVFollowsChanges(t *testing.T) {
 	b, _ := newBus(t, cfg)
 	start(t, b, nil)
 	cl := connect(t, b.ClientURL())
-	key := KVKey("team-a", "edge.eu-1")
+	key := events.KVKey("team-a", "edge.eu-1")
 	step := func(c stream.Change) Record {
 		t.Helper()
 		b.Notify(c)
 		flush(t, b)
 		return cl.records(t, cfg.KVBucket)[key]
 	}
-	r := step(profileChange(stream.ProfileCreated, "team-a", "edge.eu-1", "1"))
+	r := step(streamtest.Profile(stream.ProfileCreated, "team-a", "edge.eu-1", "1"))
 	if r.Profile == nil || r.Profile.KubernetesVersion != "v1.35.4" || len(r.Credentials) != 0 || r.Credentials == nil {
 		t.Fatalf("after create: %+v", r)
 	}
-	step(credentialChange(stream.CredentialSynced, "team-a", "edge.eu-1", "kueue", "2"))
-	r = step(credentialChange(stream.CredentialSynced, "team-a", "edge.eu-1", "argocd", "3"))
+	step(streamtest.Credential(stream.CredentialSynced, "team-a", "edge.eu-1", "kueue", "2"))
+	r = step(streamtest.Credential(stream.CredentialSynced, "team-a", "edge.eu-1", "argocd", "3"))
 	if len(r.Credentials) != 2 || r.Credentials[0].ManagedServiceAccount != "argocd" {
 		t.Fatalf("after two syncs: %+v", r.Credentials)
 	}
-	rot := credentialChange(stream.CredentialRotated, "team-a", "edge.eu-1", "kueue", "4")
+	rot := streamtest.Credential(stream.CredentialRotated, "team-a", "edge.eu-1", "kueue", "4")
 	rot.Credential.Fingerprint = "sha256:fedcba9876543210"
 	r = step(rot)
 	if len(r.Credentials) != 2 || r.Credentials[1].Fingerprint != "sha256:fedcba9876543210" {
 		t.Fatalf("after rotation: %+v", r.Credentials)
 	}
-	r = step(credentialChange(stream.CredentialRemoved, "team-a", "edge.eu-1", "argocd", "5"))
+	r = step(streamtest.Credential(stream.CredentialRemoved, "team-a", "edge.eu-1", "argocd", "5"))
 	if len(r.Credentials) != 1 || r.Credentials[0].ManagedServiceAccount != "kueue" || r.Profile == nil {
 		t.Fatalf("after removal: %+v", r)
 	}
-	step(profileChange(stream.ProfileDeleted, "team-a", "edge.eu-1", "6"))
+	step(streamtest.Profile(stream.ProfileDeleted, "team-a", "edge.eu-1", "6"))
 	kv, err := cl.js.KeyValue(ctxT(t), cfg.KVBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -744,7 +746,7 @@ func TestStartDoesNotWaitForALateServer(t *testing.T) {
 		t.Fatalf("Start took %v with NATS down", d)
 	}
 	for i := range 5 {
-		b.Notify(profileChange(stream.ProfileUpdated, "team-a", "c1", strconv.Itoa(i)))
+		b.Notify(streamtest.Profile(stream.ProfileUpdated, "team-a", "c1", strconv.Itoa(i)))
 	}
 	// The bus tries, fails, and keeps the changes queued.
 	eventually(t, "a failed connection attempt", func() bool { return b.reconnectFailures.Load() >= 1 })
@@ -758,7 +760,7 @@ func TestStartDoesNotWaitForALateServer(t *testing.T) {
 		t.Fatalf("stream holds %d events, want 5", len(msgs))
 	}
 	for i, m := range msgs {
-		if e, _ := Decode(m.Data); e.Data.ResourceVersion != strconv.Itoa(i) {
+		if e, _ := events.Decode(m.Data); e.Data.ResourceVersion != strconv.Itoa(i) {
 			t.Errorf("event %d has resourceVersion %s", i, e.Data.ResourceVersion)
 		}
 	}
@@ -777,7 +779,7 @@ func TestFullBufferDropsAndResyncs(t *testing.T) {
 	// NATS is down: ten clusters appear, only three fit in the buffer.
 	var state []stream.Change
 	for i := range 10 {
-		c := profileChange(stream.ProfileCreated, "team-a", fmt.Sprintf("c%d.example", i), "1")
+		c := streamtest.Profile(stream.ProfileCreated, "team-a", fmt.Sprintf("c%d.example", i), "1")
 		state = append(state, c)
 		b.Notify(c)
 	}
@@ -807,15 +809,15 @@ func TestFullBufferDropsAndResyncs(t *testing.T) {
 	// reconnect the KV bucket shows exactly the current state.
 	stopServer(srv)
 	eventually(t, "disconnected", func() bool { return value(b.m.connected) == 0 })
-	state = append(state[1:], profileChange(stream.ProfileCreated, "team-a", "c10.example", "1"))
+	state = append(state[1:], streamtest.Profile(stream.ProfileCreated, "team-a", "c10.example", "1"))
 	syn.set(state)
 	resyncs := value(b.m.resyncs)
 	srv = runServer(t, dir, port)
 	eventually(t, "a resync after the reconnect", func() bool { return value(b.m.resyncs) > resyncs })
 	eventually(t, "the KV bucket to show the new state", func() bool {
 		recs := cl.records(t, cfg.KVBucket)
-		_, gone := recs[KVKey("team-a", "c0.example")]
-		_, added := recs[KVKey("team-a", "c10.example")]
+		_, gone := recs[events.KVKey("team-a", "c0.example")]
+		_, added := recs[events.KVKey("team-a", "c10.example")]
 		return len(recs) == 10 && !gone && added
 	})
 	// c0's deletion was never notified (a dropped change): the resync
@@ -845,7 +847,7 @@ func TestSnapshotNotReadyIsRetried(t *testing.T) {
 		defer syn.mu.Unlock()
 		return syn.calls >= 1
 	})
-	syn.set([]stream.Change{profileChange(stream.ProfileCreated, "team-a", "c1", "1")})
+	syn.set([]stream.Change{streamtest.Profile(stream.ProfileCreated, "team-a", "c1", "1")})
 	eventually(t, "the record once the state is known", func() bool { return len(cl.records(t, cfg.KVBucket)) == 1 })
 	syn.mu.Lock()
 	calls := syn.calls
@@ -863,7 +865,7 @@ func TestCloseDrains(t *testing.T) {
 	start(t, b, nil)
 	eventually(t, "connected", func() bool { return b.connected() })
 	for i := range 50 {
-		b.Notify(profileChange(stream.ProfileUpdated, "team-a", "c1", strconv.Itoa(i)))
+		b.Notify(streamtest.Profile(stream.ProfileUpdated, "team-a", "c1", strconv.Itoa(i)))
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -871,7 +873,7 @@ func TestCloseDrains(t *testing.T) {
 	if msgs := connect(t, srv.ClientURL()).messages(t, cfg.Stream.Name); len(msgs) != 50 {
 		t.Errorf("stream holds %d events after Close, want 50", len(msgs))
 	}
-	b.Notify(profileChange(stream.ProfileUpdated, "team-a", "c1", "late")) // ignored, no panic
+	b.Notify(streamtest.Profile(stream.ProfileUpdated, "team-a", "c1", "late")) // ignored, no panic
 }
 
 func TestUnpublishableChangeIsSkipped(t *testing.T) {
@@ -880,7 +882,7 @@ func TestUnpublishableChangeIsSkipped(t *testing.T) {
 	start(t, b, nil)
 	b.Notify(stream.Change{Type: stream.ProfileUpdated, Cluster: "c1"}) // no namespace
 	b.Notify(stream.Change{Type: "bogus", Namespace: "n", Cluster: "c1"})
-	b.Notify(profileChange(stream.ProfileUpdated, "team-a", "c1", "1"))
+	b.Notify(streamtest.Profile(stream.ProfileUpdated, "team-a", "c1", "1"))
 	flush(t, b)
 	if msgs := connect(t, b.ClientURL()).messages(t, cfg.Stream.Name); len(msgs) != 1 {
 		t.Errorf("stream holds %d events, want 1", len(msgs))

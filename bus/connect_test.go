@@ -27,6 +27,7 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/stream/streamtest"
 	"github.com/hubsync/hubsync/test/fleet"
 )
 
@@ -323,7 +324,7 @@ func TestExternalNATSConnectionOptions(t *testing.T) {
 			t.Cleanup(func() { _ = b.Close() })
 			start(t, b, nil)
 			for i := range 3 {
-				b.Notify(profileChange(stream.ProfileCreated, "team-a", fmt.Sprintf("c%d", i), "1"))
+				b.Notify(streamtest.Profile(stream.ProfileCreated, "team-a", fmt.Sprintf("c%d", i), "1"))
 			}
 			if tt.works {
 				flush(t, b)
@@ -387,7 +388,7 @@ func TestEmbeddedTLSAndToken(t *testing.T) {
 	cfg.Embedded.AuthTokenFile = tokenFile
 	b, _ := newBus(t, cfg)
 	start(t, b, nil)
-	b.Notify(profileChange(stream.ProfileCreated, "team-a", "c1", "1"))
+	b.Notify(streamtest.Profile(stream.ProfileCreated, "team-a", "c1", "1"))
 	flush(t, b)
 	if got := value(b.m.published.WithLabelValues(stream.ProfileCreated)); got != 1 {
 		t.Fatalf("published %v events in-process, want 1", got)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/stream"
 )
 
@@ -114,7 +115,7 @@ func (b *Bus) Deliver(ctx context.Context, changes []stream.Change) error {
 		if f != nil {
 			sent = append(sent, inflight{fut: f, sent: time.Now(), change: c})
 		}
-		if validChange(*c) != nil {
+		if events.CheckChange(*c) != nil {
 			continue
 		}
 		if op, ok := kvOpFor(b.recs, *c, now); ok {
@@ -151,7 +152,7 @@ func (b *Bus) announceUnknown(ctx context.Context, changes []stream.Change) erro
 	// A batch holds at most one change of a (namespace, cluster).
 	for i := range changes {
 		c := &changes[i]
-		id := EventID(*c)
+		id := events.ID(*c)
 		if t, ok := b.typed[id]; ok {
 			c.Type = t
 			continue
@@ -161,7 +162,7 @@ func (b *Bus) announceUnknown(ctx context.Context, changes []stream.Change) erro
 		switch {
 		case c.Type == stream.ProfileCreated && known:
 			c.Type = stream.ProfileUpdated
-		case c.Type == stream.ProfileUpdated && !known && validChange(*c) == nil:
+		case c.Type == stream.ProfileUpdated && !known && events.CheckChange(*c) == nil:
 			stored, err := b.storedProfile(ctx, stream.Key{Namespace: c.Namespace, Cluster: c.Cluster})
 			if err != nil {
 				return err
@@ -183,7 +184,7 @@ func (b *Bus) storedProfile(ctx context.Context, k stream.Key) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	entry, err := b.kv.Get(ctx, KVKey(k.Namespace, k.Cluster))
+	entry, err := b.kv.Get(ctx, events.KVKey(k.Namespace, k.Cluster))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return false, nil
@@ -210,7 +211,7 @@ func (b *Bus) Resync(ctx context.Context, snapshot []stream.Change) error {
 	now := time.Now()
 	valid := make([]stream.Change, 0, len(snapshot))
 	for _, c := range snapshot {
-		if validChange(c) == nil {
+		if events.CheckChange(c) == nil {
 			valid = append(valid, c)
 		}
 	}
@@ -226,13 +227,13 @@ func (b *Bus) Resync(ctx context.Context, snapshot []stream.Change) error {
 			told[stream.Key{Namespace: r.Namespace, Cluster: r.Cluster}] = r // from an earlier run
 		}
 	}
-	fresh, events := stream.Plan(told, valid, now)
+	fresh, planned := stream.Plan(told, valid, now)
 	// A profile the KV has no record of was never announced (a replica
 	// that led before was killed with it still queued, or the bucket was
 	// lost): announce it as created. Its id is the one the earlier
 	// announcement would have had, so JetStream keeps one of the two.
 	for i := range valid {
-		if e := &events[i]; e.Type == stream.ProfileUpdated {
+		if e := &planned[i]; e.Type == stream.ProfileUpdated {
 			if r := told[stream.Key{Namespace: e.Namespace, Cluster: e.Cluster}]; r == nil || r.Profile == nil {
 				e.Type = stream.ProfileCreated
 			}
@@ -241,17 +242,17 @@ func (b *Bus) Resync(ctx context.Context, snapshot []stream.Change) error {
 	// Changes that cannot become events are still offered (and skipped
 	// with a log line), as a delivery would.
 	for _, c := range snapshot {
-		if validChange(c) != nil {
-			events = append(events, c)
+		if events.CheckChange(c) != nil {
+			planned = append(planned, c)
 		}
 	}
-	if n := len(events) - len(snapshot); n > 0 {
+	if n := len(planned) - len(snapshot); n > 0 {
 		b.log.Info("announcing removals consumers missed", "removals", n)
 	}
 	ops := make([]kvOp, 0, len(fresh))
 	freshKeys := make(map[string]bool, len(fresh))
 	for _, k := range slices.SortedFunc(maps.Keys(fresh), compareKeys) {
-		key := KVKey(k.Namespace, k.Cluster)
+		key := events.KVKey(k.Namespace, k.Cluster)
 		freshKeys[key] = true
 		ops = append(ops, putRecord(key, fresh[k]))
 	}
@@ -261,8 +262,8 @@ func (b *Bus) Resync(ctx context.Context, snapshot []stream.Change) error {
 		}
 	}
 	b.log.Info("republishing the current state", "changes", len(snapshot))
-	for i := 0; i < len(events); i += b.maxBatch {
-		chunk := events[i:min(i+b.maxBatch, len(events))]
+	for i := 0; i < len(planned); i += b.maxBatch {
+		chunk := planned[i:min(i+b.maxBatch, len(planned))]
 		if err := b.sendAll(ctx, len(chunk), func(j int) (inflight, error) {
 			f, err := b.sendEvent(&chunk[j])
 			return inflight{fut: f, sent: time.Now(), change: &chunk[j]}, err
@@ -317,20 +318,20 @@ func (b *Bus) sendEvent(c *stream.Change) (jetstream.PubAckFuture, error) {
 	if js == nil {
 		return nil, errNotConnected
 	}
-	kind, err := Kind(c.Type)
+	kind, err := events.Kind(c.Type)
 	var data []byte
 	if err == nil {
-		data, err = Encode(*c, b.source)
+		data, err = events.Encode(*c, b.source)
 	}
 	if err != nil {
 		b.m.publishErrors.Inc()
 		b.log.Error("skipping a change that cannot be published", "err", err, "type", c.Type, "namespace", c.Namespace, "cluster", c.Cluster)
 		return nil, nil
 	}
-	subject := Subject(b.publishPrefix, c.Namespace, c.Cluster, kind)
+	subject := events.Subject(b.publishPrefix, c.Namespace, c.Cluster, kind)
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
-	msg.Header.Set("Content-Type", ContentType)
-	f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(EventID(*c)))
+	msg.Header.Set("Content-Type", events.ContentType)
+	f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(events.ID(*c)))
 	if err != nil {
 		b.m.publishErrors.Inc()
 		return nil, fmt.Errorf("publish %s to %s: %w", c.Type, subject, err)

@@ -4,13 +4,14 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/stream"
 )
 
 // Record is the KV access record of one (namespace, cluster), stored under
-// KVKey(namespace, cluster): what a consumer needs to reach the cluster,
+// events.KVKey(namespace, cluster): what a consumer needs to reach the cluster,
 // without hub access and without any secret. Its JSON schema is
-// RecordSchemaURL (schema/record.v1.json).
+// events.RecordSchemaURL (schema/record.v1.json).
 type Record = stream.Record
 
 // kvOp is one write to the KV bucket: a put of value, or a delete when
@@ -26,7 +27,7 @@ type kvOp struct {
 // which may hold a record of an earlier run.
 func kvOpFor(rs stream.Records, c stream.Change, now time.Time) (kvOp, bool) {
 	r, touched := rs.Apply(c, now)
-	key := KVKey(c.Namespace, c.Cluster)
+	key := events.KVKey(c.Namespace, c.Cluster)
 	switch {
 	case c.Type == stream.ProfileDeleted:
 		return kvOp{key: key}, true

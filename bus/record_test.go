@@ -7,14 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/stream/streamtest"
 )
 
 func TestRecordsApply(t *testing.T) {
 	rs := stream.Records{}
-	key := KVKey("team-a", "c.1")
-	created := profileChange(stream.ProfileCreated, "team-a", "c.1", "1")
-	updated := profileChange(stream.AccessProviderUpdated, "team-a", "c.1", "2")
+	key := events.KVKey("team-a", "c.1")
+	created := streamtest.Profile(stream.ProfileCreated, "team-a", "c.1", "1")
+	updated := streamtest.Profile(stream.AccessProviderUpdated, "team-a", "c.1", "2")
 	updated.Profile.AccessProviders = append(updated.Profile.AccessProviders, stream.AccessProviderSummary{Name: "direct", Server: "https://c1:6443"})
 	for _, step := range []struct {
 		name      string
@@ -23,16 +25,16 @@ func TestRecordsApply(t *testing.T) {
 		msas      []string
 		providers int
 	}{
-		{name: "credential before profile", change: credentialChange(stream.CredentialSynced, "team-a", "c.1", "zeta", "1"), msas: []string{"zeta"}},
+		{name: "credential before profile", change: streamtest.Credential(stream.CredentialSynced, "team-a", "c.1", "zeta", "1"), msas: []string{"zeta"}},
 		{name: "profile created", change: created, msas: []string{"zeta"}, providers: 1},
-		{name: "second credential sorts first", change: credentialChange(stream.CredentialSynced, "team-a", "c.1", "alpha", "2"), msas: []string{"alpha", "zeta"}, providers: 1},
-		{name: "rotation replaces", change: credentialChange(stream.CredentialRotated, "team-a", "c.1", "zeta", "3"), msas: []string{"alpha", "zeta"}, providers: 1},
+		{name: "second credential sorts first", change: streamtest.Credential(stream.CredentialSynced, "team-a", "c.1", "alpha", "2"), msas: []string{"alpha", "zeta"}, providers: 1},
+		{name: "rotation replaces", change: streamtest.Credential(stream.CredentialRotated, "team-a", "c.1", "zeta", "3"), msas: []string{"alpha", "zeta"}, providers: 1},
 		{name: "access providers", change: updated, msas: []string{"alpha", "zeta"}, providers: 2},
-		{name: "credential removed", change: credentialChange(stream.CredentialRemoved, "team-a", "c.1", "alpha", "4"), msas: []string{"zeta"}, providers: 2},
-		{name: "profile deleted", change: profileChange(stream.ProfileDeleted, "team-a", "c.1", "5"), deleted: true},
-		{name: "late credential removal of a deleted profile", change: credentialChange(stream.CredentialRemoved, "team-a", "c.1", "zeta", "6"), deleted: true},
+		{name: "credential removed", change: streamtest.Credential(stream.CredentialRemoved, "team-a", "c.1", "alpha", "4"), msas: []string{"zeta"}, providers: 2},
+		{name: "profile deleted", change: streamtest.Profile(stream.ProfileDeleted, "team-a", "c.1", "5"), deleted: true},
+		{name: "late credential removal of a deleted profile", change: streamtest.Credential(stream.CredentialRemoved, "team-a", "c.1", "zeta", "6"), deleted: true},
 	} {
-		op, ok := kvOpFor(rs, step.change, t0)
+		op, ok := kvOpFor(rs, step.change, streamtest.Time)
 		if !ok || op.key != key {
 			t.Fatalf("%s: op %+v, %v", step.name, op, ok)
 		}
@@ -42,7 +44,7 @@ func TestRecordsApply(t *testing.T) {
 			}
 			continue
 		}
-		if err := ValidateRecord(op.value); err != nil {
+		if err := events.ValidateRecord(op.value); err != nil {
 			t.Errorf("%s: %v", step.name, err)
 		}
 		var r Record
@@ -64,11 +66,11 @@ func TestRecordsApply(t *testing.T) {
 		} else if step.providers != 0 {
 			t.Errorf("%s: no profile", step.name)
 		}
-		if r.Namespace != "team-a" || r.Cluster != "c.1" || !r.Updated.Equal(t0) {
+		if r.Namespace != "team-a" || r.Cluster != "c.1" || !r.Updated.Equal(streamtest.Time) {
 			t.Errorf("%s: record %+v", step.name, r)
 		}
 	}
-	if _, ok := kvOpFor(rs, stream.Change{Type: "io.hubsync.tunnel.down", Namespace: "n", Cluster: "c"}, t0); ok {
+	if _, ok := kvOpFor(rs, stream.Change{Type: "io.hubsync.tunnel.down", Namespace: "n", Cluster: "c"}, streamtest.Time); ok {
 		t.Error("a tunnel event changed the KV")
 	}
 }
@@ -99,8 +101,8 @@ func TestRemovals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
-			for _, c := range stream.Removals(tt.old, tt.cur, t0) {
-				if c.Namespace != "team-a" || c.Cluster != "c1" || validChange(c) != nil {
+			for _, c := range stream.Removals(tt.old, tt.cur, streamtest.Time) {
+				if c.Namespace != "team-a" || c.Cluster != "c1" || events.CheckChange(c) != nil {
 					t.Errorf("bad change %+v", c)
 				}
 				if err := validateChangeEvent(t, c); err != nil {
@@ -119,11 +121,11 @@ func TestRemovals(t *testing.T) {
 // the event against the schema.
 func validateChangeEvent(t *testing.T, c stream.Change) error {
 	t.Helper()
-	data, err := Encode(c, "hubsync/test")
+	data, err := events.Encode(c, "hubsync/test")
 	if err != nil {
 		return err
 	}
-	return ValidateEvent(data)
+	return events.ValidateEvent(data)
 }
 
 // A batch that failed is retried after its records were applied: its
@@ -132,8 +134,8 @@ func TestAnnounceUnknownIsStableAcrossRetries(t *testing.T) {
 	b := &Bus{recs: stream.Records{}, readStored: true}
 	batch := func() []stream.Change {
 		return []stream.Change{
-			profileChange(stream.ProfileCreated, "team-a", "new", "1"),
-			profileChange(stream.ProfileUpdated, "team-a", "unknown", "2"),
+			streamtest.Profile(stream.ProfileCreated, "team-a", "new", "1"),
+			streamtest.Profile(stream.ProfileUpdated, "team-a", "unknown", "2"),
 		}
 	}
 	first := batch()

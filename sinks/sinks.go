@@ -25,8 +25,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/stream"
-	"github.com/hubsync/hubsync/syncer"
 )
 
 // Sink is one configured target of the change stream.
@@ -102,7 +102,7 @@ var ErrNoToken = errors.New("credential copy has no token")
 // for cluster in namespace from the hub. A missing copy or key is
 // ErrNoToken (wrapped); the error never holds the token.
 func Token(ctx context.Context, kube kubernetes.Interface, namespace, cluster, msa string) (string, error) {
-	name := syncer.CopyName(cluster, msa)
+	name := hub.CopyName(cluster, msa)
 	sec, err := kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -110,7 +110,7 @@ func Token(ctx context.Context, kube kubernetes.Interface, namespace, cluster, m
 	case err != nil:
 		return "", fmt.Errorf("get secret %s/%s: %w", namespace, name, err)
 	}
-	tok := sec.Data[syncer.TokenKey]
+	tok := sec.Data[hub.TokenKey]
 	if len(tok) == 0 || sec.Type != corev1.SecretTypeOpaque {
 		return "", fmt.Errorf("secret %s/%s: %w", namespace, name, ErrNoToken)
 	}

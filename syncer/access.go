@@ -8,16 +8,12 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/hubsync/hubsync/hub"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 )
-
-// ExecExtensionName is the cluster extension client-go hands to exec
-// credential plugins (with provideClusterInfo); cp-creds and `hubsync creds`
-// read the cluster's name from it.
-const ExecExtensionName = "client.authentication.k8s.io/exec"
 
 // Provider is one access provider, resolved for writing: its server
 // template parsed and its current CA bundle loaded.
@@ -68,7 +64,7 @@ func AccessProviderFor(p Provider, cluster *clusterv1.ManagedCluster) *cpv1alpha
 	}
 	if p.ClusterNameExtension {
 		raw, _ := json.Marshal(map[string]string{"clusterName": cluster.Name})
-		c.Extensions = []clientcmdv1.NamedExtension{{Name: ExecExtensionName, Extension: runtime.RawExtension{Raw: raw}}}
+		c.Extensions = []clientcmdv1.NamedExtension{{Name: hub.ExecExtensionKey, Extension: runtime.RawExtension{Raw: raw}}}
 	}
 	return &cpv1alpha1.AccessProvider{Name: p.Name, Cluster: c}
 }

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/hubsync/hubsync/hub"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -21,7 +22,7 @@ func TestAccessProviders(t *testing.T) {
 	withClientConfig := testCluster("c1", nil)
 	withClientConfig.Spec.ManagedClusterClientConfigs = []clusterv1.ClientConfig{{URL: "https://c1.example:6443", CABundle: []byte("C1CA")}}
 	plain := testCluster("c1", nil)
-	ext := []clientcmdv1.NamedExtension{{Name: ExecExtensionName, Extension: runtime.RawExtension{Raw: []byte(`{"clusterName":"c1"}`)}}}
+	ext := []clientcmdv1.NamedExtension{{Name: hub.ExecExtensionKey, Extension: runtime.RawExtension{Raw: []byte(`{"clusterName":"c1"}`)}}}
 	proxyEntry := cpv1alpha1.AccessProvider{Name: "open-cluster-management", Cluster: clientcmdv1.Cluster{
 		Server: "https://cluster-proxy-addon-user.ocm-addon:9092/c1", CertificateAuthorityData: []byte("CA1"), Extensions: ext,
 	}}
@@ -30,7 +31,7 @@ func TestAccessProviders(t *testing.T) {
 	staleProxy := proxyEntry
 	staleProxy.Cluster.CertificateAuthorityData = []byte("OLD")
 	reencoded := proxyEntry
-	reencoded.Cluster.Extensions = []clientcmdv1.NamedExtension{{Name: ExecExtensionName, Extension: runtime.RawExtension{Raw: []byte(`{ "clusterName": "c1" }`)}}}
+	reencoded.Cluster.Extensions = []clientcmdv1.NamedExtension{{Name: hub.ExecExtensionKey, Extension: runtime.RawExtension{Raw: []byte(`{ "clusterName": "c1" }`)}}}
 
 	for _, tc := range []struct {
 		name      string

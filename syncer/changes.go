@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/stream"
 )
 
@@ -64,12 +65,12 @@ func (s *Syncer) clusterLabels(name string) map[string]string {
 }
 
 func credentialChange(typ string, sec *corev1.Secret) stream.Change {
-	cluster, msa, _ := strings.Cut(sec.Annotations[AnnotationSource], "/")
+	cluster, msa, _ := strings.Cut(sec.Annotations[hub.AnnotationSource], "/")
 	c := &stream.CredentialSummary{
 		ManagedServiceAccount: msa, Secret: sec.Name, ResourceVersion: sec.ResourceVersion,
-		Fingerprint: sec.Annotations[AnnotationTokenFingerprint],
+		Fingerprint: sec.Annotations[hub.AnnotationTokenFingerprint],
 	}
-	if t, err := time.Parse(time.RFC3339, sec.Annotations[AnnotationTokenExpiration]); err == nil {
+	if t, err := time.Parse(time.RFC3339, sec.Annotations[hub.AnnotationTokenExpiration]); err == nil {
 		c.Expiration = &t
 	}
 	return stream.Change{
@@ -105,13 +106,13 @@ func (s *Syncer) Snapshot() []stream.Change {
 	}
 	out := []stream.Change{}
 	for _, o := range s.profileIdx.List() {
-		if p, ok := o.(*cpv1alpha1.ClusterProfile); ok && IsOwned(p, s.opts.ClusterManager) {
+		if p, ok := o.(*cpv1alpha1.ClusterProfile); ok && hub.IsOwned(p, s.opts.ClusterManager) {
 			out = append(out, s.profileChange(stream.ProfileUpdated, p))
 		}
 	}
 	if s.creds != nil {
 		for _, o := range s.creds.copyIdx.List() {
-			if sec, ok := o.(*corev1.Secret); ok && sec.Annotations[AnnotationSource] != "" {
+			if sec, ok := o.(*corev1.Secret); ok && sec.Annotations[hub.AnnotationSource] != "" {
 				c := credentialChange(stream.CredentialSynced, sec)
 				c.ClusterLabels = s.clusterLabels(c.Cluster)
 				out = append(out, c)

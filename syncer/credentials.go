@@ -26,6 +26,7 @@ import (
 	msalisters "open-cluster-management.io/managed-serviceaccount/pkg/generated/listers/authentication/v1beta1"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/stream"
 )
 
@@ -123,14 +124,14 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 	c.msaInformers = msainformers.NewSharedInformerFactoryWithOptions(o.Client, s.opts.ResyncPeriod,
 		msainformers.WithTransform(strip),
 		msainformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.LabelSelector = labels.SelectorFromSet(labels.Set{LabelSyncToClusterProfile: "true"}).String()
+			lo.LabelSelector = labels.SelectorFromSet(labels.Set{hub.LabelSyncToClusterProfile: "true"}).String()
 		}))
 	c.hubInformers = kubeinformers.NewSharedInformerFactoryWithOptions(s.clients.Kube, s.opts.ResyncPeriod,
 		kubeinformers.WithTransform(strip),
 		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.LabelSelector = labels.SelectorFromSet(labels.Set{LabelIsManagedServiceAccount: "true"}).String()
+			lo.LabelSelector = labels.SelectorFromSet(labels.Set{hub.LabelIsManagedServiceAccount: "true"}).String()
 		}))
-	exists, err := labels.NewRequirement(LabelSyncedFrom, selection.Exists, nil)
+	exists, err := labels.NewRequirement(hub.LabelSyncedFrom, selection.Exists, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -245,7 +246,7 @@ func namespacedKey(obj any) (string, bool) {
 	if err != nil || a.GetNamespace() == "" {
 		return "", false
 	}
-	return SourceKey(a.GetNamespace(), a.GetName()), true
+	return hub.SourceKey(a.GetNamespace(), a.GetName()), true
 }
 
 // onProfile re-checks every synced MSA of the profile's cluster.
@@ -260,7 +261,7 @@ func (c *credentials) onProfile(obj any) {
 	objs, _ := c.msaIdx.ByIndex(cache.NamespaceIndex, p.Name)
 	for _, o := range objs {
 		if msa, ok := o.(*msav1beta1.ManagedServiceAccount); ok {
-			c.queue.Add(SourceKey(msa.Namespace, msa.Name))
+			c.queue.Add(hub.SourceKey(msa.Namespace, msa.Name))
 		}
 	}
 }
@@ -270,7 +271,7 @@ func (c *credentials) onProfile(obj any) {
 func (c *credentials) onProfileUpdate(oldObj, obj any) {
 	o, ok1 := oldObj.(*cpv1alpha1.ClusterProfile)
 	n, ok2 := obj.(*cpv1alpha1.ClusterProfile)
-	if ok1 && ok2 && o.UID == n.UID && o.Labels[LabelClusterManager] == n.Labels[LabelClusterManager] &&
+	if ok1 && ok2 && o.UID == n.UID && o.Labels[hub.LabelClusterManager] == n.Labels[hub.LabelClusterManager] &&
 		(o.DeletionTimestamp == nil) == (n.DeletionTimestamp == nil) && o.ResourceVersion != n.ResourceVersion {
 		return
 	}
@@ -323,11 +324,11 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	var hub *corev1.Secret
+	var hubSecret *corev1.Secret
 	if msa != nil && msa.Status.TokenSecretRef != nil && msa.Status.TokenSecretRef.Name != "" {
 		// The Secret the agent reported, not whichever Secret has the
 		// MSA's name.
-		hub, err = c.hubSecrets.Secrets(cluster).Get(msa.Status.TokenSecretRef.Name)
+		hubSecret, err = c.hubSecrets.Secrets(cluster).Get(msa.Status.TokenSecretRef.Name)
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
@@ -344,7 +345,7 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 	// The copy plan reports its problem (a name conflict, or none) once
 	// it has tried every namespace, not here: clearing it first would
 	// report a lasting conflict again on every pass.
-	plan, problem := PlanSource(cluster, msaName, msa, hub, c.impersonator)
+	plan, problem := PlanSource(cluster, msaName, msa, hubSecret, c.impersonator)
 	switch plan {
 	case PlanRemove:
 		c.setProblem(key, msa, problem)
@@ -365,7 +366,7 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 	profiles, _ := c.s.profileIdx.ByIndex(byName, cluster)
 	for _, o := range profiles {
 		p, ok := o.(*cpv1alpha1.ClusterProfile)
-		if ok && IsOwned(p, c.s.opts.ClusterManager) && p.DeletionTimestamp == nil && c.s.namespaceActive(p.Namespace) {
+		if ok && hub.IsOwned(p, c.s.opts.ClusterManager) && p.DeletionTimestamp == nil && c.s.namespaceActive(p.Namespace) {
 			want[p.Namespace] = p
 		}
 	}
@@ -373,9 +374,9 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 	var errs []error
 	conflict := false
 	rotated := sets.New[string]()
-	name := CopyName(cluster, msaName)
+	name := hub.CopyName(cluster, msaName)
 	for _, ns := range sets.List(sets.KeySet(want)) {
-		desired := DesiredCopy(cluster, msaName, msa, hub, want[ns])
+		desired := DesiredCopy(cluster, msaName, msa, hubSecret, want[ns])
 		cur, err := c.copies.Secrets(ns).Get(name)
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
@@ -414,7 +415,7 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 		if !changed {
 			continue
 		}
-		if cur.Annotations[AnnotationTokenFingerprint] != desired.Annotations[AnnotationTokenFingerprint] {
+		if cur.Annotations[hub.AnnotationTokenFingerprint] != desired.Annotations[hub.AnnotationTokenFingerprint] {
 			rotated.Insert(ns)
 		}
 		typ := stream.CredentialSynced
@@ -442,7 +443,7 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 		errs = append(errs, err)
 	}
 	if rotated.Len() > 0 {
-		c.reportRotation(msa, hub, rotated)
+		c.reportRotation(msa, hubSecret, rotated)
 	}
 	return errors.Join(errs...)
 }
@@ -468,13 +469,13 @@ func copyPair(sec *corev1.Secret) (string, bool) {
 	if ref == nil {
 		return "", false
 	}
-	if v := sec.Annotations[AnnotationSource]; v != "" {
+	if v := sec.Annotations[hub.AnnotationSource]; v != "" {
 		if cluster, _, ok := strings.Cut(v, "/"); !ok || cluster != ref.Name {
 			return "", false
 		}
 		return v, true
 	}
-	from := sec.Labels[LabelSyncedFrom]
+	from := sec.Labels[hub.LabelSyncedFrom]
 	if from == "" || from != sec.Name {
 		return "", false
 	}
@@ -508,10 +509,10 @@ const (
 // namespace, of any cluster manager, or nil. Marks alone are not enough:
 // anyone who can edit a Secret can add them.
 func copyOwnership(sec *corev1.Secret, cluster, msa string, live *cpv1alpha1.ClusterProfile, manager string) ownership {
-	switch src := sec.Annotations[AnnotationSource]; src {
-	case SourceKey(cluster, msa):
+	switch src := sec.Annotations[hub.AnnotationSource]; src {
+	case hub.SourceKey(cluster, msa):
 	case "":
-		if sec.Labels[LabelSyncedFrom] != CopyName(cluster, msa) {
+		if sec.Labels[hub.LabelSyncedFrom] != hub.CopyName(cluster, msa) {
 			return foreign
 		}
 	default:
@@ -524,7 +525,7 @@ func copyOwnership(sec *corev1.Secret, cluster, msa string, live *cpv1alpha1.Clu
 	if live == nil || live.UID != ref.UID {
 		return ownedDangling
 	}
-	if !IsOwned(live, manager) {
+	if !hub.IsOwned(live, manager) {
 		return foreign
 	}
 	return ownedLive
@@ -604,7 +605,7 @@ func (c *credentials) deleteCopy(ctx context.Context, sec *corev1.Secret, why st
 	}
 	pair, _ := copyPair(sec)
 	c.log.Info("credential copy removed", "namespace", sec.Namespace, "secret", sec.Name, "source", pair, "reason", why,
-		"madeBy", map[bool]string{true: "hubsync", false: "the upstream syncer"}[sec.Annotations[AnnotationSource] != ""])
+		"madeBy", map[bool]string{true: "hubsync", false: "the upstream syncer"}[sec.Annotations[hub.AnnotationSource] != ""])
 	return nil
 }
 
@@ -621,11 +622,11 @@ func (c *credentials) write(ctx context.Context, op string, f func(context.Conte
 
 // reportRotation logs and records one event per rotation of a pair, naming
 // the new token's fingerprint and expiry, never the token.
-func (c *credentials) reportRotation(msa *msav1beta1.ManagedServiceAccount, hub *corev1.Secret, namespaces sets.Set[string]) {
+func (c *credentials) reportRotation(msa *msav1beta1.ManagedServiceAccount, hubSecret *corev1.Secret, namespaces sets.Set[string]) {
 	c.rotations.Inc()
-	fp := TokenFingerprint(hub.Data[TokenKey])
+	fp := hub.TokenFingerprint(hubSecret.Data[hub.TokenKey])
 	expiry := "unknown"
-	if exp, ok := TokenExpiry(msa, hub.Data[TokenKey]); ok {
+	if exp, ok := TokenExpiry(msa, hubSecret.Data[hub.TokenKey]); ok {
 		expiry = exp.Format(time.RFC3339)
 	}
 	c.log.Info("credential rotated", "cluster", msa.Namespace, "managedServiceAccount", msa.Name,

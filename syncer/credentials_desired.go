@@ -2,48 +2,16 @@ package syncer
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/hubsync/hubsync/hub"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	msav1beta1 "open-cluster-management.io/managed-serviceaccount/apis/authentication/v1beta1"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 )
-
-// CopyName is the name of a credential copy, fixed by the cp-creds
-// contract: consumers' exec plugins look for "<cluster>-<msa>".
-func CopyName(cluster, msa string) string { return cluster + "-" + msa }
-
-// SourceKey identifies a (cluster, ManagedServiceAccount) pair.
-func SourceKey(cluster, msa string) string { return cluster + "/" + msa }
-
-// SyncedFromValue is the synced-from label value of a copy: "<cluster>-<msa>"
-// when that is a valid label value, else (over 63 characters) its first 52
-// characters and "-" with the first 10 hex digits of the SHA-256 of
-// "<cluster>/<msa>", which also keeps apart the pairs whose plain values
-// collide.
-func SyncedFromValue(cluster, msa string) string {
-	v := CopyName(cluster, msa)
-	if len(validation.IsValidLabelValue(v)) == 0 {
-		return v
-	}
-	sum := sha256.Sum256([]byte(SourceKey(cluster, msa)))
-	return strings.TrimRight(truncate(v, 52), "-_.") + "-" + hex.EncodeToString(sum[:])[:10]
-}
-
-// TokenFingerprint is "sha256:" and 16 hex digits of the token's SHA-256:
-// enough to tell two tokens apart, useless for recovering one.
-func TokenFingerprint(token []byte) string {
-	sum := sha256.Sum256(token)
-	return "sha256:" + hex.EncodeToString(sum[:])[:16]
-}
 
 // TokenExpiry returns when a token expires: the ManagedServiceAccount's
 // status.expirationTimestamp when set, else the JWT's exp claim (read, not
@@ -52,30 +20,7 @@ func TokenExpiry(msa *msav1beta1.ManagedServiceAccount, token []byte) (time.Time
 	if msa != nil && msa.Status.ExpirationTimestamp != nil && !msa.Status.ExpirationTimestamp.IsZero() {
 		return msa.Status.ExpirationTimestamp.UTC(), true
 	}
-	return JWTExpiry(token)
-}
-
-// JWTExpiry reads the exp claim of a JWT without verifying it.
-func JWTExpiry(token []byte) (time.Time, bool) {
-	parts := bytes.Split(bytes.TrimSpace(token), []byte("."))
-	if len(parts) != 3 {
-		return time.Time{}, false
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(string(parts[1]), "="))
-	if err != nil {
-		return time.Time{}, false
-	}
-	var claims struct {
-		Exp *json.Number `json:"exp"`
-	}
-	if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp == nil {
-		return time.Time{}, false
-	}
-	sec, err := claims.Exp.Float64()
-	if err != nil || sec <= 0 {
-		return time.Time{}, false
-	}
-	return time.Unix(int64(sec), 0).UTC(), true
+	return hub.JWTExpiry(token)
 }
 
 // CopyProblem says why a pair's copies cannot be written; it never
@@ -158,8 +103,8 @@ func (p SourcePlan) String() string {
 // would hand a consumer the power to act as anyone on the cluster. It is
 // reported only while someone asks for it to be copied (the sync label);
 // an unlabelled impersonator is the normal case and not a problem.
-func PlanSource(cluster, msaName string, msa *msav1beta1.ManagedServiceAccount, hub *corev1.Secret, impersonator string) (SourcePlan, CopyProblem) {
-	syncs := msa != nil && msa.DeletionTimestamp == nil && msa.Labels[LabelSyncToClusterProfile] == "true"
+func PlanSource(cluster, msaName string, msa *msav1beta1.ManagedServiceAccount, hubSecret *corev1.Secret, impersonator string) (SourcePlan, CopyProblem) {
+	syncs := msa != nil && msa.DeletionTimestamp == nil && msa.Labels[hub.LabelSyncToClusterProfile] == "true"
 	switch {
 	case impersonator != "" && msaName == impersonator:
 		if syncs {
@@ -173,12 +118,12 @@ func PlanSource(cluster, msaName string, msa *msav1beta1.ManagedServiceAccount, 
 		// The agent has not reported a token yet: copy nothing until it
 		// does, and leave any copies as they are.
 		return PlanHold, ProblemNone
-	case hub == nil:
+	case hubSecret == nil:
 		// A deleted token Secret ends access: no copy may keep the old
 		// token.
 		return PlanRemove, ProblemNone
 	}
-	if p := CheckSource(cluster, msaName, hub); p != ProblemNone {
+	if p := CheckSource(cluster, msaName, hubSecret); p != ProblemNone {
 		// A malformed token Secret (mid-rotation, hand-edited) leaves the
 		// copies as they are rather than cutting consumers off.
 		return PlanHold, p
@@ -187,11 +132,11 @@ func PlanSource(cluster, msaName string, msa *msav1beta1.ManagedServiceAccount, 
 }
 
 // CheckSource reports whether a pair's copies can be written.
-func CheckSource(cluster, msa string, hub *corev1.Secret) CopyProblem {
-	if len(validation.IsDNS1123Subdomain(CopyName(cluster, msa))) > 0 {
+func CheckSource(cluster, msa string, hubSecret *corev1.Secret) CopyProblem {
+	if len(validation.IsDNS1123Subdomain(hub.CopyName(cluster, msa))) > 0 {
 		return ProblemNameTooLong
 	}
-	if hub != nil && len(bytes.TrimSpace(hub.Data[TokenKey])) == 0 {
+	if hubSecret != nil && len(bytes.TrimSpace(hubSecret.Data[hub.TokenKey])) == 0 {
 		return ProblemNoToken
 	}
 	return ProblemNone
@@ -200,30 +145,30 @@ func CheckSource(cluster, msa string, hub *corev1.Secret) CopyProblem {
 // DesiredCopy returns the copy of hub's data that must sit next to profile:
 // type Opaque, the token and CA keys only, the synced-from label,
 // hubsync's annotations and a controller ownerReference to the profile.
-func DesiredCopy(cluster, msaName string, msa *msav1beta1.ManagedServiceAccount, hub *corev1.Secret, profile *cpv1alpha1.ClusterProfile) *corev1.Secret {
-	token := hub.Data[TokenKey]
+func DesiredCopy(cluster, msaName string, msa *msav1beta1.ManagedServiceAccount, hubSecret *corev1.Secret, profile *cpv1alpha1.ClusterProfile) *corev1.Secret {
+	token := hubSecret.Data[hub.TokenKey]
 	annotations := map[string]string{
-		AnnotationSource:           SourceKey(cluster, msaName),
-		AnnotationTokenFingerprint: TokenFingerprint(token),
+		hub.AnnotationSource:           hub.SourceKey(cluster, msaName),
+		hub.AnnotationTokenFingerprint: hub.TokenFingerprint(token),
 	}
 	if exp, ok := TokenExpiry(msa, token); ok {
-		annotations[AnnotationTokenExpiration] = exp.Format(time.RFC3339)
+		annotations[hub.AnnotationTokenExpiration] = exp.Format(time.RFC3339)
 	}
 	// Only the token and the cluster's CA, the keys the
 	// managed-serviceaccount agent writes: whatever else someone puts in
 	// the hub Secret stays there.
 	data := make(map[string][]byte, 2)
-	for _, k := range [...]string{TokenKey, CAKey} {
-		if v, ok := hub.Data[k]; ok {
+	for _, k := range [...]string{hub.TokenKey, hub.CAKey} {
+		if v, ok := hubSecret.Data[k]; ok {
 			data[k] = append([]byte(nil), v...)
 		}
 	}
 	yes := true
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        CopyName(cluster, msaName),
+			Name:        hub.CopyName(cluster, msaName),
 			Namespace:   profile.Namespace,
-			Labels:      map[string]string{LabelSyncedFrom: SyncedFromValue(cluster, msaName)},
+			Labels:      map[string]string{hub.LabelSyncedFrom: hub.SyncedFromValue(cluster, msaName)},
 			Annotations: annotations,
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: cpv1alpha1.GroupVersion.String(),
@@ -245,7 +190,7 @@ func ReconcileCopy(cur, want *corev1.Secret) (*corev1.Secret, bool) {
 	for k, v := range want.Labels {
 		changed = changed || cur.Labels[k] != v
 	}
-	for _, k := range []string{AnnotationSource, AnnotationTokenFingerprint, AnnotationTokenExpiration} {
+	for _, k := range []string{hub.AnnotationSource, hub.AnnotationTokenFingerprint, hub.AnnotationTokenExpiration} {
 		changed = changed || cur.Annotations[k] != want.Annotations[k]
 	}
 	owners := ownerRefsWithController(cur.OwnerReferences, want.OwnerReferences[0])
@@ -272,7 +217,7 @@ func ReconcileCopy(cur, want *corev1.Secret) (*corev1.Secret, bool) {
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
-	for _, k := range []string{AnnotationSource, AnnotationTokenFingerprint, AnnotationTokenExpiration} {
+	for _, k := range []string{hub.AnnotationSource, hub.AnnotationTokenFingerprint, hub.AnnotationTokenExpiration} {
 		if v, ok := want.Annotations[k]; ok {
 			out.Annotations[k] = v
 		} else {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hubsync/hubsync/hub"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	msav1beta1 "open-cluster-management.io/managed-serviceaccount/apis/authentication/v1beta1"
@@ -12,14 +13,14 @@ import (
 
 func TestPlanSource(t *testing.T) {
 	type msaOpt func(*msav1beta1.ManagedServiceAccount)
-	unlabelled := func(m *msav1beta1.ManagedServiceAccount) { delete(m.Labels, LabelSyncToClusterProfile) }
-	labelFalse := func(m *msav1beta1.ManagedServiceAccount) { m.Labels[LabelSyncToClusterProfile] = "false" }
+	unlabelled := func(m *msav1beta1.ManagedServiceAccount) { delete(m.Labels, hub.LabelSyncToClusterProfile) }
+	labelFalse := func(m *msav1beta1.ManagedServiceAccount) { m.Labels[hub.LabelSyncToClusterProfile] = "false" }
 	deleting := func(m *msav1beta1.ManagedServiceAccount) { m.DeletionTimestamp = &metav1.Time{} }
 	unreported := func(m *msav1beta1.ManagedServiceAccount) { m.Status.TokenSecretRef = nil }
 	emptyRef := func(m *msav1beta1.ManagedServiceAccount) { m.Status.TokenSecretRef.Name = "" }
 	msa := func(name string, opts ...msaOpt) *msav1beta1.ManagedServiceAccount {
 		m := &msav1beta1.ManagedServiceAccount{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "c1", Labels: map[string]string{LabelSyncToClusterProfile: "true"}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "c1", Labels: map[string]string{hub.LabelSyncToClusterProfile: "true"}},
 			Status:     msav1beta1.ManagedServiceAccountStatus{TokenSecretRef: &msav1beta1.SecretRef{Name: name}},
 		}
 		for _, o := range opts {
@@ -28,7 +29,7 @@ func TestPlanSource(t *testing.T) {
 		return m
 	}
 	hub := func(token string) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "c1"}, Data: map[string][]byte{TokenKey: []byte(token), CAKey: []byte("ca")}}
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "c1"}, Data: map[string][]byte{hub.TokenKey: []byte(token), hub.CAKey: []byte("ca")}}
 	}
 	const gw = "gateway-impersonator"
 	tests := []struct {
@@ -103,10 +104,10 @@ func TestDesiredCopyKeys(t *testing.T) {
 		data map[string][]byte
 		want []string
 	}{
-		{"token and CA", map[string][]byte{TokenKey: []byte("t"), CAKey: []byte("ca")}, []string{TokenKey, CAKey}},
-		{"other keys stay on the hub", map[string][]byte{TokenKey: []byte("t"), CAKey: []byte("ca"), "kubeconfig": []byte("admin"), "note": nil},
-			[]string{TokenKey, CAKey}},
-		{"no CA", map[string][]byte{TokenKey: []byte("t")}, []string{TokenKey}},
+		{"token and CA", map[string][]byte{hub.TokenKey: []byte("t"), hub.CAKey: []byte("ca")}, []string{hub.TokenKey, hub.CAKey}},
+		{"other keys stay on the hub", map[string][]byte{hub.TokenKey: []byte("t"), hub.CAKey: []byte("ca"), "kubeconfig": []byte("admin"), "note": nil},
+			[]string{hub.TokenKey, hub.CAKey}},
+		{"no CA", map[string][]byte{hub.TokenKey: []byte("t")}, []string{hub.TokenKey}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

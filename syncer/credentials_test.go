@@ -3,6 +3,7 @@ package syncer
 import (
 	"testing"
 
+	"github.com/hubsync/hubsync/hub"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,13 +18,13 @@ func TestCopyPair(t *testing.T) {
 	secret := func(name string, labels, annotations map[string]string, refs []metav1.OwnerReference) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a", Labels: labels, Annotations: annotations, OwnerReferences: refs}}
 	}
-	from := func(v string) map[string]string { return map[string]string{LabelSyncedFrom: v} }
+	from := func(v string) map[string]string { return map[string]string{hub.LabelSyncedFrom: v} }
 	tests := []struct {
 		name   string
 		secret *corev1.Secret
 		want   string // "" for none
 	}{
-		{name: "hubsync's copy", secret: secret("a-b-c", from("a-b-c"), map[string]string{AnnotationSource: "a-b/c"}, profileRef("a-b", true)), want: "a-b/c"},
+		{name: "hubsync's copy", secret: secret("a-b-c", from("a-b-c"), map[string]string{hub.AnnotationSource: "a-b/c"}, profileRef("a-b", true)), want: "a-b/c"},
 		{name: "upstream copy", secret: secret("edge-1-kueue", from("edge-1-kueue"), nil, profileRef("edge-1", true)), want: "edge-1/kueue"},
 		{name: "upstream copy, dashed names split by the owner", secret: secret("a-b-c", from("a-b-c"), nil, profileRef("a", true)), want: "a/b-c"},
 		{name: "no controller reference", secret: secret("edge-1-kueue", from("edge-1-kueue"), nil, nil)},
@@ -33,8 +34,8 @@ func TestCopyPair(t *testing.T) {
 		{name: "owner does not prefix the label", secret: secret("edge-1-kueue", from("edge-1-kueue"), nil, profileRef("edge-2", true))},
 		{name: "nothing after the owner", secret: secret("edge-1-", from("edge-1-"), nil, profileRef("edge-1", true))},
 		{name: "no label", secret: secret("edge-1-kueue", nil, nil, profileRef("edge-1", true))},
-		{name: "hubsync's marks without a controller", secret: secret("a-b-c", from("a-b-c"), map[string]string{AnnotationSource: "a-b/c"}, nil)},
-		{name: "hubsync's marks, controller of another cluster", secret: secret("a-b-c", from("a-b-c"), map[string]string{AnnotationSource: "a-b/c"}, profileRef("x", true))},
+		{name: "hubsync's marks without a controller", secret: secret("a-b-c", from("a-b-c"), map[string]string{hub.AnnotationSource: "a-b/c"}, nil)},
+		{name: "hubsync's marks, controller of another cluster", secret: secret("a-b-c", from("a-b-c"), map[string]string{hub.AnnotationSource: "a-b/c"}, profileRef("x", true))},
 		{name: "ClusterProfile kind of another group", secret: secret("edge-1-kueue", from("edge-1-kueue"), nil, []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "ClusterProfile", Name: "edge-1", Controller: ptr.To(true)}})},
 	}
 	for _, tt := range tests {
@@ -50,7 +51,7 @@ func TestCopyPair(t *testing.T) {
 func TestCopyOwnership(t *testing.T) {
 	const manager = "open-cluster-management"
 	profile := func(uid, mgr string) *cpv1alpha1.ClusterProfile {
-		return &cpv1alpha1.ClusterProfile{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: "team-a", UID: types.UID(uid), Labels: map[string]string{LabelClusterManager: mgr}}}
+		return &cpv1alpha1.ClusterProfile{ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: "team-a", UID: types.UID(uid), Labels: map[string]string{hub.LabelClusterManager: mgr}}}
 	}
 	ref := func(uid string) []metav1.OwnerReference {
 		return []metav1.OwnerReference{{APIVersion: "multicluster.x-k8s.io/v1alpha1", Kind: "ClusterProfile", Name: "c1", UID: types.UID(uid), Controller: ptr.To(true)}}
@@ -58,8 +59,8 @@ func TestCopyOwnership(t *testing.T) {
 	secret := func(labels, annotations map[string]string, refs []metav1.OwnerReference) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c1-app", Namespace: "team-a", Labels: labels, Annotations: annotations, OwnerReferences: refs}}
 	}
-	ours := map[string]string{AnnotationSource: "c1/app"}
-	upstream := map[string]string{LabelSyncedFrom: "c1-app"}
+	ours := map[string]string{hub.AnnotationSource: "c1/app"}
+	upstream := map[string]string{hub.LabelSyncedFrom: "c1-app"}
 	tests := []struct {
 		name   string
 		secret *corev1.Secret
@@ -71,7 +72,7 @@ func TestCopyOwnership(t *testing.T) {
 		{"marks but no owner reference", secret(upstream, ours, nil), profile("u1", manager), foreign},
 		{"marks, owner reference not the controller", secret(upstream, ours, []metav1.OwnerReference{{APIVersion: "multicluster.x-k8s.io/v1alpha1", Kind: "ClusterProfile", Name: "c1", UID: "u1"}}), profile("u1", manager), foreign},
 		{"controller is another cluster's profile", secret(upstream, ours, []metav1.OwnerReference{{APIVersion: "multicluster.x-k8s.io/v1alpha1", Kind: "ClusterProfile", Name: "c2", UID: "u1", Controller: ptr.To(true)}}), profile("u1", manager), foreign},
-		{"another pair's annotation", secret(upstream, map[string]string{AnnotationSource: "c1/other"}, ref("u1")), profile("u1", manager), foreign},
+		{"another pair's annotation", secret(upstream, map[string]string{hub.AnnotationSource: "c1/other"}, ref("u1")), profile("u1", manager), foreign},
 		{"no marks", secret(nil, nil, ref("u1")), profile("u1", manager), foreign},
 		{"profile recreated: old uid", secret(upstream, ours, ref("u0")), profile("u1", manager), ownedDangling},
 		{"profile gone", secret(upstream, ours, ref("u1")), nil, ownedDangling},

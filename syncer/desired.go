@@ -1,17 +1,14 @@
 package syncer
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"sort"
-	"strings"
 
+	"github.com/hubsync/hubsync/hub"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apimachinery/pkg/util/validation"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
@@ -20,11 +17,6 @@ import (
 // Label keys and condition types hubsync writes, fixed by the upstream
 // contracts so that existing ClusterProfile consumers work unchanged.
 const (
-	LabelClusterManager = cpv1alpha1.LabelClusterManagerKey
-	LabelProfileSet     = cpv1alpha1.LabelClusterSetKey
-	LabelClusterName    = clusterv1.ClusterNameLabelKey
-	LabelClusterSet     = clusterv1beta2.ClusterSetLabel
-
 	ConditionControlPlaneHealthy = cpv1alpha1.ClusterConditionControlPlaneHealthy
 	ConditionJoined              = "Joined"
 
@@ -54,7 +46,7 @@ type Membership struct {
 func SetSelector(set *clusterv1beta2.ManagedClusterSet) (labels.Selector, error) {
 	switch set.Spec.ClusterSelector.SelectorType {
 	case "", clusterv1beta2.ExclusiveClusterSetLabel:
-		return labels.SelectorFromSet(labels.Set{LabelClusterSet: set.Name}), nil
+		return labels.SelectorFromSet(labels.Set{hub.LabelClusterSet: set.Name}), nil
 	case clusterv1beta2.LabelSelector:
 		if set.Spec.ClusterSelector.LabelSelector == nil {
 			return labels.Nothing(), nil
@@ -119,37 +111,12 @@ func DesiredNamespaces(cluster *clusterv1.ManagedCluster, clusterSets []*cluster
 	return m
 }
 
-// IsOwned reports whether a profile carries the manager label of manager.
-func IsOwned(p *cpv1alpha1.ClusterProfile, manager string) bool {
-	return p.Labels[LabelClusterManager] == manager
-}
-
-// ClusterNameLabelValue returns the value of the cluster-name label for a
-// cluster. Cluster names may be 253 characters long but label values only
-// 63, so a longer name is cut to 52 characters and suffixed with a hash of
-// the whole name; the profile's own name always holds the full name.
-func ClusterNameLabelValue(name string) string {
-	if len(validation.IsValidLabelValue(name)) == 0 {
-		return name
-	}
-	sum := sha256.Sum256([]byte(name))
-	prefix := strings.TrimRight(truncate(name, 52), "-_.")
-	return prefix + "-" + hex.EncodeToString(sum[:])[:10]
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
-
 // ProfileLabels returns the labels hubsync owns on a cluster's profile.
 func ProfileLabels(manager string, cluster *clusterv1.ManagedCluster) map[string]string {
 	return map[string]string{
-		LabelClusterManager: manager,
-		LabelClusterName:    ClusterNameLabelValue(cluster.Name),
-		LabelProfileSet:     cluster.Labels[LabelClusterSet],
+		hub.LabelClusterManager: manager,
+		hub.LabelClusterName:    hub.ClusterNameLabelValue(cluster.Name),
+		hub.LabelProfileSet:     cluster.Labels[hub.LabelClusterSet],
 	}
 }
 
@@ -284,7 +251,7 @@ func PlanProfiles(m Membership, existing []*cpv1alpha1.ClusterProfile, manager s
 		switch p := byNS[ns]; {
 		case p == nil:
 			plan.Create = append(plan.Create, ns)
-		case !IsOwned(p, manager):
+		case !hub.IsOwned(p, manager):
 			plan.Conflicts = append(plan.Conflicts, p)
 		default:
 			plan.Update = append(plan.Update, p)
@@ -292,7 +259,7 @@ func PlanProfiles(m Membership, existing []*cpv1alpha1.ClusterProfile, manager s
 	}
 	stale := make([]*cpv1alpha1.ClusterProfile, 0, len(existing))
 	for _, p := range existing {
-		if !m.Desired.Has(p.Namespace) && !m.Held.Has(p.Namespace) && IsOwned(p, manager) && writable(p.Namespace) {
+		if !m.Desired.Has(p.Namespace) && !m.Held.Has(p.Namespace) && hub.IsOwned(p, manager) && writable(p.Namespace) {
 			stale = append(stale, p)
 		}
 	}

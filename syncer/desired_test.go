@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hubsync/hubsync/hub"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/diff"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apimachinery/pkg/util/validation"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
@@ -91,7 +91,7 @@ func withBound(b *clusterv1beta2.ManagedClusterSetBinding, status metav1.Conditi
 }
 
 func setLabel(set string) map[string]string {
-	return map[string]string{LabelClusterSet: set}
+	return map[string]string{hub.LabelClusterSet: set}
 }
 
 func sameStrings(a, b []string) bool {
@@ -291,7 +291,7 @@ func TestIsBound(t *testing.T) {
 // --- DesiredNamespaces ------------------------------------------------------
 
 func TestDesiredNamespaces(t *testing.T) {
-	prodCluster := testCluster("c1", map[string]string{LabelClusterSet: "prod", "env": "prod"})
+	prodCluster := testCluster("c1", map[string]string{hub.LabelClusterSet: "prod", "env": "prod"})
 	tests := []struct {
 		name        string
 		cluster     *clusterv1.ManagedCluster
@@ -511,93 +511,6 @@ func TestDesiredNamespaces(t *testing.T) {
 	}
 }
 
-// --- IsOwned ----------------------------------------------------------------
-
-func TestIsOwned(t *testing.T) {
-	tests := []struct {
-		name   string
-		labels map[string]string
-		want   bool
-	}{
-		{name: "manager label matches", labels: map[string]string{LabelClusterManager: testManager}, want: true},
-		{name: "manager label matches among others", labels: map[string]string{LabelClusterManager: testManager, "a": "b"}, want: true},
-		{name: "other manager", labels: map[string]string{LabelClusterManager: "karmada"}, want: false},
-		{name: "manager value in another key", labels: map[string]string{"manager": testManager}, want: false},
-		{name: "no labels", labels: nil, want: false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			p := &cpv1alpha1.ClusterProfile{ObjectMeta: metav1.ObjectMeta{Name: "c1", Labels: tc.labels}}
-			if got := IsOwned(p, testManager); got != tc.want {
-				t.Errorf("IsOwned() = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
-// --- ClusterNameLabelValue --------------------------------------------------
-
-func TestClusterNameLabelValue(t *testing.T) {
-	// 253 characters: "abcdefghi." x25 is 250, plus "xyz".
-	dotted253 := strings.Repeat("abcdefghi.", 25) + "xyz"
-	// The cut at 52 characters ends in '.', which must be trimmed.
-	dotAt52 := strings.Repeat("a", 51) + "." + strings.Repeat("b", 60)
-	// The cut at 52 characters ends in '-', which must be trimmed.
-	dashAt52 := strings.Repeat("a", 51) + "-" + strings.Repeat("b", 60)
-	shared := strings.Repeat("c", 60)
-
-	tests := []struct {
-		name      string
-		in        string
-		unchanged bool
-	}{
-		{name: "short name", in: "cluster1", unchanged: true},
-		{name: "dotted short name", in: "cluster-1.example.com", unchanged: true},
-		{name: "exactly 63 characters", in: strings.Repeat("a", 63), unchanged: true},
-		{name: "64 characters", in: strings.Repeat("a", 64)},
-		{name: "253-character dotted name", in: dotted253},
-		{name: "cut ends in a dot", in: dotAt52},
-		{name: "cut ends in a dash", in: dashAt52},
-		{name: "long name sharing a 60-character prefix (1)", in: shared + ".alpha.example.com"},
-		{name: "long name sharing a 60-character prefix (2)", in: shared + ".beta.example.com"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if errs := validation.IsDNS1123Subdomain(tc.in); len(errs) != 0 {
-				t.Fatalf("test input is not a valid cluster name: %v", errs)
-			}
-			got := ClusterNameLabelValue(tc.in)
-			if tc.unchanged {
-				if got != tc.in {
-					t.Fatalf("ClusterNameLabelValue(%q) = %q, want it unchanged", tc.in, got)
-				}
-				return
-			}
-			if errs := validation.IsValidLabelValue(got); len(errs) != 0 {
-				t.Errorf("ClusterNameLabelValue(%q) = %q is not a valid label value: %v", tc.in, got, errs)
-			}
-			if len(got) > 63 {
-				t.Errorf("len(ClusterNameLabelValue(%q)) = %d, want <= 63", tc.in, len(got))
-			}
-			if again := ClusterNameLabelValue(tc.in); again != got {
-				t.Errorf("ClusterNameLabelValue is not deterministic: %q then %q", got, again)
-			}
-			// The value keeps a readable prefix of the name.
-			if !strings.HasPrefix(tc.in, got[:40]) {
-				t.Errorf("ClusterNameLabelValue(%q) = %q does not start with the name's prefix", tc.in, got)
-			}
-		})
-	}
-
-	t.Run("long names sharing a 60-character prefix differ", func(t *testing.T) {
-		a := ClusterNameLabelValue(shared + ".alpha.example.com")
-		b := ClusterNameLabelValue(shared + ".beta.example.com")
-		if a == b {
-			t.Errorf("both names map to %q", a)
-		}
-	})
-}
-
 // --- ProfileLabels / NewProfile / ReconcileMeta ------------------------------
 
 func TestProfileLabels(t *testing.T) {
@@ -609,7 +522,7 @@ func TestProfileLabels(t *testing.T) {
 	}{
 		{
 			name:    "cluster in a set",
-			cluster: testCluster("c1", map[string]string{LabelClusterSet: "prod", "env": "prod"}),
+			cluster: testCluster("c1", map[string]string{hub.LabelClusterSet: "prod", "env": "prod"}),
 			want: map[string]string{
 				"x-k8s.io/cluster-manager":                testManager,
 				"open-cluster-management.io/cluster-name": "c1",
@@ -630,7 +543,7 @@ func TestProfileLabels(t *testing.T) {
 			cluster: testCluster(long, setLabel("prod")),
 			want: map[string]string{
 				"x-k8s.io/cluster-manager":                testManager,
-				"open-cluster-management.io/cluster-name": ClusterNameLabelValue(long),
+				"open-cluster-management.io/cluster-name": hub.ClusterNameLabelValue(long),
 				"multicluster.x-k8s.io/clusterset":        "prod",
 			},
 		},
@@ -654,7 +567,7 @@ func TestNewProfile(t *testing.T) {
 		{
 			name: "full cluster",
 			cluster: &clusterv1.ManagedCluster{
-				ObjectMeta: metav1.ObjectMeta{Name: "c1", Labels: map[string]string{LabelClusterSet: "prod", "env": "prod"}},
+				ObjectMeta: metav1.ObjectMeta{Name: "c1", Labels: map[string]string{hub.LabelClusterSet: "prod", "env": "prod"}},
 				Status: clusterv1.ManagedClusterStatus{
 					Version:       clusterv1.ManagedClusterVersion{Kubernetes: "v1.30.1"},
 					ClusterClaims: []clusterv1.ManagedClusterClaim{{Name: "b", Value: "2"}, {Name: "a", Value: "1"}},
@@ -676,9 +589,9 @@ func TestNewProfile(t *testing.T) {
 				t.Errorf("profile key = %s/%s, want consumer-ns/%s", p.Namespace, p.Name, tc.cluster.Name)
 			}
 			wantLabels := map[string]string{
-				LabelClusterManager: testManager,
-				LabelClusterName:    ClusterNameLabelValue(tc.cluster.Name),
-				LabelProfileSet:     tc.cluster.Labels[LabelClusterSet],
+				hub.LabelClusterManager: testManager,
+				hub.LabelClusterName:    hub.ClusterNameLabelValue(tc.cluster.Name),
+				hub.LabelProfileSet:     tc.cluster.Labels[hub.LabelClusterSet],
 			}
 			if !equality.Semantic.DeepEqual(p.Labels, wantLabels) || len(p.Labels) != 3 {
 				t.Errorf("labels = %v, want exactly %v", p.Labels, wantLabels)
@@ -702,7 +615,7 @@ func TestNewProfile(t *testing.T) {
 }
 
 func TestReconcileMeta(t *testing.T) {
-	cluster := testCluster("c1", map[string]string{LabelClusterSet: "prod"})
+	cluster := testCluster("c1", map[string]string{hub.LabelClusterSet: "prod"})
 	good := func() *cpv1alpha1.ClusterProfile { return NewProfile(testManager, "ns1", cluster, nil) }
 	tests := []struct {
 		name        string
@@ -724,27 +637,27 @@ func TestReconcileMeta(t *testing.T) {
 				return p
 			}(),
 			wantLabels: map[string]string{
-				LabelClusterManager: testManager, LabelClusterName: "c1", LabelProfileSet: "prod", "team": "a",
+				hub.LabelClusterManager: testManager, hub.LabelClusterName: "c1", hub.LabelProfileSet: "prod", "team": "a",
 			},
 		},
 		{
 			name: "wrong clusterset label restored, foreign label kept",
 			profile: func() *cpv1alpha1.ClusterProfile {
 				p := good()
-				p.Labels[LabelProfileSet] = "wrong"
+				p.Labels[hub.LabelProfileSet] = "wrong"
 				p.Labels["team"] = "a"
 				return p
 			}(),
 			wantChanged: true,
 			wantLabels: map[string]string{
-				LabelClusterManager: testManager, LabelClusterName: "c1", LabelProfileSet: "prod", "team": "a",
+				hub.LabelClusterManager: testManager, hub.LabelClusterName: "c1", hub.LabelProfileSet: "prod", "team": "a",
 			},
 		},
 		{
 			name: "missing cluster-name label restored",
 			profile: func() *cpv1alpha1.ClusterProfile {
 				p := good()
-				delete(p.Labels, LabelClusterName)
+				delete(p.Labels, hub.LabelClusterName)
 				return p
 			}(),
 			wantChanged: true,
@@ -764,20 +677,20 @@ func TestReconcileMeta(t *testing.T) {
 			name:       "cluster without a set: fresh profile unchanged",
 			cluster:    testCluster("c1", nil),
 			profile:    NewProfile(testManager, "ns1", testCluster("c1", nil), nil),
-			wantLabels: map[string]string{LabelClusterManager: testManager, LabelClusterName: "c1", LabelProfileSet: ""},
+			wantLabels: map[string]string{hub.LabelClusterManager: testManager, hub.LabelClusterName: "c1", hub.LabelProfileSet: ""},
 		},
 		{
 			name:        "cluster moved to another set",
 			cluster:     testCluster("c1", setLabel("dev")),
 			profile:     good(),
 			wantChanged: true,
-			wantLabels:  map[string]string{LabelClusterManager: testManager, LabelClusterName: "c1", LabelProfileSet: "dev"},
+			wantLabels:  map[string]string{hub.LabelClusterManager: testManager, hub.LabelClusterName: "c1", hub.LabelProfileSet: "dev"},
 		},
 		{
 			name: "label of another manager overwritten",
 			profile: func() *cpv1alpha1.ClusterProfile {
 				p := good()
-				p.Labels[LabelClusterManager] = "karmada"
+				p.Labels[hub.LabelClusterManager] = "karmada"
 				return p
 			}(),
 			wantChanged: true,

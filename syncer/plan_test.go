@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hubsync/hubsync/hub"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
@@ -12,12 +13,12 @@ import (
 func TestPlanProfiles(t *testing.T) {
 	ours := func(ns string) *cpv1alpha1.ClusterProfile {
 		return &cpv1alpha1.ClusterProfile{ObjectMeta: metav1.ObjectMeta{
-			Name: "c", Namespace: ns, Labels: map[string]string{LabelClusterManager: testManager},
+			Name: "c", Namespace: ns, Labels: map[string]string{hub.LabelClusterManager: testManager},
 		}}
 	}
 	foreign := func(ns string) *cpv1alpha1.ClusterProfile {
 		return &cpv1alpha1.ClusterProfile{ObjectMeta: metav1.ObjectMeta{
-			Name: "c", Namespace: ns, Labels: map[string]string{LabelClusterManager: "someone-else"},
+			Name: "c", Namespace: ns, Labels: map[string]string{hub.LabelClusterManager: "someone-else"},
 		}}
 	}
 	unlabelled := func(ns string) *cpv1alpha1.ClusterProfile {

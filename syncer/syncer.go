@@ -36,6 +36,7 @@ import (
 	cpinformers "sigs.k8s.io/cluster-inventory-api/client/informers/externalversions"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/stream"
 )
 
@@ -177,7 +178,7 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 		indexer cache.Indexers
 	}{
 		{clusterInf.Informer(), cache.Indexers{byClusterSetLabel: indexFunc(func(c *clusterv1.ManagedCluster) []string {
-			if v, ok := c.Labels[LabelClusterSet]; ok {
+			if v, ok := c.Labels[hub.LabelClusterSet]; ok {
 				return []string{v}
 			}
 			return nil
@@ -473,7 +474,7 @@ func (s *Syncer) onBinding(obj any) {
 func (s *Syncer) enqueueProfilesIn(namespace string) {
 	objs, _ := s.profileIdx.ByIndex(cache.NamespaceIndex, namespace)
 	for _, o := range objs {
-		if p, ok := o.(*cpv1alpha1.ClusterProfile); ok && IsOwned(p, s.opts.ClusterManager) {
+		if p, ok := o.(*cpv1alpha1.ClusterProfile); ok && hub.IsOwned(p, s.opts.ClusterManager) {
 			s.queue.Add(p.Name)
 		}
 	}
@@ -549,7 +550,7 @@ func (s *Syncer) forgetInvalidSet(name string) {
 func (s *Syncer) countOwned() float64 {
 	n := 0
 	for _, o := range s.profileIdx.List() {
-		if p, ok := o.(*cpv1alpha1.ClusterProfile); ok && IsOwned(p, s.opts.ClusterManager) {
+		if p, ok := o.(*cpv1alpha1.ClusterProfile); ok && hub.IsOwned(p, s.opts.ClusterManager) {
 			n++
 		}
 	}
@@ -560,7 +561,7 @@ func (s *Syncer) countOwned() float64 {
 // its clusterset label names, and every set that is not exclusive.
 func (s *Syncer) candidateSets(c *clusterv1.ManagedCluster) []*clusterv1beta2.ManagedClusterSet {
 	var out []*clusterv1beta2.ManagedClusterSet
-	if name, ok := c.Labels[LabelClusterSet]; ok {
+	if name, ok := c.Labels[hub.LabelClusterSet]; ok {
 		if set, err := s.setLister.Get(name); err == nil {
 			out = append(out, set)
 		}

@@ -13,6 +13,7 @@ import (
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/stream"
 )
 
@@ -102,7 +103,7 @@ func (s *Syncer) reconcile(ctx context.Context, name string) error {
 		}
 	}
 	for _, p := range plan.Conflicts {
-		errs = append(errs, &conflictError{namespace: p.Namespace, name: p.Name, manager: p.Labels[LabelClusterManager]})
+		errs = append(errs, &conflictError{namespace: p.Namespace, name: p.Name, manager: p.Labels[hub.LabelClusterManager]})
 	}
 	return errors.Join(errs...)
 }
@@ -277,7 +278,7 @@ func (s *Syncer) resolveConflicts(cluster string, current []*cpv1alpha1.ClusterP
 	s.mu.Unlock()
 
 	for _, p := range added {
-		manager := p.Labels[LabelClusterManager]
+		manager := p.Labels[hub.LabelClusterManager]
 		s.metrics.conflictsTotal.Inc()
 		s.log.Warn("a ClusterProfile of another cluster manager blocks hubsync's profile",
 			"namespace", p.Namespace, "cluster", p.Name, "manager", manager)

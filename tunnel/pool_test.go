@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/hubsync/hubsync/bus"
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/test/leak"
 )
@@ -96,11 +96,11 @@ func TestEntriesWarmWithoutRequestsAndReachTheRightServer(t *testing.T) {
 			rec.count(stream.TunnelReady, "team1", "b") == 1
 	})
 	for _, c := range rec.list() {
-		data, err := bus.Encode(c, "hubsync/test")
+		data, err := events.Encode(c, "hubsync/test")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := bus.ValidateEvent(data); err != nil {
+		if err := events.ValidateEvent(data); err != nil {
 			t.Fatalf("event %s: %v\n%s", c.Type, err, data)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/hubsync/hubsync/hub"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,8 +25,6 @@ import (
 	clusterinformers "open-cluster-management.io/api/client/cluster/informers/externalversions"
 	clusterlisters "open-cluster-management.io/api/client/cluster/listers/cluster/v1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
-
-	"github.com/hubsync/hubsync/syncer"
 )
 
 // DefaultDialAddress is cluster-proxy's: its agent on each managed cluster
@@ -138,7 +137,7 @@ func NewSource(cc clusterclient.Interface, kube kubernetes.Interface, opts Sourc
 		// in the cluster's namespace on the hub.
 		ki := kubeinformers.NewSharedInformerFactoryWithOptions(kube, opts.ResyncPeriod,
 			kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-				lo.LabelSelector = labels.SelectorFromSet(labels.Set{syncer.LabelIsManagedServiceAccount: "true"}).String()
+				lo.LabelSelector = labels.SelectorFromSet(labels.Set{hub.LabelIsManagedServiceAccount: "true"}).String()
 				lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.ManagedServiceAccount).String()
 			}))
 		secs := ki.Core().V1().Secrets()
@@ -212,11 +211,11 @@ func (s *Source) target(mc *clusterv1.ManagedCluster, sec *corev1.Secret) Target
 	}
 	var msaCA []byte
 	if sec != nil {
-		if tok := strings.TrimSpace(string(sec.Data[syncer.TokenKey])); tok != "" {
+		if tok := strings.TrimSpace(string(sec.Data[hub.TokenKey])); tok != "" {
 			t.Token = tok
-			t.TokenFingerprint = syncer.TokenFingerprint([]byte(tok))
+			t.TokenFingerprint = hub.TokenFingerprint([]byte(tok))
 		}
-		msaCA = sec.Data[syncer.CAKey]
+		msaCA = sec.Data[hub.CAKey]
 	}
 	data := AddressData{ClusterName: mc.Name}
 	if u != nil {

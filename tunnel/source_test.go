@@ -4,11 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hubsync/hubsync/hub"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
-
-	"github.com/hubsync/hubsync/syncer"
 )
 
 func TestTargetFromTheHub(t *testing.T) {
@@ -19,7 +18,7 @@ func TestTargetFromTheHub(t *testing.T) {
 		}
 		return c
 	}
-	secret := &corev1.Secret{Data: map[string][]byte{syncer.TokenKey: []byte(" tok \n"), syncer.CAKey: []byte("msa-ca")}}
+	secret := &corev1.Secret{Data: map[string][]byte{hub.TokenKey: []byte(" tok \n"), hub.CAKey: []byte("msa-ca")}}
 	tests := []struct {
 		name       string
 		opts       SourceOptions

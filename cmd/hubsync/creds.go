@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hubsync/hubsync/hub"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -20,8 +21,6 @@ import (
 	authexec "k8s.io/client-go/tools/auth/exec"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
-
-	"github.com/hubsync/hubsync/syncer"
 )
 
 // hubsync creds is a client-go exec credential plugin, a drop-in
@@ -33,9 +32,6 @@ import (
 
 const (
 	execInfoEnv = "KUBERNETES_EXEC_INFO"
-	// clusterExecExtension is where a ClusterProfile's access provider puts
-	// the cluster name; client-go hands it to the plugin as spec.cluster.config.
-	clusterExecExtension = "client.authentication.k8s.io/exec"
 
 	defaultServiceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 	defaultMaxCacheDuration            = 10 * time.Minute
@@ -152,7 +148,7 @@ func (o *credsOptions) credential(ctx context.Context, execInfo string, kube kub
 	if err != nil {
 		return nil, err
 	}
-	name := cluster + "-" + o.managedServiceAccount
+	name := hub.CopyName(cluster, o.managedServiceAccount)
 	secret, err := kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -161,12 +157,12 @@ func (o *credsOptions) credential(ctx context.Context, execInfo string, kube kub
 	case err != nil:
 		return nil, fmt.Errorf("get secret %s/%s: %w", namespace, name, err)
 	}
-	token, ok := secret.Data[syncer.TokenKey]
+	token, ok := secret.Data[hub.TokenKey]
 	switch {
 	case !ok:
-		return nil, fmt.Errorf("secret %s/%s has no %q key", namespace, name, syncer.TokenKey)
+		return nil, fmt.Errorf("secret %s/%s has no %q key", namespace, name, hub.TokenKey)
 	case len(token) == 0:
-		return nil, fmt.Errorf("secret %s/%s has an empty %q key", namespace, name, syncer.TokenKey)
+		return nil, fmt.Errorf("secret %s/%s has an empty %q key", namespace, name, hub.TokenKey)
 	}
 
 	expiry, err := secretTokenExpiry(secret.Annotations, string(token))
@@ -245,7 +241,7 @@ func clusterName(execInfo string) (string, error) {
 		return "", fmt.Errorf("%s has no spec.cluster.server", execInfoEnv)
 	}
 	if len(ec.Spec.Cluster.Config.Raw) == 0 {
-		return "", fmt.Errorf("%s has no spec.cluster.config: the cluster needs a %s extension with clusterName", execInfoEnv, clusterExecExtension)
+		return "", fmt.Errorf("%s has no spec.cluster.config: the cluster needs a %s extension with clusterName", execInfoEnv, hub.ExecExtensionKey)
 	}
 	var cfg struct {
 		ClusterName string `json:"clusterName"`
@@ -254,7 +250,7 @@ func clusterName(execInfo string) (string, error) {
 		return "", fmt.Errorf("%s has an invalid spec.cluster.config: %w", execInfoEnv, err)
 	}
 	if cfg.ClusterName == "" {
-		return "", fmt.Errorf("%s has no clusterName in spec.cluster.config: the cluster's %s extension needs one", execInfoEnv, clusterExecExtension)
+		return "", fmt.Errorf("%s has no clusterName in spec.cluster.config: the cluster's %s extension needs one", execInfoEnv, hub.ExecExtensionKey)
 	}
 	return cfg.ClusterName, nil
 }
@@ -315,19 +311,19 @@ func hubClient() (kubernetes.Interface, error) {
 // reports an unreadable annotation; the JWT is used then.
 func secretTokenExpiry(annotations map[string]string, token string) (time.Time, error) {
 	var err error
-	if v, ok := annotations[syncer.AnnotationTokenExpiration]; ok {
+	if v, ok := annotations[hub.AnnotationTokenExpiration]; ok {
 		t, perr := time.Parse(time.RFC3339, strings.TrimSpace(v))
 		if perr == nil {
 			return t, nil
 		}
-		err = fmt.Errorf("annotation %s=%q is not an RFC 3339 time; using the token's exp claim", syncer.AnnotationTokenExpiration, v)
+		err = fmt.Errorf("annotation %s=%q is not an RFC 3339 time; using the token's exp claim", hub.AnnotationTokenExpiration, v)
 	}
 	return jwtExpiry(token), err
 }
 
 // jwtExpiry reads a JWT's exp claim (unverified); zero when there is none.
 func jwtExpiry(token string) time.Time {
-	exp, ok := syncer.JWTExpiry([]byte(token))
+	exp, ok := hub.JWTExpiry([]byte(token))
 	if !ok {
 		return time.Time{}
 	}

@@ -14,12 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hubsync/hubsync/hub"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	clientauthenticationv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
-
-	"github.com/hubsync/hubsync/syncer"
 )
 
 const testToken = "s3cr3t-t0ken-never-print-me"
@@ -79,18 +78,18 @@ func TestCredsCredential(t *testing.T) {
 		wantWarning string
 	}{
 		{name: "annotation, margin 30s", token: testToken, maxCache: 0,
-			annotations: map[string]string{syncer.AnnotationTokenExpiration: rfc(credsNow.Add(time.Hour))},
+			annotations: map[string]string{hub.AnnotationTokenExpiration: rfc(credsNow.Add(time.Hour))},
 			want:        credsNow.Add(time.Hour - 30*time.Second)},
 		{name: "annotation, margin a tenth of what is left", token: testToken, maxCache: 0,
-			annotations: map[string]string{syncer.AnnotationTokenExpiration: rfc(credsNow.Add(100 * time.Second))},
+			annotations: map[string]string{hub.AnnotationTokenExpiration: rfc(credsNow.Add(100 * time.Second))},
 			want:        credsNow.Add(90 * time.Second)},
 		{name: "annotation wins over the JWT", token: jwtExpiringIn(time.Hour), maxCache: 0,
-			annotations: map[string]string{syncer.AnnotationTokenExpiration: rfc(credsNow.Add(2 * time.Hour))},
+			annotations: map[string]string{hub.AnnotationTokenExpiration: rfc(credsNow.Add(2 * time.Hour))},
 			want:        credsNow.Add(2*time.Hour - 30*time.Second)},
 		{name: "JWT exp", token: jwtExpiringIn(time.Hour), maxCache: 0,
 			want: credsNow.Add(time.Hour - 30*time.Second)},
 		{name: "unreadable annotation falls back to the JWT", token: jwtExpiringIn(time.Hour), maxCache: 0,
-			annotations: map[string]string{syncer.AnnotationTokenExpiration: "tomorrow"},
+			annotations: map[string]string{hub.AnnotationTokenExpiration: "tomorrow"},
 			want:        credsNow.Add(time.Hour - 30*time.Second), wantWarning: `hubsync.io/token-expiration="tomorrow" is not an RFC 3339 time`},
 		{name: "no expiry known", token: testToken, maxCache: 10 * time.Minute,
 			want: credsNow.Add(10 * time.Minute)},
@@ -102,7 +101,7 @@ func TestCredsCredential(t *testing.T) {
 		{name: "cap larger than the expiry", token: jwtExpiringIn(5 * time.Minute), maxCache: 10 * time.Minute,
 			want: credsNow.Add(5*time.Minute - 30*time.Second)},
 		{name: "expired", token: testToken, maxCache: 10 * time.Minute,
-			annotations: map[string]string{syncer.AnnotationTokenExpiration: rfc(credsNow.Add(-time.Hour))},
+			annotations: map[string]string{hub.AnnotationTokenExpiration: rfc(credsNow.Add(-time.Hour))},
 			want:        credsNow.Add(time.Second)},
 		{name: "expires now", token: jwtExpiringIn(0), maxCache: 10 * time.Minute,
 			want: credsNow.Add(time.Second)},
@@ -328,7 +327,7 @@ func fakeHub(t *testing.T, secrets ...*corev1.Secret) *httptest.Server {
 func TestCredsMain(t *testing.T) {
 	hubExpiry := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 	srv := fakeHub(t,
-		tokenSecret("hubns", "c1-msa", map[string]string{syncer.AnnotationTokenExpiration: hubExpiry.Format(time.RFC3339)},
+		tokenSecret("hubns", "c1-msa", map[string]string{hub.AnnotationTokenExpiration: hubExpiry.Format(time.RFC3339)},
 			map[string][]byte{"token": []byte(testToken), "ca.crt": []byte("CA")}),
 		tokenSecret("ctxns", "c1-msa", nil, map[string][]byte{"token": []byte(testToken + "-ctx")}),
 		tokenSecret("hubns", "c1-notoken", nil, map[string][]byte{"ca.crt": []byte("CA")}),

@@ -21,6 +21,7 @@ import (
 
 	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/stream"
 )
 
@@ -207,23 +208,23 @@ func parseType(s string) (kind, full string, err error) {
 	if s == "" {
 		return "", "", nil
 	}
-	short := strings.TrimPrefix(s, bus.TypePrefix)
+	short := strings.TrimPrefix(s, events.TypePrefix)
 	var valid []string
 	for _, t := range eventTypes {
-		k, err := bus.Kind(t)
+		k, err := events.Kind(t)
 		if err != nil {
 			return "", "", err
 		}
 		switch {
-		case t == bus.TypePrefix+short:
+		case t == events.TypePrefix+short:
 			return k, t, nil
 		case k == short:
 			return k, "", nil
 		}
-		valid = append(valid, strings.TrimPrefix(t, bus.TypePrefix))
+		valid = append(valid, strings.TrimPrefix(t, events.TypePrefix))
 	}
 	return "", "", fmt.Errorf("unknown --type %q: want a kind (profile, credential, accessprovider) or a type (%s), with or without %q",
-		s, strings.Join(valid, ", "), bus.TypePrefix)
+		s, strings.Join(valid, ", "), events.TypePrefix)
 }
 
 // parseSince reads --since: 0 (everything kept), a duration back from now,
@@ -252,7 +253,7 @@ func filterSubject(prefix, namespace, cluster, kind string) string {
 		if s == "" {
 			return "*"
 		}
-		return bus.EscapeToken(s)
+		return events.EscapeToken(s)
 	}
 	return strings.Join([]string{prefix, token(namespace), token(cluster), cmp.Or(kind, "*")}, ".")
 }
@@ -392,7 +393,7 @@ func (o *eventsOptions) run(ctx context.Context, kind, fullType string, stdout, 
 // print writes one event; a message that is not an event is reported on
 // stderr and skipped, so one bad publisher cannot stop a tail.
 func (o *eventsOptions) print(data []byte, subject, fullType string, stdout, stderr io.Writer) error {
-	var ev bus.Event
+	var ev events.Event
 	if err := json.Unmarshal(data, &ev); err != nil {
 		fmt.Fprintf(stderr, "hubsync events: skipping a message on %s: not a JSON event: %v\n", subject, err)
 		return nil
@@ -418,7 +419,7 @@ func (o *eventsOptions) print(data []byte, subject, fullType string, stdout, std
 //
 //	2026-11-21T04:00:00Z profile.created        team-ml/eu-prod-01  v1.35.4 healthy=True providers=open-cluster-management
 //	2026-11-21T04:00:00Z credential.rotated     team-ml/eu-prod-01  secret=eu-prod-01-kueue fp=sha256:… expires=…
-func formatEvent(ev *bus.Event) string {
+func formatEvent(ev *events.Event) string {
 	when := "-"
 	if t, err := time.Parse(time.RFC3339Nano, ev.Time); err == nil {
 		when = t.UTC().Truncate(time.Second).Format(time.RFC3339)
@@ -448,7 +449,7 @@ func formatEvent(ev *bus.Event) string {
 			details = append(details, "expires="+c.Expiration.UTC().Format(time.RFC3339))
 		}
 	}
-	return strings.TrimRight(fmt.Sprintf("%s %-22s %s  %s", when, strings.TrimPrefix(ev.Type, bus.TypePrefix), where, strings.Join(details, " ")), " ")
+	return strings.TrimRight(fmt.Sprintf("%s %-22s %s  %s", when, strings.TrimPrefix(ev.Type, events.TypePrefix), where, strings.Join(details, " ")), " ")
 }
 
 func providerNames(ps []stream.AccessProviderSummary) string {
@@ -523,7 +524,7 @@ func (o *stateOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 	if o.namespace != "" {
 		// KVKey escapes each part on its own: the namespace's part of the
 		// key is what precedes the dot of KVKey(namespace, "").
-		keys = strings.TrimSuffix(bus.KVKey(o.namespace, ""), ".") + ".*"
+		keys = strings.TrimSuffix(events.KVKey(o.namespace, ""), ".") + ".*"
 	}
 	records, err := readRecords(ctx, kv, keys, stderr)
 	if err != nil {

@@ -16,8 +16,9 @@ import (
 
 	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/events"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/stream"
-	"github.com/hubsync/hubsync/syncer"
 	"github.com/hubsync/hubsync/test/fleet"
 )
 
@@ -72,19 +73,19 @@ func createBus(t *testing.T, js jetstream.JetStream) (jetstream.Stream, jetstrea
 // subject, with its id as Nats-Msg-Id. It returns the event's JSON.
 func publish(t *testing.T, js jetstream.JetStream, c stream.Change) []byte {
 	t.Helper()
-	data, err := bus.Encode(c, "hubsync/open-cluster-management")
+	data, err := events.Encode(c, "hubsync/open-cluster-management")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bus.ValidateEvent(data); err != nil {
+	if err := events.ValidateEvent(data); err != nil {
 		t.Fatalf("the test's event is not valid: %v\n%s", err, data)
 	}
-	kind, err := bus.Kind(c.Type)
+	kind, err := events.Kind(c.Type)
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject := bus.Subject(config.Default().Bus.SubjectPrefix, c.Namespace, c.Cluster, kind)
-	if _, err := js.Publish(context.Background(), subject, data, jetstream.WithMsgID(bus.EventID(c))); err != nil {
+	subject := events.Subject(config.Default().Bus.SubjectPrefix, c.Namespace, c.Cluster, kind)
+	if _, err := js.Publish(context.Background(), subject, data, jetstream.WithMsgID(events.ID(c))); err != nil {
 		t.Fatal(err)
 	}
 	return data
@@ -126,7 +127,7 @@ func TestEventsCommand(t *testing.T) {
 	createBus(t, js)
 
 	// The first batch, then (after mid) the second.
-	fpA, fpB := syncer.TokenFingerprint([]byte("token a")), syncer.TokenFingerprint([]byte("token b"))
+	fpA, fpB := hub.TokenFingerprint([]byte("token a")), hub.TokenFingerprint([]byte("token b"))
 	created := profileChange(stream.ProfileCreated, "team-ml", "eu-prod-01", 0)
 	for _, c := range []stream.Change{
 		created,
@@ -211,7 +212,7 @@ func TestEventsCommand(t *testing.T) {
 			t.Fatalf("%d lines, want 7:\n%s", len(got), stdout)
 		}
 		for _, line := range got {
-			if err := bus.ValidateEvent([]byte(line)); err != nil {
+			if err := events.ValidateEvent([]byte(line)); err != nil {
 				t.Errorf("%v\n%s", err, line)
 			}
 		}
@@ -296,7 +297,7 @@ func TestStateCommand(t *testing.T) {
 	url, js := startNATS(t)
 	_, kv := createBus(t, js)
 	exp1, exp2 := t0.Add(24*time.Hour), t0.Add(2*time.Hour)
-	fp := syncer.TokenFingerprint([]byte("token"))
+	fp := hub.TokenFingerprint([]byte("token"))
 	for _, r := range []bus.Record{
 		{Namespace: "team-web", Cluster: "eu-prod-01", Updated: t0,
 			Profile:     &stream.ProfileSummary{KubernetesVersion: "v1.34.4", Healthy: "False"},
@@ -317,18 +318,18 @@ func TestStateCommand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := bus.ValidateRecord(data); err != nil {
+		if err := events.ValidateRecord(data); err != nil {
 			t.Fatalf("the test's record is not valid: %v", err)
 		}
-		if _, err := kv.Put(context.Background(), bus.KVKey(r.Namespace, r.Cluster), data); err != nil {
+		if _, err := kv.Put(context.Background(), events.KVKey(r.Namespace, r.Cluster), data); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A deleted record is not listed.
-	if _, err := kv.Put(context.Background(), bus.KVKey("team-gone", "eu-prod-01"), []byte(`{}`)); err != nil {
+	if _, err := kv.Put(context.Background(), events.KVKey("team-gone", "eu-prod-01"), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := kv.Delete(context.Background(), bus.KVKey("team-gone", "eu-prod-01")); err != nil {
+	if err := kv.Delete(context.Background(), events.KVKey("team-gone", "eu-prod-01")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -357,7 +358,7 @@ func TestStateCommand(t *testing.T) {
 		}
 		var got []string
 		for _, r := range records {
-			if err := bus.ValidateRecord(r); err != nil {
+			if err := events.ValidateRecord(r); err != nil {
 				t.Errorf("%v\n%s", err, r)
 			}
 			var rec bus.Record
@@ -545,7 +546,7 @@ func TestAgainstBus(t *testing.T) {
 	dir := t.TempDir()
 	tokenFile := writeFile(t, dir, "token", consumerToken+"\n")
 	wrongFile := writeFile(t, dir, "wrong", "guess\n")
-	fp := syncer.TokenFingerprint([]byte("token"))
+	fp := hub.TokenFingerprint([]byte("token"))
 	changes := []stream.Change{
 		profileChange(stream.ProfileCreated, "team-ml", "edge.eu-1", 0),
 		credentialChange(stream.CredentialSynced, "team-ml", "edge.eu-1", fp, 1),

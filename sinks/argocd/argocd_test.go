@@ -24,9 +24,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/stream"
-	"github.com/hubsync/hubsync/syncer"
 )
 
 const (
@@ -85,8 +85,8 @@ func profile(typ, ns, cluster, server string) stream.Change {
 
 func credential(typ, cluster string) stream.Change {
 	return stream.Change{
-		Type: typ, Namespace: consumer, Cluster: cluster, Name: syncer.CopyName(cluster, msa),
-		Credential: &stream.CredentialSummary{ManagedServiceAccount: msa, Secret: syncer.CopyName(cluster, msa)},
+		Type: typ, Namespace: consumer, Cluster: cluster, Name: hub.CopyName(cluster, msa),
+		Credential: &stream.CredentialSummary{ManagedServiceAccount: msa, Secret: hub.CopyName(cluster, msa)},
 	}
 }
 
@@ -95,9 +95,9 @@ func server(cluster string) string { return "https://" + cluster + ".example:644
 // copySecret is the credential copy of cluster holding token.
 func copySecret(cluster, token string) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: consumer, Name: syncer.CopyName(cluster, msa)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: consumer, Name: hub.CopyName(cluster, msa)},
 		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{syncer.TokenKey: []byte(token)},
+		Data:       map[string][]byte{hub.TokenKey: []byte(token)},
 	}
 }
 
@@ -325,7 +325,7 @@ func TestTokenMode(t *testing.T) {
 		if err := e.sink.Resync(ctx, snap); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.kube.CoreV1().Secrets(consumer).Delete(ctx, syncer.CopyName("c1", msa), metav1.DeleteOptions{}); err != nil {
+		if err := e.kube.CoreV1().Secrets(consumer).Delete(ctx, hub.CopyName("c1", msa), metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		// The copy is read at delivery: one found missing is no error and
@@ -661,7 +661,7 @@ func TestLongClusterNames(t *testing.T) {
 			t.Errorf("data name %q, want the full cluster name", sec.Data["name"])
 		}
 		v := sec.Labels[LabelClusterName]
-		if errs := validation.IsValidLabelValue(v); len(errs) > 0 || v != syncer.ClusterNameLabelValue(c) {
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 || v != hub.ClusterNameLabelValue(c) {
 			t.Errorf("cluster label %q: %v", v, errs)
 		}
 		args := decodeConfig(t, sec)["execProviderConfig"].(map[string]any)["args"].([]any)

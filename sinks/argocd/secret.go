@@ -9,10 +9,9 @@ import (
 	"maps"
 	"strings"
 
+	"github.com/hubsync/hubsync/hub"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/hubsync/hubsync/syncer"
 )
 
 // Labels and values of the Secrets the sink writes.
@@ -29,7 +28,7 @@ const (
 	LabelSink = "hubsync.io/sink"
 	// LabelClusterName is the cluster's name, or a shortened form with a
 	// hash when the name is longer than a label value may be.
-	LabelClusterName = syncer.LabelClusterName
+	LabelClusterName = hub.LabelClusterName
 
 	// AnnotationRefresh is what Argo CD writes on a cluster Secret when a
 	// user asks it to invalidate the cluster's cache. The sink leaves it as
@@ -143,7 +142,7 @@ func (s *Sink) render(c clusterSecret) (*corev1.Secret, error) {
 	labels[LabelSecretType] = SecretTypeCluster
 	labels[LabelManagedBy] = ManagedBy
 	labels[LabelSink] = s.name
-	labels[LabelClusterName] = syncer.ClusterNameLabelValue(c.cluster)
+	labels[LabelClusterName] = hub.ClusterNameLabelValue(c.cluster)
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        SecretName(s.name, c.cluster),

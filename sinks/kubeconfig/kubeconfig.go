@@ -62,9 +62,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/stream"
-	"github.com/hubsync/hubsync/syncer"
 )
 
 // staleTempAge is how old a temporary file of the sink's own pattern must
@@ -227,7 +227,7 @@ func (s *Sink) ours(c stream.Change) bool {
 	if c.Credential != nil && c.Credential.ManagedServiceAccount != "" {
 		return c.Credential.ManagedServiceAccount == s.msa
 	}
-	return c.Name == syncer.CopyName(c.Cluster, s.msa)
+	return c.Name == hub.CopyName(c.Cluster, s.msa)
 }
 
 // render returns the desired bytes of key's file, or nil when no file

@@ -22,9 +22,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/stream"
-	"github.com/hubsync/hubsync/syncer"
 )
 
 const (
@@ -84,9 +84,9 @@ func (f *fixture) deliver(t *testing.T, changes ...stream.Change) {
 func (f *fixture) setToken(t *testing.T, ns, cluster, token string) {
 	t.Helper()
 	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: syncer.CopyName(cluster, testMSA)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: hub.CopyName(cluster, testMSA)},
 		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{syncer.TokenKey: []byte(token)},
+		Data:       map[string][]byte{hub.TokenKey: []byte(token)},
 	}
 	ctx := context.Background()
 	secrets := f.kube.CoreV1().Secrets(ns)
@@ -113,7 +113,7 @@ func provider(server string) stream.AccessProviderSummary {
 }
 
 func credential(typ, ns, cluster, msa string) stream.Change {
-	name := syncer.CopyName(cluster, msa)
+	name := hub.CopyName(cluster, msa)
 	return stream.Change{
 		Type: typ, Namespace: ns, Cluster: cluster, Name: name,
 		Credential: &stream.CredentialSummary{ManagedServiceAccount: msa, Secret: name},
@@ -182,9 +182,9 @@ func TestExecContent(t *testing.T) {
 	if !bytes.Equal(cl.CertificateAuthorityData, testCA) {
 		t.Errorf("certificate-authority-data = %q, want %q", cl.CertificateAuthorityData, testCA)
 	}
-	ext, ok := cl.Extensions[ExecExtensionKey].(*runtime.Unknown)
+	ext, ok := cl.Extensions[hub.ExecExtensionKey].(*runtime.Unknown)
 	if !ok {
-		t.Fatalf("cluster extension %s = %#v", ExecExtensionKey, cl.Extensions[ExecExtensionKey])
+		t.Fatalf("cluster extension %s = %#v", hub.ExecExtensionKey, cl.Extensions[hub.ExecExtensionKey])
 	}
 	if got, want := string(ext.Raw), `{"clusterName":"`+testCluster+`"}`; got != want {
 		t.Errorf("cluster extension = %s, want %s", got, want)
@@ -375,7 +375,7 @@ func TestTokenMode(t *testing.T) {
 	}
 
 	// The Secret disappears but a rotation is delivered: the file goes.
-	if err := f.kube.CoreV1().Secrets(testNS).Delete(context.Background(), syncer.CopyName(testCluster, testMSA), metav1.DeleteOptions{}); err != nil {
+	if err := f.kube.CoreV1().Secrets(testNS).Delete(context.Background(), hub.CopyName(testCluster, testMSA), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.deliver(t, credential(stream.CredentialRotated, testNS, testCluster, testMSA))
@@ -392,7 +392,7 @@ func TestTokenModeHubError(t *testing.T) {
 	f.setToken(t, testNS, "ok", "secret-ok")
 	f.setToken(t, testNS, "broken", "secret-broken")
 	f.kube.PrependReactor("get", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.(k8stesting.GetAction).GetName() == syncer.CopyName("broken", testMSA) {
+		if a.(k8stesting.GetAction).GetName() == hub.CopyName("broken", testMSA) {
 			return true, nil, errors.New("hub unavailable")
 		}
 		return false, nil, nil

@@ -10,9 +10,9 @@ import (
 	clientcmdlatest "k8s.io/client-go/tools/clientcmd/api/latest"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/stream"
-	"github.com/hubsync/hubsync/syncer"
 )
 
 const (
@@ -20,9 +20,6 @@ const (
 	// extensions list that marks a file as written by hubsync. Its value
 	// is {"sink": "<sink name>"}.
 	MarkerKey = "hubsync.io/managed-by"
-	// ExecExtensionKey is the cluster extension client-go hands an exec
-	// plugin as spec.cluster.config when provideClusterInfo is set.
-	ExecExtensionKey = "client.authentication.k8s.io/exec"
 	// execAPIVersion is the ExecCredential version the plugin speaks.
 	execAPIVersion = "client.authentication.k8s.io/v1"
 )
@@ -32,7 +29,7 @@ type marker struct {
 	Sink string `json:"sink"`
 }
 
-// execClusterConfig is the value of ExecExtensionKey.
+// execClusterConfig is the value of hub.ExecExtensionKey.
 type execClusterConfig struct {
 	ClusterName string `json:"clusterName"`
 }
@@ -56,7 +53,7 @@ type content struct {
 // lets the sink skip writes that would change nothing.
 func render(c content) ([]byte, error) {
 	cluster := c.key.Cluster
-	user := syncer.CopyName(cluster, c.msa)
+	user := hub.CopyName(cluster, c.msa)
 
 	execExt, err := unknown(execClusterConfig{ClusterName: cluster})
 	if err != nil {
@@ -71,7 +68,7 @@ func render(c content) ([]byte, error) {
 	cfg.Clusters[cluster] = &clientcmdapi.Cluster{
 		Server:                   c.provider.Server,
 		CertificateAuthorityData: c.provider.CAData,
-		Extensions:               map[string]runtime.Object{ExecExtensionKey: execExt},
+		Extensions:               map[string]runtime.Object{hub.ExecExtensionKey: execExt},
 	}
 	auth := &clientcmdapi.AuthInfo{}
 	if c.tokenMode {

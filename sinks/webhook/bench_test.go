@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/stream/streamtest"
 )
 
 // BenchmarkDeliver measures what one event costs the sink from Deliver to
@@ -29,7 +30,7 @@ func BenchmarkDeliver(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		changes = append(changes, profile(stream.ProfileCreated, "ns", fmt.Sprintf("cluster-%06d", i), "1"))
+		changes = append(changes, streamtest.Profile(stream.ProfileCreated, "ns", fmt.Sprintf("cluster-%06d", i), "1"))
 		if len(changes) == batch || i == b.N-1 {
 			if err := s.Deliver(b.Context(), changes); err != nil {
 				b.Fatal(err)

@@ -4,7 +4,7 @@
 // # What is sent
 //
 // The body of each request is exactly the CloudEvent hubsync publishes on
-// NATS (bus.Encode), in the CloudEvents HTTP binding's structured mode
+// NATS (events.Encode), in the CloudEvents HTTP binding's structured mode
 // (Content-Type: application/cloudevents+json), so every attribute is under
 // the signature. The headers webhook-id (the event id, the same on every
 // attempt and every republication of the change), webhook-timestamp (unix

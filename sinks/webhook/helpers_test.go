@@ -21,8 +21,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/stream"
 )
@@ -233,7 +233,7 @@ func deliverAll(t *testing.T, s *sink, batches ...[]stream.Change) []string {
 			t.Fatalf("Deliver: %v", err)
 		}
 		for _, c := range batch {
-			ids = append(ids, bus.EventID(c))
+			ids = append(ids, events.ID(c))
 		}
 	}
 	return ids
@@ -267,22 +267,6 @@ func newToken(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return "tok-" + hex.EncodeToString(b)
-}
-
-var changeTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-func profile(typ, ns, cluster, rv string) stream.Change {
-	return stream.Change{
-		Type: typ, Namespace: ns, Cluster: cluster, Name: cluster, ResourceVersion: rv, Time: changeTime,
-		Profile: &stream.ProfileSummary{KubernetesVersion: "v1.35.0", Labels: map[string]string{"env": "test"}},
-	}
-}
-
-func credential(typ, ns, cluster, msa, rv string) stream.Change {
-	return stream.Change{
-		Type: typ, Namespace: ns, Cluster: cluster, Name: cluster + "-" + msa, ResourceVersion: rv, Time: changeTime,
-		Credential: &stream.CredentialSummary{ManagedServiceAccount: msa, Secret: cluster + "-" + msa, ResourceVersion: rv},
-	}
 }
 
 // waitFor polls cond until it holds or the deadline passes.

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hubsync/hubsync/bus"
+	"github.com/hubsync/hubsync/events"
 )
 
 // tailIdle is how long the spool must have had nothing to send before the
@@ -205,7 +205,7 @@ func (s *sink) post(ctx context.Context, e entry) attempt {
 		// The URL was checked by New; the error would repeat it unredacted.
 		return attempt{err: fmt.Errorf("POST %s: cannot build the request", s.logURL)}
 	}
-	req.Header.Set("Content-Type", bus.ContentType)
+	req.Header.Set("Content-Type", events.ContentType)
 	req.Header.Set("User-Agent", "hubsync-webhook/1")
 	req.Header.Set(HeaderID, e.ID)
 	req.Header.Set(HeaderTimestamp, ts)

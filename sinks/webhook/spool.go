@@ -308,7 +308,7 @@ func (s *spool) write(entries []entry, resync bool) (app *appended, dropped, fir
 	}()
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
-	// The body must stay byte for byte what bus.Encode made.
+	// The body must stay byte for byte what events.Encode made.
 	enc.SetEscapeHTML(false)
 	for i, e := range entries {
 		before := buf.Len()

@@ -19,8 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/stream"
 )
@@ -377,7 +377,7 @@ func (s *sink) enqueue(changes []stream.Change, resync bool) error {
 	entries := make([]entry, 0, len(changes))
 	spooled := make([]stream.Change, 0, len(changes))
 	for _, c := range changes {
-		body, err := bus.Encode(c, s.source)
+		body, err := events.Encode(c, s.source)
 		if err != nil {
 			// Retrying cannot make it encodable.
 			s.log.Warn("cannot encode a change as an event; skipping it",
@@ -385,7 +385,7 @@ func (s *sink) enqueue(changes []stream.Change, resync bool) error {
 			continue
 		}
 		entries = append(entries, entry{
-			ID: bus.EventID(c), Type: c.Type, Namespace: c.Namespace, Cluster: c.Cluster,
+			ID: events.ID(c), Type: c.Type, Namespace: c.Namespace, Cluster: c.Cluster,
 			Spooled: now.UnixNano(), Body: body,
 		})
 		spooled = append(spooled, c)
@@ -542,7 +542,7 @@ func saveTold(path string, rs stream.Records) error {
 // changeOf rebuilds the change of a spooled event, as far as told records
 // need it.
 func changeOf(e entry) (stream.Change, error) {
-	ev, err := bus.Decode(e.Body)
+	ev, err := events.Decode(e.Body)
 	if err != nil {
 		return stream.Change{}, err
 	}

@@ -24,9 +24,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/stream/streamtest"
 )
 
 // The test vector of the Standard Webhooks specification's libraries.
@@ -124,13 +125,13 @@ func TestDeliverSendsSignedCloudEvent(t *testing.T) {
 	oldSecret, newSecret := newSecret(t), newSecret(t)
 	e := newEnv(t, srv.URL, oldSecret, newSecret)
 	s := e.start()
-	c := profile(stream.ProfileCreated, "team-a", "c1", "10")
+	c := streamtest.Profile(stream.ProfileCreated, "team-a", "c1", "10")
 	if err := s.Deliver(t.Context(), []stream.Change{c}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the event", func() bool { return len(rc.delivered()) == 1 })
 	got := rc.delivered()[0]
-	want, err := bus.Encode(c, testSource)
+	want, err := events.Encode(c, testSource)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,8 +141,8 @@ func TestDeliverSendsSignedCloudEvent(t *testing.T) {
 	if got.contentType != "application/cloudevents+json" {
 		t.Errorf("Content-Type = %q", got.contentType)
 	}
-	if got.id != bus.EventID(c) {
-		t.Errorf("webhook-id = %q, want the event id %q", got.id, bus.EventID(c))
+	if got.id != events.ID(c) {
+		t.Errorf("webhook-id = %q, want the event id %q", got.id, events.ID(c))
 	}
 	if ts, _ := strconv.ParseInt(got.ts, 10, 64); time.Since(time.Unix(ts, 0)).Abs() > time.Minute {
 		t.Errorf("webhook-timestamp %s is not now", got.ts)
@@ -169,13 +170,13 @@ func TestSecretsFileReread(t *testing.T) {
 	e := newEnv(t, srv.URL, oldSecret)
 	e.opts.secretTTL = 0 // read before every attempt (TestSecretsFileCache covers the TTL)
 	s := e.start()
-	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "c1", "1")}); err != nil {
+	if err := s.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", "c1", "1")}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the first event", func() bool { return len(rc.delivered()) == 1 })
 	e.hide(newSecret)
 	e.writeFile("secrets", "# rotated\n\n"+newSecret+"\n")
-	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "c2", "2")}); err != nil {
+	if err := s.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", "c2", "2")}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the second event", func() bool { return len(rc.delivered()) == 2 })
@@ -278,7 +279,7 @@ func TestSecretRef(t *testing.T) {
 	deliver := func(cluster string) received {
 		t.Helper()
 		n := len(rc.delivered())
-		if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", cluster, "1")}); err != nil {
+		if err := s.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", cluster, "1")}); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, "the event", func() bool { return len(rc.delivered()) == n+1 })
@@ -333,19 +334,19 @@ func TestRetriesServerErrorsInOrder(t *testing.T) {
 	e := newEnv(t, srv.URL, secret)
 	s := e.start()
 	changes := []stream.Change{
-		profile(stream.ProfileCreated, "ns", "a", "1"),
-		credential(stream.CredentialSynced, "ns", "b", "msa", "2"),
+		streamtest.Profile(stream.ProfileCreated, "ns", "a", "1"),
+		streamtest.Credential(stream.CredentialSynced, "ns", "b", "msa", "2"),
 	}
 	if err := s.Deliver(t.Context(), changes); err != nil {
 		t.Fatalf("Deliver failed while the endpoint fails: %v", err)
 	}
-	next := profile(stream.ProfileUpdated, "ns", "a", "3")
+	next := streamtest.Profile(stream.ProfileUpdated, "ns", "a", "3")
 	if err := s.Deliver(t.Context(), []stream.Change{next}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "all three events", func() bool { return len(rc.delivered()) == 3 })
-	want := []string{bus.EventID(changes[0]), bus.EventID(changes[0]), bus.EventID(changes[0]), bus.EventID(changes[0]),
-		bus.EventID(changes[1]), bus.EventID(next)}
+	want := []string{events.ID(changes[0]), events.ID(changes[0]), events.ID(changes[0]), events.ID(changes[0]),
+		events.ID(changes[1]), events.ID(next)}
 	all := rc.all()
 	if got := ids(all); !slices.Equal(got, want) {
 		t.Errorf("webhook-ids of the requests:\n%v\nwant\n%v", got, want)
@@ -379,7 +380,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 	defer srv.Close()
 	e := newEnv(t, srv.URL)
 	s := e.start()
-	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+	if err := s.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the retry", func() bool { return len(rc.delivered()) == 1 })
@@ -450,7 +451,7 @@ func TestGoneDisables(t *testing.T) {
 	if v := e.metric("hubsync_webhook_disabled", nil); v != 0 {
 		t.Fatalf("disabled = %v at start", v)
 	}
-	batch := []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1"), profile(stream.ProfileCreated, "ns", "b", "1")}
+	batch := []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", "a", "1"), streamtest.Profile(stream.ProfileCreated, "ns", "b", "1")}
 	if err := s.Deliver(t.Context(), batch); err != nil {
 		t.Fatal(err)
 	}
@@ -458,15 +459,15 @@ func TestGoneDisables(t *testing.T) {
 	// The second event, spooled with the first, is dropped unsent.
 	waitFor(t, "an empty spool", func() bool { return e.metric("hubsync_webhook_spool_events", nil) == 0 })
 	for range 3 {
-		if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileUpdated, "ns", "a", "2")}); err != nil {
+		if err := s.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileUpdated, "ns", "a", "2")}); err != nil {
 			t.Fatalf("Deliver while disabled: %v", err)
 		}
 		if err := s.Resync(t.Context(), batch); err != nil {
 			t.Fatalf("Resync while disabled: %v", err)
 		}
 	}
-	if _, events := s.spool.size(); events != 0 {
-		t.Errorf("%d events spooled while disabled", events)
+	if _, n := s.spool.size(); n != 0 {
+		t.Errorf("%d events spooled while disabled", n)
 	}
 	if n := len(rc.all()); n != 1 {
 		t.Errorf("%d requests, want 1", n)
@@ -484,7 +485,7 @@ func TestGoneDisables(t *testing.T) {
 	if v := e.metric("hubsync_webhook_disabled", nil); v != 0 {
 		t.Errorf("disabled = %v after the sink was recreated", v)
 	}
-	if err := s2.Deliver(t.Context(), []stream.Change{profile(stream.ProfileUpdated, "ns", "a", "3")}); err != nil {
+	if err := s2.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileUpdated, "ns", "a", "3")}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a delivery", func() bool { return len(rc.delivered()) == 1 })
@@ -501,7 +502,7 @@ func TestRedirectNotFollowed(t *testing.T) {
 	defer srv.Close()
 	e := newEnv(t, srv.URL)
 	s := e.start()
-	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+	if err := s.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a retry", func() bool { return len(rc.all()) >= 3 })
@@ -518,8 +519,8 @@ func TestRedirectNotFollowed(t *testing.T) {
 	waitFor(t, "requests_total{code=307}", func() bool {
 		return e.metric("hubsync_webhook_requests_total", map[string]string{"code": "307"}) >= 3
 	})
-	if _, events := s.spool.size(); events != 1 {
-		t.Errorf("spool holds %d events, want the undelivered one", events)
+	if _, n := s.spool.size(); n != 1 {
+		t.Errorf("spool holds %d events, want the undelivered one", n)
 	}
 }
 
@@ -531,8 +532,8 @@ func TestSpoolSurvivesRestart(t *testing.T) {
 	var batches [][]stream.Change
 	for i := range 5 {
 		batches = append(batches, []stream.Change{
-			profile(stream.ProfileUpdated, "ns", "a", strconv.Itoa(10+i)),
-			credential(stream.CredentialRotated, "ns", "b", "msa", strconv.Itoa(20+i)),
+			streamtest.Profile(stream.ProfileUpdated, "ns", "a", strconv.Itoa(10+i)),
+			streamtest.Credential(stream.CredentialRotated, "ns", "b", "msa", strconv.Itoa(20+i)),
 		})
 	}
 	want := deliverAll(t, a, batches...)
@@ -553,11 +554,11 @@ func TestSpoolSurvivesRestart(t *testing.T) {
 		t.Errorf("spool_events = %v after the restart, want 10", v)
 	}
 	rc.setHandle(nil)
-	last := profile(stream.ProfileUpdated, "ns", "a", "99")
+	last := streamtest.Profile(stream.ProfileUpdated, "ns", "a", "99")
 	if err := b.Deliver(t.Context(), []stream.Change{last}); err != nil {
 		t.Fatal(err)
 	}
-	want = append(want, bus.EventID(last))
+	want = append(want, events.ID(last))
 	waitFor(t, "every event", func() bool { return len(rc.delivered()) >= len(want) })
 	waitFor(t, "an empty spool", func() bool { _, n := b.spool.size(); return n == 0 })
 	if got := ids(rc.delivered()); !slices.Equal(got, want) {
@@ -588,7 +589,7 @@ func TestSpoolResumesAtCursor(t *testing.T) {
 	a := e.start()
 	var batch []stream.Change
 	for i := range 4 {
-		batch = append(batch, profile(stream.ProfileCreated, "ns", "c"+strconv.Itoa(i), "1"))
+		batch = append(batch, streamtest.Profile(stream.ProfileCreated, "ns", "c"+strconv.Itoa(i), "1"))
 	}
 	if err := a.Deliver(t.Context(), batch); err != nil {
 		t.Fatal(err)
@@ -600,7 +601,7 @@ func TestSpoolResumesAtCursor(t *testing.T) {
 	rc.setHandle(nil)
 	e.start()
 	waitFor(t, "the rest", func() bool { return len(rc.delivered()) == 4 })
-	want := []string{bus.EventID(batch[0]), bus.EventID(batch[1]), bus.EventID(batch[2]), bus.EventID(batch[3])}
+	want := []string{events.ID(batch[0]), events.ID(batch[1]), events.ID(batch[2]), events.ID(batch[3])}
 	if got := ids(rc.delivered()); !slices.Equal(got, want) {
 		t.Errorf("delivered:\n%v\nwant\n%v", got, want)
 	}
@@ -614,7 +615,7 @@ func TestSpoolFullRequestsResync(t *testing.T) {
 	s.Attach(ctl)
 	var spooled []string
 	for i := range 20 {
-		c := profile(stream.ProfileUpdated, "ns", "c"+strconv.Itoa(i), "1")
+		c := streamtest.Profile(stream.ProfileUpdated, "ns", "c"+strconv.Itoa(i), "1")
 		if err := s.Deliver(t.Context(), []stream.Change{c}); err != nil {
 			t.Fatalf("Deliver with a full spool: %v", err)
 		}
@@ -622,7 +623,7 @@ func TestSpoolFullRequestsResync(t *testing.T) {
 			t.Fatalf("spool grew to %d bytes, beyond its 3000", bytes)
 		}
 		if e.metric("hubsync_webhook_spool_dropped_total", nil) == 0 {
-			spooled = append(spooled, bus.EventID(c))
+			spooled = append(spooled, events.ID(c))
 		}
 	}
 	if len(spooled) == 0 || len(spooled) == 20 {
@@ -647,19 +648,19 @@ func TestSpoolFullRequestsResync(t *testing.T) {
 	// further request, and new changes are spooled again.
 	var snap []stream.Change
 	for i := range 3 {
-		snap = append(snap, profile(stream.ProfileUpdated, "ns", "c"+strconv.Itoa(i), "2"))
+		snap = append(snap, streamtest.Profile(stream.ProfileUpdated, "ns", "c"+strconv.Itoa(i), "2"))
 	}
 	if err := s.Resync(t.Context(), snap); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the resync", func() bool { _, n := s.spool.size(); return n == 0 })
-	extra := profile(stream.ProfileUpdated, "ns", "c0", "3")
+	extra := streamtest.Profile(stream.ProfileUpdated, "ns", "c0", "3")
 	if err := s.Deliver(t.Context(), []stream.Change{extra}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the resync and the new change", func() bool {
 		d := rc.delivered()
-		return len(d) > 0 && d[len(d)-1].id == bus.EventID(extra)
+		return len(d) > 0 && d[len(d)-1].id == events.ID(extra)
 	})
 	if n := ctl.resyncs.Load(); n != 1 {
 		t.Errorf("%d resyncs requested, want 1", n)
@@ -672,26 +673,26 @@ func TestResyncAnnouncesRemovals(t *testing.T) {
 	rc, e := newServedEnv(t)
 	s := e.start()
 	snap1 := []stream.Change{
-		profile(stream.ProfileUpdated, "ns", "a", "5"),
-		credential(stream.CredentialSynced, "ns", "a", "m1", "6"),
-		credential(stream.CredentialSynced, "ns", "a", "m2", "7"),
-		profile(stream.ProfileUpdated, "ns", "b", "8"),
+		streamtest.Profile(stream.ProfileUpdated, "ns", "a", "5"),
+		streamtest.Credential(stream.CredentialSynced, "ns", "a", "m1", "6"),
+		streamtest.Credential(stream.CredentialSynced, "ns", "a", "m2", "7"),
+		streamtest.Profile(stream.ProfileUpdated, "ns", "b", "8"),
 	}
 	if err := s.Resync(t.Context(), snap1); err != nil {
 		t.Fatal(err)
 	}
-	extra := profile(stream.ProfileCreated, "other", "c", "9")
+	extra := streamtest.Profile(stream.ProfileCreated, "other", "c", "9")
 	if err := s.Deliver(t.Context(), []stream.Change{extra}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the first snapshot", func() bool { return len(rc.delivered()) == 5 })
 
-	snap2 := []stream.Change{profile(stream.ProfileUpdated, "ns", "a", "10"), credential(stream.CredentialSynced, "ns", "a", "m1", "6")}
+	snap2 := []stream.Change{streamtest.Profile(stream.ProfileUpdated, "ns", "a", "10"), streamtest.Credential(stream.CredentialSynced, "ns", "a", "m1", "6")}
 	if err := s.Resync(t.Context(), snap2); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the second snapshot", func() bool { return len(rc.delivered()) == 5+5 })
-	got := events(t, rc.delivered()[5:])
+	got := decodedEvents(t, rc.delivered()[5:])
 	want := []string{
 		stream.ProfileUpdated + " ns/a", stream.CredentialSynced + " ns/a",
 		stream.CredentialRemoved + " ns/a", stream.ProfileDeleted + " ns/b", stream.ProfileDeleted + " other/c",
@@ -717,12 +718,12 @@ func TestResyncAnnouncesRemovals(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the removals after the restart", func() bool { return len(rc.delivered()) == 10+2 })
-	got = events(t, rc.delivered()[10:])
+	got = decodedEvents(t, rc.delivered()[10:])
 	want = []string{stream.CredentialRemoved + " ns/a", stream.ProfileDeleted + " ns/a"}
 	if !slices.Equal(typesOf(got), want) {
 		t.Errorf("after the restart sent %v, want %v", typesOf(got), want)
 	}
-	if got[1].ID != bus.EventID(stream.Change{Type: stream.ProfileDeleted, Namespace: "ns", Cluster: "a", Name: "a", ResourceVersion: "10"}) {
+	if got[1].ID != events.ID(stream.Change{Type: stream.ProfileDeleted, Namespace: "ns", Cluster: "a", Name: "a", ResourceVersion: "10"}) {
 		t.Errorf("profile.deleted after the restart lost the profile's resourceVersion: %+v", got[1].Data)
 	}
 	// Nothing more to remove.
@@ -740,7 +741,7 @@ func TestResyncAnnouncesRemovals(t *testing.T) {
 func TestToldRebuiltFromSpool(t *testing.T) {
 	rc, e := newAnsweringEnv(t, http.StatusInternalServerError)
 	a := e.start()
-	if err := a.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+	if err := a.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Close(); err != nil {
@@ -755,7 +756,7 @@ func TestToldRebuiltFromSpool(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the event and its removal", func() bool { return len(rc.delivered()) == 2 })
-	if got := typesOf(events(t, rc.delivered())); !slices.Equal(got, []string{stream.ProfileCreated + " ns/a", stream.ProfileDeleted + " ns/a"}) {
+	if got := typesOf(decodedEvents(t, rc.delivered())); !slices.Equal(got, []string{stream.ProfileCreated + " ns/a", stream.ProfileDeleted + " ns/a"}) {
 		t.Errorf("sent %v", got)
 	}
 }
@@ -765,7 +766,7 @@ func TestEventTypeFilterAppliesToRemovals(t *testing.T) {
 	e.cfg.Filter.EventTypes = []string{stream.ProfileUpdated, stream.CredentialSynced, stream.CredentialRemoved}
 	s := e.start()
 	if err := s.Resync(t.Context(), []stream.Change{
-		profile(stream.ProfileUpdated, "ns", "a", "1"), credential(stream.CredentialSynced, "ns", "a", "m", "2"),
+		streamtest.Profile(stream.ProfileUpdated, "ns", "a", "1"), streamtest.Credential(stream.CredentialSynced, "ns", "a", "m", "2"),
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -773,7 +774,7 @@ func TestEventTypeFilterAppliesToRemovals(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "an empty spool", func() bool { _, n := s.spool.size(); return n == 0 })
-	if got := typesOf(events(t, rc.delivered())); !slices.Equal(got, []string{
+	if got := typesOf(decodedEvents(t, rc.delivered())); !slices.Equal(got, []string{
 		stream.ProfileUpdated + " ns/a", stream.CredentialSynced + " ns/a", stream.CredentialRemoved + " ns/a",
 	}) {
 		t.Errorf("sent %v; a profile.deleted is not wanted", got)
@@ -787,7 +788,7 @@ func TestBearerToken(t *testing.T) {
 	e.cfg.Webhook.BearerTokenFile = e.writeFile("token", tok1+"\n")
 	e.opts.secretTTL = 0 // read before every attempt (TestSecretsFileCache covers the TTL)
 	s := e.start()
-	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+	if err := s.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the event", func() bool { return len(rc.delivered()) == 1 })
@@ -795,7 +796,7 @@ func TestBearerToken(t *testing.T) {
 		t.Errorf("Authorization = %q, want the token", got)
 	}
 	e.writeFile("token", tok2)
-	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "b", "1")}); err != nil {
+	if err := s.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", "b", "1")}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the second event", func() bool { return len(rc.delivered()) == 2 })
@@ -816,7 +817,7 @@ func TestTLSWithCAFile(t *testing.T) {
 	// Without the CA the server is not trusted.
 	e := newEnv(t, srv.URL)
 	untrusted := e.start()
-	if err := untrusted.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+	if err := untrusted.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a failed attempt", func() bool { return strings.Contains(e.logs.String(), "certificate") })
@@ -841,13 +842,13 @@ func TestTLSWithCAFile(t *testing.T) {
 func TestUnencodableChangeSkipped(t *testing.T) {
 	rc, e := newServedEnv(t)
 	s := e.start()
-	bad := profile(stream.ProfileCreated, "", "a", "1")
-	good := profile(stream.ProfileCreated, "ns", "b", "1")
+	bad := streamtest.Profile(stream.ProfileCreated, "", "a", "1")
+	good := streamtest.Profile(stream.ProfileCreated, "ns", "b", "1")
 	if err := s.Deliver(t.Context(), []stream.Change{bad, good}); err != nil {
 		t.Fatalf("Deliver: %v", err)
 	}
 	waitFor(t, "the good event", func() bool { return len(rc.delivered()) == 1 })
-	if got := rc.delivered()[0].id; got != bus.EventID(good) {
+	if got := rc.delivered()[0].id; got != events.ID(good) {
 		t.Errorf("delivered %s, want the good event", got)
 	}
 	if !strings.Contains(e.logs.String(), "cannot encode a change") {
@@ -883,7 +884,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 	e.cfg.Webhook.BearerTokenFile = tokenFile
 	e.opts.secretTTL = 0 // files read before every attempt
 	s := e.start()
-	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+	if err := s.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the sink to be disabled", func() bool { return s.disabled.Load() })
@@ -911,7 +912,7 @@ func TestNoSecretsInLogs(t *testing.T) {
 	if err := os.Remove(tokenFile); err != nil {
 		t.Fatal(err)
 	}
-	if err := s2.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "b", "1")}); err != nil {
+	if err := s2.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", "b", "1")}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a failed attempt", func() bool { return strings.Contains(e.logs.String(), "line 2") })
@@ -937,7 +938,7 @@ func TestMetricsSharedAndForgotten(t *testing.T) {
 	}
 	defer s2.Close()
 	for _, s := range []*sink{s1, s2} {
-		if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", s.name, "1")}); err != nil {
+		if err := s.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", s.name, "1")}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -978,7 +979,7 @@ func TestSpoolDirectoryExclusive(t *testing.T) {
 		t.Errorf("spool directory mode %v, want 0700", st.Mode().Perm())
 	}
 	s2 := e.start()
-	if err := s2.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+	if err := s2.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
 		t.Fatal(err)
 	}
 	files, _ := filepath.Glob(filepath.Join(e.spoolDir, "*"))
@@ -999,11 +1000,11 @@ func TestSpoolDirectoryExclusive(t *testing.T) {
 	}
 }
 
-func events(t *testing.T, rs []received) []bus.Event {
+func decodedEvents(t *testing.T, rs []received) []events.Event {
 	t.Helper()
-	out := make([]bus.Event, len(rs))
+	out := make([]events.Event, len(rs))
 	for i, r := range rs {
-		ev, err := bus.Decode(r.body)
+		ev, err := events.Decode(r.body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1015,7 +1016,7 @@ func events(t *testing.T, rs []received) []bus.Event {
 	return out
 }
 
-func typesOf(evs []bus.Event) []string {
+func typesOf(evs []events.Event) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
 		out[i] = ev.Type + " " + ev.Subject
@@ -1029,7 +1030,7 @@ func TestBackoffBetweenAttempts(t *testing.T) {
 	e.opts.retryBase, e.opts.retryMax = 40*time.Millisecond, 160*time.Millisecond
 	e.opts.jitter = func(int64) int64 { return 0 } // half of each delay
 	s := e.start()
-	if err := s.Deliver(t.Context(), []stream.Change{profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
+	if err := s.Deliver(t.Context(), []stream.Change{streamtest.Profile(stream.ProfileCreated, "ns", "a", "1")}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "five attempts", func() bool { return len(rc.all()) >= 5 })
@@ -1061,7 +1062,7 @@ func TestCloseWaitsForRequestInFlight(t *testing.T) {
 	defer srv.Close()
 	e := newEnv(t, srv.URL)
 	s := e.start()
-	first := profile(stream.ProfileCreated, "ns", "a", "1")
+	first := streamtest.Profile(stream.ProfileCreated, "ns", "a", "1")
 	if err := s.Deliver(t.Context(), []stream.Change{first}); err != nil {
 		t.Fatal(err)
 	}
@@ -1086,12 +1087,12 @@ func TestCloseWaitsForRequestInFlight(t *testing.T) {
 	if _, n := s2.spool.size(); n != 0 {
 		t.Errorf("%d events still spooled after their delivery", n)
 	}
-	second := profile(stream.ProfileCreated, "ns", "b", "1")
+	second := streamtest.Profile(stream.ProfileCreated, "ns", "b", "1")
 	if err := s2.Deliver(t.Context(), []stream.Change{second}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the next event", func() bool { return len(rc.delivered()) == 2 })
-	if got, want := ids(rc.delivered()), []string{bus.EventID(first), bus.EventID(second)}; !slices.Equal(got, want) {
+	if got, want := ids(rc.delivered()), []string{events.ID(first), events.ID(second)}; !slices.Equal(got, want) {
 		t.Errorf("delivered %v, want %v", got, want)
 	}
 }
@@ -1105,7 +1106,7 @@ func TestToldSurvivesACrashBeforeItIsSaved(t *testing.T) {
 	a.toldMu.Lock()
 	a.toldSaveEvery = time.Hour // no save but at Close
 	a.toldMu.Unlock()
-	created := profile(stream.ProfileCreated, "ns", "a", "5")
+	created := streamtest.Profile(stream.ProfileCreated, "ns", "a", "5")
 	if err := a.Deliver(t.Context(), []stream.Change{created}); err != nil {
 		t.Fatal(err)
 	}
@@ -1135,7 +1136,7 @@ func TestToldSurvivesACrashBeforeItIsSaved(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the removal", func() bool { return len(rc.delivered()) == 2 })
-	if got := typesOf(events(t, rc.delivered())); !slices.Equal(got, []string{stream.ProfileCreated + " ns/a", stream.ProfileDeleted + " ns/a"}) {
+	if got := typesOf(decodedEvents(t, rc.delivered())); !slices.Equal(got, []string{stream.ProfileCreated + " ns/a", stream.ProfileDeleted + " ns/a"}) {
 		t.Errorf("sent %v", got)
 	}
 	// Once replayed, the delivered segment goes.
@@ -1152,7 +1153,7 @@ func TestTailSegmentAndTornLine(t *testing.T) {
 	a := e.start()
 	var batches [][]stream.Change
 	for i := range 4 {
-		batches = append(batches, []stream.Change{profile(stream.ProfileUpdated, "ns", "c"+strconv.Itoa(i), "1")})
+		batches = append(batches, []stream.Change{streamtest.Profile(stream.ProfileUpdated, "ns", "c"+strconv.Itoa(i), "1")})
 	}
 	want := deliverAll(t, a, batches...)
 	segs := e.segments()
@@ -1207,8 +1208,8 @@ func TestSpoolBeyondMemoryAndRoll(t *testing.T) {
 			var batches [][]stream.Change
 			for i := range 4 {
 				batches = append(batches, []stream.Change{
-					profile(stream.ProfileUpdated, "ns", "a", strconv.Itoa(10+i)),
-					profile(stream.ProfileUpdated, "ns", "b", strconv.Itoa(10+i)),
+					streamtest.Profile(stream.ProfileUpdated, "ns", "a", strconv.Itoa(10+i)),
+					streamtest.Profile(stream.ProfileUpdated, "ns", "b", strconv.Itoa(10+i)),
 				})
 			}
 			want := deliverAll(t, s, batches...)

@@ -1,4 +1,4 @@
-package bus_test
+package events_test
 
 import (
 	"bytes"
@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hubsync/hubsync/bus"
+	"github.com/hubsync/hubsync/events"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/stream"
-	"github.com/hubsync/hubsync/syncer"
 )
 
 // object is a JSON object under test, built from a valid one and mutated.
@@ -25,7 +25,7 @@ func profileEvent() object {
 		"subject":         "team-ml/edge.eu-1",
 		"time":            "2026-11-21T04:00:00Z",
 		"datacontenttype": "application/json",
-		"dataschema":      bus.EventSchemaURL,
+		"dataschema":      events.EventSchemaURL,
 		"data": object{
 			"namespace":       "team-ml",
 			"cluster":         "edge.eu-1",
@@ -53,7 +53,7 @@ func credentialEvent() object {
 		"subject":         "team-ml/eu-prod-01",
 		"time":            "2026-11-21T04:00:00.123456789Z",
 		"datacontenttype": "application/json",
-		"dataschema":      bus.EventSchemaURL,
+		"dataschema":      events.EventSchemaURL,
 		"data": object{
 			"namespace":       "team-ml",
 			"cluster":         "eu-prod-01",
@@ -105,7 +105,7 @@ func del(path, key string) func(object) {
 }
 
 func TestValidateEvent(t *testing.T) {
-	v, err := bus.NewValidator()
+	v, err := events.NewValidator()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,13 +180,13 @@ func TestValidateEvent(t *testing.T) {
 			}
 			check(t, v.ValidateEvent(data), tc.wantErr)
 			// The convenience function gives the same answer.
-			check(t, bus.ValidateEvent(data), tc.wantErr)
+			check(t, events.ValidateEvent(data), tc.wantErr)
 		})
 	}
 }
 
 func TestValidateRecord(t *testing.T) {
-	v, err := bus.NewValidator()
+	v, err := events.NewValidator()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestValidateRecord(t *testing.T) {
 				t.Fatal(err)
 			}
 			check(t, v.ValidateRecord(data), tc.wantErr)
-			check(t, bus.ValidateRecord(data), tc.wantErr)
+			check(t, events.ValidateRecord(data), tc.wantErr)
 		})
 	}
 }
@@ -236,7 +236,7 @@ func TestSchemasMatchSyncerSummaries(t *testing.T) {
 	}
 	c := stream.CredentialSummary{
 		ManagedServiceAccount: "kueue", Secret: "eu-prod-01-kueue", ResourceVersion: "7",
-		Fingerprint: syncer.TokenFingerprint([]byte("a token")), Expiration: &exp,
+		Fingerprint: hub.TokenFingerprint([]byte("a token")), Expiration: &exp,
 	}
 	raw := func(v any) json.RawMessage {
 		b, err := json.Marshal(v)
@@ -250,13 +250,13 @@ func TestSchemasMatchSyncerSummaries(t *testing.T) {
 	ce := credentialEvent()
 	at(ce, "data")["credential"] = raw(c)
 	for name, ev := range map[string]object{"profile event": pe, "credential event": ce} {
-		if err := bus.ValidateEvent(raw(ev)); err != nil {
+		if err := events.ValidateEvent(raw(ev)); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
 	rec := record()
 	rec["profile"], rec["credentials"] = raw(p), raw([]stream.CredentialSummary{c})
-	if err := bus.ValidateRecord(raw(rec)); err != nil {
+	if err := events.ValidateRecord(raw(rec)); err != nil {
 		t.Errorf("record: %v", err)
 	}
 }
@@ -265,7 +265,7 @@ func TestSchemasMatchSyncerSummaries(t *testing.T) {
 // identical: each file is self-contained for consumers who use one only.
 func TestSchemaDefinitionsAgree(t *testing.T) {
 	defs := func(url string) map[string]json.RawMessage {
-		data, err := bus.Schema(url)
+		data, err := events.Schema(url)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,7 +277,7 @@ func TestSchemaDefinitionsAgree(t *testing.T) {
 		}
 		return s.Defs
 	}
-	event, record := defs(bus.EventSchemaURL), defs(bus.RecordSchemaURL)
+	event, record := defs(events.EventSchemaURL), defs(events.RecordSchemaURL)
 	for name, r := range record {
 		e, ok := event[name]
 		if !ok {
@@ -337,17 +337,17 @@ func TestDocsExamples(t *testing.T) {
 			continue
 		}
 		if head.SpecVersion == "" {
-			if err := bus.ValidateRecord(example); err != nil {
+			if err := events.ValidateRecord(example); err != nil {
 				t.Errorf("example %d (a record): %v", i+1, err)
 			}
 			continue
 		}
 		types[head.Type] = true
-		if err := bus.ValidateEvent(example); err != nil {
+		if err := events.ValidateEvent(example); err != nil {
 			t.Errorf("example %d (%s): %v", i+1, head.Type, err)
 		}
 		d := head.Data
-		if id := bus.EventID(stream.Change{Type: head.Type, Namespace: d.Namespace, Cluster: d.Cluster, Name: d.Name, ResourceVersion: d.ResourceVersion}); id != head.ID {
+		if id := events.ID(stream.Change{Type: head.Type, Namespace: d.Namespace, Cluster: d.Cluster, Name: d.Name, ResourceVersion: d.ResourceVersion}); id != head.ID {
 			t.Errorf("example %d (%s): id %s, but hubsync would send %s", i+1, head.Type, head.ID, id)
 		}
 	}

@@ -1,4 +1,4 @@
-package bus
+package events
 
 import (
 	"crypto/sha256"
@@ -32,19 +32,19 @@ const (
 
 // Event is one CloudEvent as hubsync publishes it (structured JSON mode).
 type Event struct {
-	SpecVersion     string    `json:"specversion"`
-	ID              string    `json:"id"`
-	Source          string    `json:"source"`
-	Type            string    `json:"type"`
-	Subject         string    `json:"subject"`
-	Time            string    `json:"time"`
-	DataContentType string    `json:"datacontenttype"`
-	DataSchema      string    `json:"dataschema"`
-	Data            EventData `json:"data"`
+	SpecVersion     string `json:"specversion"`
+	ID              string `json:"id"`
+	Source          string `json:"source"`
+	Type            string `json:"type"`
+	Subject         string `json:"subject"`
+	Time            string `json:"time"`
+	DataContentType string `json:"datacontenttype"`
+	DataSchema      string `json:"dataschema"`
+	Data            Data   `json:"data"`
 }
 
-// EventData is an event's payload. It never holds a token or key.
-type EventData struct {
+// Data is an event's payload. It never holds a token or key.
+type Data struct {
 	Namespace       string `json:"namespace"`
 	Cluster         string `json:"cluster"`
 	Name            string `json:"name"`
@@ -57,12 +57,12 @@ type EventData struct {
 	Tunnel *stream.TunnelSummary `json:"tunnel,omitempty"`
 }
 
-// EventID is the CloudEvents id of a change and its JetStream Nats-Msg-Id:
+// ID is the CloudEvents id of a change and its JetStream Nats-Msg-Id:
 // the first 32 lowercase hex digits (128 bits) of the SHA-256 of type,
 // namespace, cluster, name and resourceVersion joined by '\n'. The same
 // change published twice has the same id, so JetStream stores it once
 // within the stream's duplicate window.
-func EventID(c stream.Change) string {
+func ID(c stream.Change) string {
 	h := sha256.New()
 	for i, s := range []string{c.Type, c.Namespace, c.Cluster, c.Name, c.ResourceVersion} {
 		if i > 0 {
@@ -84,11 +84,11 @@ func Kind(eventType string) (string, error) {
 	return kind, nil
 }
 
-// NewEvent builds the event of a change (time is c.Time in UTC, or now if
+// New builds the event of a change (time is c.Time in UTC, or now if
 // c.Time is zero); source is the CloudEvents source,
 // for example "hubsync/open-cluster-management".
-func NewEvent(c stream.Change, source string) (Event, error) {
-	if err := validChange(c); err != nil {
+func New(c stream.Change, source string) (Event, error) {
+	if err := CheckChange(c); err != nil {
 		return Event{}, err
 	}
 	if source == "" {
@@ -96,13 +96,13 @@ func NewEvent(c stream.Change, source string) (Event, error) {
 	}
 	e := Event{
 		SpecVersion:     SpecVersion,
-		ID:              EventID(c),
+		ID:              ID(c),
 		Source:          source,
 		Type:            c.Type,
 		Subject:         c.Namespace + "/" + c.Cluster,
 		DataContentType: DataContentType,
 		DataSchema:      EventSchemaURL,
-		Data: EventData{
+		Data: Data{
 			Namespace:       c.Namespace,
 			Cluster:         c.Cluster,
 			Name:            c.Name,
@@ -145,7 +145,7 @@ func NewEvent(c stream.Change, source string) (Event, error) {
 
 // Encode returns the CloudEvents 1.0 JSON (structured mode) of a change.
 func Encode(c stream.Change, source string) ([]byte, error) {
-	e, err := NewEvent(c, source)
+	e, err := New(c, source)
 	if err != nil {
 		return nil, err
 	}
@@ -167,8 +167,8 @@ func Decode(data []byte) (Event, error) {
 	return e, nil
 }
 
-// validChange rejects a change that cannot become an event.
-func validChange(c stream.Change) error {
+// CheckChange rejects a change that cannot become an event.
+func CheckChange(c stream.Change) error {
 	if _, err := Kind(c.Type); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package bus
+package events
 
 import (
 	"crypto/sha256"
@@ -10,48 +10,25 @@ import (
 	"time"
 
 	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/stream/streamtest"
 )
 
-var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-func profileChange(typ, ns, cluster, rv string) stream.Change {
-	return stream.Change{
-		Type: typ, Namespace: ns, Cluster: cluster, Name: cluster, ResourceVersion: rv, Time: t0,
-		Profile: &stream.ProfileSummary{
-			Labels:            map[string]string{"x-k8s.io/cluster-manager": "open-cluster-management"},
-			KubernetesVersion: "v1.35.4", Healthy: "True", Joined: "True",
-			AccessProviders: []stream.AccessProviderSummary{{Name: "open-cluster-management", Server: "https://proxy:9092/" + cluster}},
-		},
-	}
-}
-
-func credentialChange(typ, ns, cluster, msa, rv string) stream.Change {
-	exp := t0.Add(time.Hour)
-	return stream.Change{
-		Type: typ, Namespace: ns, Cluster: cluster, Name: cluster + "-" + msa, ResourceVersion: rv, Time: t0,
-		Credential: &stream.CredentialSummary{
-			ManagedServiceAccount: msa, Secret: cluster + "-" + msa, ResourceVersion: rv,
-			Fingerprint: "sha256:0123456789abcdef", Expiration: &exp,
-		},
-	}
-}
-
 func TestEventID(t *testing.T) {
-	c := profileChange(stream.ProfileUpdated, "team-a", "c1", "42")
-	id := EventID(c)
+	c := streamtest.Profile(stream.ProfileUpdated, "team-a", "c1", "42")
+	id := ID(c)
 	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(id) {
-		t.Fatalf("EventID = %q, want 32 lowercase hex digits", id)
+		t.Fatalf("ID = %q, want 32 lowercase hex digits", id)
 	}
 	sum := sha256.Sum256([]byte("io.hubsync.profile.updated\nteam-a\nc1\nc1\n42"))
 	if want := hex.EncodeToString(sum[:])[:32]; id != want {
-		t.Errorf("EventID = %s, want %s (the documented formula)", id, want)
+		t.Errorf("ID = %s, want %s (the documented formula)", id, want)
 	}
 	// What is not part of the identity does not change it.
 	same := c
-	same.Time = t0.Add(time.Hour)
+	same.Time = streamtest.Time.Add(time.Hour)
 	same.Profile = nil
-	if EventID(same) != id {
-		t.Error("EventID depends on time or profile")
+	if ID(same) != id {
+		t.Error("ID depends on time or profile")
 	}
 	for name, mutate := range map[string]func(*stream.Change){
 		"type":            func(c *stream.Change) { c.Type = stream.ProfileCreated },
@@ -63,7 +40,7 @@ func TestEventID(t *testing.T) {
 	} {
 		other := c
 		mutate(&other)
-		if EventID(other) == id {
+		if ID(other) == id {
 			t.Errorf("changing %s keeps the id", name)
 		}
 	}
@@ -74,13 +51,13 @@ func TestEncode(t *testing.T) {
 		change              stream.Change
 		profile, credential bool
 	}{
-		{change: profileChange(stream.ProfileCreated, "team-a", "c1.eu", "1"), profile: true},
-		{change: profileChange(stream.ProfileUpdated, "team-a", "c1", "2"), profile: true},
-		{change: profileChange(stream.ProfileDeleted, "team-a", "c1", "3"), profile: true},
-		{change: profileChange(stream.AccessProviderUpdated, "team-a", "c1", "4"), profile: true},
-		{change: credentialChange(stream.CredentialSynced, "team-a", "c1", "msa", "5"), credential: true},
-		{change: credentialChange(stream.CredentialRotated, "team-a", "c1", "msa", "6"), credential: true},
-		{change: credentialChange(stream.CredentialRemoved, "team-a", "c1", "msa", "7"), credential: true},
+		{change: streamtest.Profile(stream.ProfileCreated, "team-a", "c1.eu", "1"), profile: true},
+		{change: streamtest.Profile(stream.ProfileUpdated, "team-a", "c1", "2"), profile: true},
+		{change: streamtest.Profile(stream.ProfileDeleted, "team-a", "c1", "3"), profile: true},
+		{change: streamtest.Profile(stream.AccessProviderUpdated, "team-a", "c1", "4"), profile: true},
+		{change: streamtest.Credential(stream.CredentialSynced, "team-a", "c1", "msa", "5"), credential: true},
+		{change: streamtest.Credential(stream.CredentialRotated, "team-a", "c1", "msa", "6"), credential: true},
+		{change: streamtest.Credential(stream.CredentialRemoved, "team-a", "c1", "msa", "7"), credential: true},
 	} {
 		c := tc.change
 		t.Run(c.Type, func(t *testing.T) {
@@ -97,7 +74,7 @@ func TestEncode(t *testing.T) {
 			}
 			for attr, want := range map[string]any{
 				"specversion":     "1.0",
-				"id":              EventID(c),
+				"id":              ID(c),
 				"source":          "hubsync/open-cluster-management",
 				"type":            c.Type,
 				"subject":         c.Namespace + "/" + c.Cluster,
@@ -125,7 +102,7 @@ func TestEncode(t *testing.T) {
 				t.Errorf("event mentions a token: %s", data)
 			}
 			e, err := Decode(data)
-			if err != nil || e.ID != EventID(c) || e.Data.Cluster != c.Cluster {
+			if err != nil || e.ID != ID(c) || e.Data.Cluster != c.Cluster {
 				t.Errorf("Decode = %+v, %v", e, err)
 			}
 		})
@@ -133,9 +110,9 @@ func TestEncode(t *testing.T) {
 }
 
 func TestEncodeTimeIsUTC(t *testing.T) {
-	c := profileChange(stream.ProfileUpdated, "ns", "c", "1")
+	c := streamtest.Profile(stream.ProfileUpdated, "ns", "c", "1")
 	c.Time = time.Date(2026, 3, 1, 14, 0, 0, 500, time.FixedZone("CET", 3600))
-	e, err := NewEvent(c, "src")
+	e, err := New(c, "src")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +122,7 @@ func TestEncodeTimeIsUTC(t *testing.T) {
 }
 
 func TestEncodeRejects(t *testing.T) {
-	good := profileChange(stream.ProfileUpdated, "ns", "c", "1")
+	good := streamtest.Profile(stream.ProfileUpdated, "ns", "c", "1")
 	for name, c := range map[string]stream.Change{
 		"foreign type":    func() stream.Change { c := good; c.Type = "com.example.x.y"; return c }(),
 		"empty type":      func() stream.Change { c := good; c.Type = ""; return c }(),

@@ -1,4 +1,19 @@
-package syncer
+package hub
+
+import (
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
+)
+
+// Labels of ClusterProfiles, fixed by the upstream contracts so that
+// existing ClusterProfile consumers work unchanged.
+const (
+	LabelClusterManager = cpv1alpha1.LabelClusterManagerKey
+	LabelProfileSet     = cpv1alpha1.LabelClusterSetKey
+	LabelClusterName    = clusterv1.ClusterNameLabelKey
+	LabelClusterSet     = clusterv1beta2.ClusterSetLabel
+)
 
 // Labels and annotations of ManagedServiceAccount token Secrets and of the
 // credential copies hubsync writes into consumer namespaces. The label keys
@@ -11,22 +26,24 @@ const (
 	// LabelSyncToClusterProfile on a ManagedServiceAccount asks for its token
 	// to be copied next to every ClusterProfile of its cluster.
 	LabelSyncToClusterProfile = "authentication.open-cluster-management.io/sync-to-clusterprofile"
-	// LabelSyncedFrom marks a copy with "<cluster>-<msa>" (or, when that is
-	// longer than a label value may be, a shortened form with a hash).
+	// LabelSyncedFrom marks a copy with SyncedFromValue.
 	LabelSyncedFrom = "authentication.open-cluster-management.io/synced-from"
 
 	// AnnotationTokenExpiration is the copied token's expiry, RFC 3339 UTC:
 	// the MSA's status.expirationTimestamp, else the JWT's exp claim.
 	AnnotationTokenExpiration = "hubsync.io/token-expiration"
-	// AnnotationTokenFingerprint is "sha256:" and the first 16 hex digits of
-	// the SHA-256 of the token: enough to tell tokens apart, useless to
-	// recover one.
+	// AnnotationTokenFingerprint is TokenFingerprint of the copied token.
 	AnnotationTokenFingerprint = "hubsync.io/token-fingerprint"
-	// AnnotationSource names the hub Secret a copy came from,
-	// "<cluster>/<msa>".
+	// AnnotationSource names the hub Secret a copy came from, SourceKey.
 	AnnotationSource = "hubsync.io/source"
 
-	// TokenKey and CAKey are the data keys of MSA token Secrets.
+	// TokenKey and CAKey are the data keys of MSA token Secrets and of
+	// their copies.
 	TokenKey = "token"
 	CAKey    = "ca.crt"
 )
+
+// ExecExtensionKey is the cluster extension client-go hands to exec
+// credential plugins (with provideClusterInfo); cp-creds and `hubsync creds`
+// read the cluster's name from it.
+const ExecExtensionKey = "client.authentication.k8s.io/exec"
