@@ -17,11 +17,14 @@
 // own worker. Changes dropped because the queue was full, and everything
 // missed while disconnected, are repaired by Resync, which republishes the
 // current state as soon as NATS is reachable.
+//
+// Client is the other side: a read-only connection made the way any
+// consumer makes one (hubsync events and hubsync state use it), with the
+// same connection options and KV reader as the bus (client.go).
 package bus
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -103,8 +106,9 @@ var (
 // metrics.
 const Name = config.SinkNATS
 
-// New makes a bus from its configuration; fields left empty get the
-// defaults of config.Default. source is the CloudEvents source of every
+// New makes a bus from a defaulted configuration (a loaded file, or
+// config.Default().Bus): the bus has no defaults of its own and refuses a
+// field it needs left empty. source is the CloudEvents source of every
 // event, for example "hubsync/open-cluster-management". Metrics are
 // registered on reg unless it is nil. Nothing connects until Start.
 func New(cfg config.Bus, source string, log *slog.Logger, reg prometheus.Registerer) (*Bus, error) {
@@ -114,7 +118,9 @@ func New(cfg config.Bus, source string, log *slog.Logger, reg prometheus.Registe
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	cfg = withDefaults(cfg)
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
 	if _, err := url.Parse(source); err != nil {
 		return nil, fmt.Errorf("bus: event source %q is not a URI reference: %w", source, err)
 	}
@@ -126,7 +132,7 @@ func New(cfg config.Bus, source string, log *slog.Logger, reg prometheus.Registe
 		reconnectWait:   time.Second,
 		reconnectJitter: time.Second,
 		opTimeout:       5 * time.Second,
-		maxBatch:        256,
+		maxBatch:        config.DefaultMaxBatch,
 		kvPrefix:        "$KV." + cfg.KVBucket + ".",
 		publishPrefix:   cfg.SubjectPrefix,
 		recs:            stream.Records{},
@@ -140,39 +146,34 @@ func New(cfg config.Bus, source string, log *slog.Logger, reg prometheus.Registe
 	return b, nil
 }
 
-func withDefaults(c config.Bus) config.Bus {
-	d := config.Default().Bus
-	if c.SubjectPrefix == "" {
-		c.SubjectPrefix = d.SubjectPrefix
+// checkConfig refuses a configuration whose defaults were not filled: an
+// empty name would make subjects, the stream or the bucket that NATS
+// refuses only once connected, and a zero queue would hold nothing.
+func checkConfig(c config.Bus) error {
+	var missing []string
+	for _, f := range []struct {
+		name string
+		ok   bool
+	}{
+		{"subjectPrefix", c.SubjectPrefix != ""},
+		{"stream.name", c.Stream.Name != ""},
+		{"stream.duplicateWindow", c.Stream.DuplicateWindow.Duration > 0},
+		{"stream.replicas", c.Stream.Replicas > 0},
+		{"kvBucket", c.KVBucket != ""},
+		{"bufferSize", c.BufferSize > 0},
+		{"batchWindow", c.BatchWindow != nil},
+		{"yieldMax", c.YieldMax != nil},
+		{"embedded.listen", len(c.URLs) > 0 || c.Embedded.Listen != ""},
+		{"embedded.dataDir", len(c.URLs) > 0 || c.Embedded.DataDir != ""},
+	} {
+		if !f.ok {
+			missing = append(missing, "bus."+f.name)
+		}
 	}
-	if c.Stream.Name == "" {
-		c.Stream.Name = d.Stream.Name
+	if len(missing) > 0 {
+		return fmt.Errorf("bus: %s not set (start from a loaded configuration or config.Default().Bus)", strings.Join(missing, ", "))
 	}
-	if c.Stream.DuplicateWindow.Duration == 0 {
-		c.Stream.DuplicateWindow = d.Stream.DuplicateWindow
-	}
-	if c.Stream.Replicas == 0 {
-		c.Stream.Replicas = d.Stream.Replicas
-	}
-	if c.KVBucket == "" {
-		c.KVBucket = d.KVBucket
-	}
-	if c.BufferSize <= 0 {
-		c.BufferSize = d.BufferSize
-	}
-	if c.BatchWindow == nil {
-		c.BatchWindow = d.BatchWindow
-	}
-	if c.YieldMax == nil {
-		c.YieldMax = d.YieldMax
-	}
-	if c.Embedded.Listen == "" {
-		c.Embedded.Listen = d.Embedded.Listen
-	}
-	if c.Embedded.DataDir == "" {
-		c.Embedded.DataDir = d.Embedded.DataDir
-	}
-	return c
+	return nil
 }
 
 // ConsumerOptions are the bus's options in the change stream's fan-out:
@@ -182,13 +183,12 @@ func withDefaults(c config.Bus) config.Bus {
 // with the writes it reports; the other half stays for a NATS outage),
 // retried after 100 ms doubling to 5 s.
 func (b *Bus) ConsumerOptions() stream.Options {
-	return stream.Options{
-		Name: Name, Type: config.SinkNATS,
-		QueueSize: b.cfg.BufferSize, MaxBatch: b.maxBatch, BatchWindow: b.cfg.BatchWindow.Duration,
-		Yield: b.cfg.YieldMax.Duration > 0, YieldMax: b.cfg.YieldMax.Duration, YieldLimit: max(b.cfg.BufferSize/2, 1),
-		RetryBase: 100 * time.Millisecond, RetryMax: 5 * time.Second,
-		Log: b.log,
-	}
+	o := config.ConsumerOptions(Name, config.SinkNATS)
+	o.QueueSize, o.MaxBatch, o.BatchWindow = b.cfg.BufferSize, b.maxBatch, b.cfg.BatchWindow.Duration
+	o.Yield, o.YieldMax, o.YieldLimit = b.cfg.YieldMax.Duration > 0, b.cfg.YieldMax.Duration, max(b.cfg.BufferSize/2, 1)
+	o.RetryMax = config.DefaultBusRetryMax
+	o.Log = b.log
+	return o
 }
 
 // Attach implements stream.Attacher: the bus asks for a resync after every
@@ -214,52 +214,91 @@ func (b *Bus) resyncNow() {
 // up (or at once for an external NATS), and an unreachable NATS is retried
 // forever while the fan-out keeps the bus's changes queued. The connection
 // is closed when ctx is done; call Close in any case.
+//
+// The embedded server may take seconds to start: b.mu is not held
+// meanwhile, so the callbacks of a connection and Attach never wait for
+// it. A Close that comes meanwhile stops the server once it is up.
 func (b *Bus) Start(ctx context.Context) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.started || b.closing.Load() {
+		b.mu.Unlock()
 		return errors.New("bus: already started or closed")
 	}
-	opts, err := b.natsOptions()
+	b.started = true // claims the start; given back if it fails
+	cfg := b.cfg
+	b.mu.Unlock()
+	opts, emb, err := b.prepare(cfg)
+	b.mu.Lock()
+	if err == nil && b.closing.Load() {
+		err = errors.New("bus: closed while starting")
+	}
 	if err != nil {
+		b.started = false
+		b.mu.Unlock()
+		if emb.srv != nil {
+			// Close has run and did not see this server: stop it here.
+			emb.srv.Shutdown()
+			emb.srv.WaitForShutdown()
+		}
 		return err
 	}
-	if len(b.cfg.URLs) == 0 {
-		if b.cfg.Stream.Replicas > 1 {
-			b.log.Warn("the embedded NATS server is a single node; using 1 replica", "replicas", b.cfg.Stream.Replicas)
-			b.cfg.Stream.Replicas = 1
-		}
-		token, consumers := "", "without credentials, read-only"
-		if b.cfg.Embedded.AuthTokenFile != "" {
-			if token, err = readToken(b.cfg.Embedded.AuthTokenFile); err != nil {
-				return fmt.Errorf("bus: %w", err)
-			}
-			consumers = "with the token of bus.embedded.authTokenFile, read-only"
-		}
-		auth, err := newEmbeddedAuth(b.cfg, token)
-		if err != nil {
-			return fmt.Errorf("bus: %w", err)
-		}
-		srv, clientURL, err := startEmbedded(b.cfg.Embedded, auth, b.log)
-		if err != nil {
-			return fmt.Errorf("bus: %w", err)
-		}
-		b.srv, b.auth, b.clientURL, b.embedded = srv, auth, clientURL, true
+	defer b.mu.Unlock()
+	if emb.srv != nil {
+		b.srv, b.auth, b.clientURL, b.embedded = emb.srv, emb.auth, emb.clientURL, true
+		b.cfg.Stream.Replicas = 1
 		b.publishPrefix = privateRoot + "." + b.cfg.SubjectPrefix
-		opts.InProcessServer = srv
-		// In-process connections skip TLS but not authorization.
-		opts.User, opts.Password = selfUser, auth.selfPassword
-		opts.InboxPrefix = selfInboxPrefix
-		b.log.Info("embedded NATS server started", "url", clientURL, "dataDir", b.cfg.Embedded.DataDir, "consumers", consumers)
 	} else {
 		b.clientURL = b.cfg.URLs[0]
-		b.log.Info("connecting to NATS in the background", "urls", RedactURLs(b.cfg.URLs))
 	}
-	b.started = true
 	b.needEnsure.Store(true)
 	ctx, b.cancel = context.WithCancel(ctx)
 	go b.run(ctx, opts)
 	return nil
+}
+
+// embeddedServer is what prepare started: the embedded server, its
+// authorization and its client URL.
+type embeddedServer struct {
+	srv       *server.Server
+	auth      *embeddedAuth
+	clientURL string
+}
+
+// prepare builds the connection options and, when no URLs are configured,
+// starts the embedded server and points the options at it. It reads files
+// and waits for the server: the caller holds no lock.
+func (b *Bus) prepare(cfg config.Bus) (nats.Options, embeddedServer, error) {
+	opts, err := b.natsOptions(cfg)
+	if err != nil || len(cfg.URLs) > 0 {
+		if err == nil {
+			b.log.Info("connecting to NATS in the background", "urls", RedactURLs(cfg.URLs))
+		}
+		return opts, embeddedServer{}, err
+	}
+	if cfg.Stream.Replicas > 1 {
+		b.log.Warn("the embedded NATS server is a single node; using 1 replica", "replicas", cfg.Stream.Replicas)
+	}
+	token, consumers := "", "without credentials, read-only"
+	if cfg.Embedded.AuthTokenFile != "" {
+		if token, err = readToken(cfg.Embedded.AuthTokenFile); err != nil {
+			return opts, embeddedServer{}, fmt.Errorf("bus: %w", err)
+		}
+		consumers = "with the token of bus.embedded.authTokenFile, read-only"
+	}
+	auth, err := newEmbeddedAuth(cfg, token)
+	if err != nil {
+		return opts, embeddedServer{}, fmt.Errorf("bus: %w", err)
+	}
+	srv, clientURL, err := startEmbedded(cfg.Embedded, auth, b.log)
+	if err != nil {
+		return opts, embeddedServer{}, fmt.Errorf("bus: %w", err)
+	}
+	opts.InProcessServer = srv
+	// In-process connections skip TLS but not authorization.
+	opts.User, opts.Password = selfUser, auth.selfPassword
+	opts.InboxPrefix = selfInboxPrefix
+	b.log.Info("embedded NATS server started", "url", clientURL, "dataDir", cfg.Embedded.DataDir, "consumers", consumers)
+	return opts, embeddedServer{srv: srv, auth: auth, clientURL: clientURL}, nil
 }
 
 // ClientURL is the URL a local consumer can use: the embedded server's
@@ -275,10 +314,13 @@ func (b *Bus) ClientURL() string {
 // what is queued for a while.
 func (b *Bus) Close() error {
 	b.closeOnce.Do(func() {
+		// closing is set under the lock, so that a Start in progress
+		// either finishes before this reads what it started, or sees
+		// closing and stops what it started itself.
 		b.mu.Lock()
+		b.closing.Store(true)
 		cancel, srv := b.cancel, b.srv
 		b.mu.Unlock()
-		b.closing.Store(true)
 		if cancel != nil {
 			cancel()
 			<-b.done
@@ -296,12 +338,14 @@ func (b *Bus) connected() bool {
 	return nc != nil && nc.IsConnected()
 }
 
-// natsOptions builds the connection options; files named in the
+// natsOptions builds the connection options of cfg: the daemon's own
+// reconnection policy and callbacks, and the security options every
+// hubsync client shares (see securityOptions). Files named in the
 // configuration are read here, so a missing one fails Start.
-func (b *Bus) natsOptions() (nats.Options, error) {
+func (b *Bus) natsOptions(cfg config.Bus) (nats.Options, error) {
 	o := nats.GetDefaultOptions()
 	o.Name = "hubsync"
-	o.Servers = b.cfg.URLs
+	o.Servers = cfg.URLs
 	o.AllowReconnect = true
 	o.MaxReconnect = -1
 	o.RetryOnFailedConnect = true
@@ -337,32 +381,12 @@ func (b *Bus) natsOptions() (nats.Options, error) {
 	o.AsyncErrorCB = func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		b.log.Warn("NATS error", "err", err)
 	}
-	var extra []nats.Option
-	if b.cfg.CredsFile != "" {
-		extra = append(extra, nats.UserCredentials(b.cfg.CredsFile))
+	extra, err := securityOptions(cfg)
+	if err != nil {
+		return o, err
 	}
-	if b.cfg.NKeySeedFile != "" {
-		opt, err := nats.NkeyOptionFromSeed(b.cfg.NKeySeedFile)
-		if err != nil {
-			return o, fmt.Errorf("bus: nkey seed %s: %w", b.cfg.NKeySeedFile, err)
-		}
-		extra = append(extra, opt)
-	}
-	if b.cfg.TLS.CAFile != "" {
-		extra = append(extra, nats.RootCAs(b.cfg.TLS.CAFile))
-	}
-	if b.cfg.TLS.CertFile != "" || b.cfg.TLS.KeyFile != "" {
-		extra = append(extra, nats.ClientCert(b.cfg.TLS.CertFile, b.cfg.TLS.KeyFile))
-	}
-	if b.cfg.RequireTLS {
-		// The client refuses a server that does not offer TLS, so nothing
-		// (credentials included) is ever sent in clear text.
-		extra = append(extra, nats.Secure())
-	}
-	for _, opt := range extra {
-		if err := opt(&o); err != nil {
-			return o, fmt.Errorf("bus: %w", err)
-		}
+	if err := apply(&o, extra); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -379,16 +403,6 @@ func (b *Bus) onConnect(nc *nats.Conn, msg string) {
 	// Whatever was missed while disconnected is repaired from the current
 	// state, and a delivery waiting out its backoff goes now.
 	b.resyncNow()
-}
-
-// RedactURLs hides any user information (user, password or token) in URLs
-// and joins them with commas, for logs.
-func RedactURLs(urls []string) string {
-	out := make([]string, len(urls))
-	for i, s := range urls {
-		out[i] = config.RedactURL(s)
-	}
-	return strings.Join(out, ",")
 }
 
 // ensure creates or updates the stream and the KV bucket.
@@ -481,35 +495,16 @@ func (b *Bus) jetStream() jetstream.JetStream {
 func (b *Bus) kvRecords(ctx context.Context, values bool) (map[string]*Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	opts := []jetstream.WatchOpt{jetstream.IgnoreDeletes()}
-	if !values {
-		opts = append(opts, jetstream.MetaOnly())
-	}
-	w, err := b.kv.WatchAll(ctx, opts...)
+	stored, err := readRecords(ctx, b.kv, ">", values)
 	if err != nil {
-		return nil, fmt.Errorf("read the KV bucket: %w", err)
+		return nil, err
 	}
-	defer func() { _ = w.Stop() }()
-	out := map[string]*Record{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("read the KV bucket: %w", ctx.Err())
-		case entry := <-w.Updates():
-			if entry == nil { // the current values have all been delivered
-				return out, nil
-			}
-			if !values {
-				out[entry.Key()] = nil
-				continue
-			}
-			var r Record
-			if err := json.Unmarshal(entry.Value(), &r); err != nil || r.Namespace == "" || r.Cluster == "" {
-				b.log.Debug("KV value is not an access record; removing it without an event", "key", entry.Key())
-				out[entry.Key()] = nil
-				continue
-			}
-			out[entry.Key()] = &r
+	out := make(map[string]*Record, len(stored))
+	for _, s := range stored {
+		if values && s.Record == nil {
+			b.log.Debug("KV value is not an access record; removing it without an event", "key", s.Key)
 		}
+		out[s.Key] = s.Record
 	}
+	return out, nil
 }

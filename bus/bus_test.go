@@ -27,6 +27,7 @@ import (
 	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/stream/streamtest"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // testLog discards logs unless HUBSYNC_TEST_LOG is set.
@@ -38,10 +39,10 @@ func testLog() *slog.Logger {
 }
 
 func busConfig(t testing.TB) config.Bus {
-	return withDefaults(config.Bus{
-		Stream:   config.BusStream{MaxAge: metav1.Duration{Duration: time.Hour}, DuplicateWindow: metav1.Duration{Duration: time.Minute}},
-		Embedded: config.BusEmbedded{Listen: "127.0.0.1:0", DataDir: filepath.Join(t.TempDir(), "nats")},
-	})
+	c := config.Default().Bus
+	c.Stream.MaxAge, c.Stream.DuplicateWindow = metav1.Duration{Duration: time.Hour}, metav1.Duration{Duration: time.Minute}
+	c.Embedded = config.BusEmbedded{Listen: "127.0.0.1:0", DataDir: filepath.Join(t.TempDir(), "nats")}
+	return c
 }
 
 // testBus is a bus as hubsync runs it: the one consumer of a change
@@ -259,13 +260,7 @@ func (c *client) records(t *testing.T, bucket string) map[string]Record {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(4 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 4*time.Second, 20*time.Millisecond, cond, "timed out waiting for %s", what)
 }
 
 // value reads a counter or gauge.
@@ -365,8 +360,8 @@ func testPublishInOrderPerSubject(t *testing.T, window time.Duration) {
 	for _, mf := range mfs {
 		names[mf.GetName()] = true
 	}
-	for _, n := range []string{"hubsync_events_published_total", "hubsync_sink_queue_depth", "hubsync_sink_delivered_total", "hubsync_events_publish_duration_seconds",
-		"hubsync_bus_connected", "hubsync_kv_writes_total"} {
+	for _, n := range []string{"hubsync_bus_events_published_total", "hubsync_sink_queue_depth", "hubsync_sink_delivered_total", "hubsync_bus_publish_duration_seconds",
+		"hubsync_bus_connected", "hubsync_bus_kv_writes_total"} {
 		if !names[n] {
 			t.Errorf("metric %s not registered", n)
 		}
@@ -893,14 +888,19 @@ func TestUnpublishableChangeIsSkipped(t *testing.T) {
 }
 
 func TestNewAndStartErrors(t *testing.T) {
-	if _, err := New(config.Bus{}, "", testLog(), nil); err == nil {
+	def := config.Default().Bus
+	if _, err := New(def, "", testLog(), nil); err == nil {
 		t.Error("New accepted an empty source")
 	}
+	// The bus has no defaults of its own: it names what was left unset.
+	if _, err := New(config.Bus{}, "s", testLog(), nil); err == nil || !strings.Contains(err.Error(), "bus.kvBucket") {
+		t.Errorf("New(an empty configuration) = %v; want an error naming bus.kvBucket", err)
+	}
 	reg := prometheus.NewRegistry()
-	if _, err := New(config.Bus{}, "s", testLog(), reg); err != nil {
+	if _, err := New(def, "s", testLog(), reg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(config.Bus{}, "s", testLog(), reg); err == nil {
+	if _, err := New(def, "s", testLog(), reg); err == nil {
 		t.Error("New registered the same metrics twice")
 	}
 	for name, mutate := range map[string]func(*config.Bus){

@@ -104,7 +104,7 @@ func startEmbedded(cfg config.BusEmbedded, auth server.Authentication, log *slog
 func readToken(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("embedded NATS auth token: %w", err)
+		return "", fmt.Errorf("embedded NATS auth token file: %w", err)
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {

@@ -2,6 +2,8 @@ package bus
 
 import "github.com/prometheus/client_golang/prometheus"
 
+// metrics are the bus's collectors, all named hubsync_bus_*, so that one
+// prefix finds everything the NATS sink reports.
 type metrics struct {
 	published       *prometheus.CounterVec
 	duplicates      prometheus.Counter
@@ -17,19 +19,19 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hubsync_events_published_total",
+			Name: "hubsync_bus_events_published_total",
 			Help: "Events acknowledged by JetStream, by CloudEvents type (duplicates included).",
 		}, []string{"type"}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "hubsync_events_duplicates_total",
+			Name: "hubsync_bus_events_duplicates_total",
 			Help: "Events JetStream acknowledged as duplicates of one stored within the duplicate window (republished state).",
 		}),
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "hubsync_events_publish_errors_total",
+			Name: "hubsync_bus_publish_errors_total",
 			Help: "Failed publish attempts (each is retried), and changes that could not be encoded (skipped).",
 		}),
 		publishDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "hubsync_events_publish_duration_seconds",
+			Name:    "hubsync_bus_publish_duration_seconds",
 			Help:    "Time from sending an event to JetStream's acknowledgement, per attempt.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 3, 12),
 		}),
@@ -38,19 +40,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "1 while connected to NATS.",
 		}),
 		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "hubsync_events_resyncs_total",
+			Name: "hubsync_bus_resyncs_total",
 			Help: "Times the current state was republished to NATS (after a (re)connect, a restart or dropped changes).",
 		}),
 		kvWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "hubsync_kv_writes_total",
+			Name: "hubsync_bus_kv_writes_total",
 			Help: "Successful writes to the access-record KV bucket, by operation (put, delete).",
 		}, []string{"op"}),
 		kvErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "hubsync_kv_write_errors_total",
+			Name: "hubsync_bus_kv_write_errors_total",
 			Help: "Failed writes to the access-record KV bucket (each is retried).",
 		}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "hubsync_events_batch_size",
+			Name:    "hubsync_bus_publish_batch_size",
 			Help:    "Changes published together in one pipelined batch (bus.batchWindow).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 9),
 		}),

@@ -208,23 +208,59 @@ func (b *Bus) Resync(ctx context.Context, snapshot []stream.Change) error {
 	if err := b.ready(ctx); err != nil {
 		return err
 	}
-	now := time.Now()
-	valid := make([]stream.Change, 0, len(snapshot))
-	for _, c := range snapshot {
-		if events.CheckChange(c) == nil {
-			valid = append(valid, c)
-		}
-	}
 	// Only the first resync of a run can meet records of an earlier run.
 	stored, err := b.kvRecords(ctx, !b.readStored)
 	if err != nil {
 		b.checkGone(err)
 		return err
 	}
-	told := maps.Clone(b.recs)
+	p := planResync(b.recs, stored, snapshot, time.Now())
+	if n := len(p.events) - len(snapshot); n > 0 {
+		b.log.Info("announcing removals consumers missed", "removals", n)
+	}
+	b.log.Info("republishing the current state", "changes", len(snapshot))
+	if err := b.sendBatched(ctx, len(p.events), func(j int) (inflight, error) {
+		f, err := b.sendEvent(&p.events[j])
+		return inflight{fut: f, sent: time.Now(), change: &p.events[j]}, err
+	}); err != nil {
+		return err
+	}
+	if err := b.sendBatched(ctx, len(p.ops), func(j int) (inflight, error) {
+		f, err := b.sendKV(p.ops[j])
+		return inflight{fut: f, sent: time.Now(), op: p.ops[j]}, err
+	}); err != nil {
+		return err
+	}
+	b.recs, b.readStored = p.records, true
+	b.m.resyncs.Inc()
+	return nil
+}
+
+// resyncPlan is what a resync publishes: the events of the snapshot and of
+// the removals consumers missed, the KV writes and deletes, and the records
+// consumers hold once both are stored.
+type resyncPlan struct {
+	events  []stream.Change
+	ops     []kvOp
+	records stream.Records
+}
+
+// planResync compares what consumers were told (told: this run's records;
+// stored: the KV bucket's, from an earlier run) with the snapshot.
+func planResync(told stream.Records, stored map[string]*Record, snapshot []stream.Change, now time.Time) resyncPlan {
+	valid := make([]stream.Change, 0, len(snapshot))
+	for _, c := range snapshot {
+		if events.CheckChange(c) == nil {
+			valid = append(valid, c)
+		}
+	}
+	told = maps.Clone(told)
 	for _, r := range stored {
-		if r != nil && told[stream.Key{Namespace: r.Namespace, Cluster: r.Cluster}] == nil {
-			told[stream.Key{Namespace: r.Namespace, Cluster: r.Cluster}] = r // from an earlier run
+		if r == nil {
+			continue
+		}
+		if k := (stream.Key{Namespace: r.Namespace, Cluster: r.Cluster}); told[k] == nil {
+			told[k] = r // from an earlier run
 		}
 	}
 	fresh, planned := stream.Plan(told, valid, now)
@@ -246,9 +282,6 @@ func (b *Bus) Resync(ctx context.Context, snapshot []stream.Change) error {
 			planned = append(planned, c)
 		}
 	}
-	if n := len(planned) - len(snapshot); n > 0 {
-		b.log.Info("announcing removals consumers missed", "removals", n)
-	}
 	ops := make([]kvOp, 0, len(fresh))
 	freshKeys := make(map[string]bool, len(fresh))
 	for _, k := range slices.SortedFunc(maps.Keys(fresh), compareKeys) {
@@ -261,29 +294,19 @@ func (b *Bus) Resync(ctx context.Context, snapshot []stream.Change) error {
 			ops = append(ops, kvOp{key: key})
 		}
 	}
-	b.log.Info("republishing the current state", "changes", len(snapshot))
-	for i := 0; i < len(planned); i += b.maxBatch {
-		chunk := planned[i:min(i+b.maxBatch, len(planned))]
-		if err := b.sendAll(ctx, len(chunk), func(j int) (inflight, error) {
-			f, err := b.sendEvent(&chunk[j])
-			return inflight{fut: f, sent: time.Now(), change: &chunk[j]}, err
-		}); err != nil {
+	return resyncPlan{events: planned, ops: ops, records: fresh}
+}
+
+// sendBatched sends n messages in batches of at most maxBatch in flight,
+// waiting for each batch's acknowledgements.
+func (b *Bus) sendBatched(ctx context.Context, n int, send func(i int) (inflight, error)) error {
+	for i := 0; i < n; i += b.maxBatch {
+		base := i
+		if err := b.sendAll(ctx, min(b.maxBatch, n-i), func(j int) (inflight, error) { return send(base + j) }); err != nil {
 			b.checkGone(err)
 			return err
 		}
 	}
-	for i := 0; i < len(ops); i += b.maxBatch {
-		chunk := ops[i:min(i+b.maxBatch, len(ops))]
-		if err := b.sendAll(ctx, len(chunk), func(j int) (inflight, error) {
-			f, err := b.sendKV(chunk[j])
-			return inflight{fut: f, sent: time.Now(), op: chunk[j]}, err
-		}); err != nil {
-			b.checkGone(err)
-			return err
-		}
-	}
-	b.recs, b.readStored = fresh, true
-	b.m.resyncs.Inc()
 	return nil
 }
 

@@ -27,41 +27,83 @@ func writeFile(t *testing.T, name, content string) string {
 
 func dur(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }
 
+// TestDefaults compares fully defaulted configurations with golden files,
+// the one record of every default of the file, so that a changed default
+// shows in review: the empty configuration, and one entry of each list
+// whose entries have defaults. After a deliberate change:
+// UPDATE_GOLDEN=1 go test ./config -run TestDefaults
 func TestDefaults(t *testing.T) {
-	want := Config{
-		APIVersion:     APIVersion,
-		Kind:           Kind,
-		Hub:            Hub{QPS: -1, Burst: 400, Timeout: dur(30 * time.Second)},
-		ClusterManager: "open-cluster-management",
-		Workers:        Workers{Topology: 16},
-		ResyncPeriod:   dur(10 * time.Minute),
-		Retry:          Retry{BaseDelay: dur(100 * time.Millisecond), MaxDelay: dur(5 * time.Minute)},
-		Logging:        Logging{Level: "info", Format: "text"},
-		Server:         Server{Address: ":8080"},
-		LeaderElection: LeaderElection{
-			Namespace:     "open-cluster-management-hub",
-			Name:          "hubsync",
-			LeaseDuration: dur(15 * time.Second),
-			RenewDeadline: dur(10 * time.Second),
-			RetryPeriod:   dur(2 * time.Second),
-		},
-		Credentials: Credentials{Workers: 16, Coalesce: dur(100 * time.Millisecond)},
-		Bus:         defaultBus(),
-		Tunnel:      defaultTunnel(),
-		Gateway:     defaultGateway(),
+	tests := []struct {
+		name, golden string
+		// entries defaults the doc's list entries and shows only them.
+		doc     string
+		entries bool
+	}{
+		{name: "empty configuration", golden: "testdata/defaults.yaml"},
+		{name: "list entries", golden: "testdata/defaults-entries.yaml", entries: true, doc: `
+accessProviders:
+- {name: server, server: "https://proxy:9092/{{.ClusterName}}", caSecret: {namespace: ocm, name: proxy-ca}}
+- {name: gw, type: gateway}
+gateway: {url: "https://gw.example:8443", tls: {caFile: /ca.crt}}
+sinks:
+- {name: files, type: kubeconfig, kubeconfig: {directory: /out, accessProvider: server, managedServiceAccount: m}}
+- {name: argo, type: argocd, argocd: {consumerNamespace: team-a, accessProvider: server, managedServiceAccount: m}}
+- {name: hook, type: webhook, webhook: {url: "https://hook.example", secretRef: {namespace: ns, name: s}}}
+`},
 	}
-	d := Default()
-	if !reflect.DeepEqual(*d, want) {
-		t.Errorf("Default() = %+v\nwant       %+v", *d, want)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Config{}
+			if err := yaml.UnmarshalStrict([]byte(tt.doc), c); err != nil {
+				t.Fatal(err)
+			}
+			c.SetDefaults()
+			var shown any = c
+			if tt.entries {
+				shown = struct {
+					AccessProviders []AccessProvider `json:"accessProviders"`
+					Sinks           []Sink           `json:"sinks"`
+				}{c.AccessProviders, c.Sinks}
+			}
+			got, err := yaml.Marshal(shown)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if os.Getenv("UPDATE_GOLDEN") != "" {
+				if err := os.WriteFile(tt.golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(tt.golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("defaulted configuration differs from %s:\n--- got\n%s\n--- want\n%s", tt.golden, got, want)
+			}
+			// Defaulting twice changes nothing.
+			twice := *c
+			twice.SetDefaults()
+			if !reflect.DeepEqual(twice, *c) {
+				t.Errorf("SetDefaults is not idempotent: %+v", twice)
+			}
+		})
+	}
+}
+
+// TestDefaultIsValid: the golden file of the empty configuration is itself
+// a complete configuration, which parses back to the defaults and is valid.
+func TestDefaultIsValid(t *testing.T) {
+	golden, err := os.ReadFile("testdata/defaults.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(golden)
+	if err != nil || !reflect.DeepEqual(*back, *Default()) {
+		t.Errorf("Parse(defaults.yaml) = %+v, %v; want Default()", back, err)
 	}
 	if err := Default().Validate(); err != nil {
 		t.Errorf("Default().Validate() = %v, want nil", err)
-	}
-	// Defaulting twice changes nothing.
-	twice := Default()
-	twice.SetDefaults()
-	if !reflect.DeepEqual(*twice, *Default()) {
-		t.Errorf("SetDefaults is not idempotent: %+v", *twice)
 	}
 }
 
@@ -180,8 +222,8 @@ bus:
 			KVBucket: "access", BufferSize: 500, BatchWindow: &metav1.Duration{}, YieldMax: &metav1.Duration{},
 			Embedded: BusEmbedded{Listen: "127.0.0.1:4222", DataDir: "/var/lib/hubsync/nats"},
 		},
-		Tunnel:  defaultTunnel(),
-		Gateway: defaultGateway(),
+		Tunnel:  Default().Tunnel,
+		Gateway: Default().Gateway,
 	}
 	c, err := Parse([]byte(doc))
 	if err != nil {
@@ -480,18 +522,6 @@ func TestRenderServer(t *testing.T) {
 	got, err := RenderServer("https://cluster-proxy-addon-user.ns:9092/{{.ClusterName}}", "c1")
 	if err != nil || got != "https://cluster-proxy-addon-user.ns:9092/c1" {
 		t.Fatalf("RenderServer = %q, %v", got, err)
-	}
-}
-
-func defaultBus() Bus {
-	return Bus{
-		SubjectPrefix: "hubsync",
-		Stream:        BusStream{Name: "HUBSYNC_EVENTS", MaxAge: dur(7 * 24 * time.Hour), DuplicateWindow: dur(2 * time.Minute), Replicas: 1},
-		KVBucket:      "hubsync-access",
-		BufferSize:    10000,
-		BatchWindow:   &metav1.Duration{Duration: 10 * time.Millisecond},
-		YieldMax:      &metav1.Duration{Duration: time.Minute},
-		Embedded:      BusEmbedded{Listen: "127.0.0.1:4222", DataDir: "/var/lib/hubsync/nats"},
 	}
 }
 

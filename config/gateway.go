@@ -1,15 +1,11 @@
 package config
 
 import (
-	"fmt"
 	"net"
 	"net/url"
-	"os"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -109,21 +105,13 @@ type ObjectRefName struct {
 	Name      string `json:"name"`
 }
 
-// Gateway pass-through modes and defaults.
+// Gateway pass-through modes, and the access provider type that points at
+// the gateway.
 const (
 	PassThroughJWT  = "jwt"
 	PassThroughNone = "none"
 
 	ProviderGateway = "gateway"
-
-	DefaultGatewayListen         = ":8443"
-	DefaultGatewayMaxHeaderBytes = 64 << 10
-
-	DefaultGatewayMaxInFlightReviews = 32
-	DefaultGatewayRefusalsPerSecond  = 5
-	DefaultGatewayRefusalBurst       = 50
-	DefaultGatewayHubQPS             = 50
-	DefaultGatewayHubBurst           = 100
 )
 
 // GatewayCA says where a provider entry of type gateway takes the
@@ -138,61 +126,9 @@ func (g Gateway) GatewayCA() (file string, secret *SecretKeyRef) {
 	return "", nil
 }
 
-func (c *Config) setGatewayDefaults() {
-	g := &c.Gateway
-	if g.Listen == "" {
-		g.Listen = DefaultGatewayListen
-	}
-	if g.PassThrough == "" {
-		g.PassThrough = PassThroughJWT
-	}
-	setD := func(p *metav1.Duration, v time.Duration) {
-		if p.Duration == 0 {
-			p.Duration = v
-		}
-	}
-	setD(&g.ReviewCacheTTL, 10*time.Second)
-	setD(&g.RefusalCacheTTL, 10*time.Second)
-	setD(&g.ReadHeaderTimeout, 10*time.Second)
-	setD(&g.BodyTimeout, time.Minute)
-	setD(&g.IdleTimeout, 2*time.Minute)
-	if g.ReviewCacheSize == 0 {
-		g.ReviewCacheSize = 10000
-	}
-	if g.MaxInFlightReviews == 0 {
-		g.MaxInFlightReviews = DefaultGatewayMaxInFlightReviews
-	}
-	if g.RefusalsPerSecond == 0 {
-		g.RefusalsPerSecond = DefaultGatewayRefusalsPerSecond
-	}
-	if g.RefusalBurst == 0 {
-		g.RefusalBurst = DefaultGatewayRefusalBurst
-	}
-	if g.HubQPS == 0 {
-		g.HubQPS = DefaultGatewayHubQPS
-	}
-	if g.HubBurst == 0 {
-		g.HubBurst = DefaultGatewayHubBurst
-	}
-	if g.MaxHeaderBytes == 0 {
-		g.MaxHeaderBytes = DefaultGatewayMaxHeaderBytes
-	}
-	// A provider of type gateway points at <url>/<cluster> with the
-	// gateway's CA; the syncer serves it as a server provider.
-	for i := range c.AccessProviders {
-		p := &c.AccessProviders[i]
-		if p.Type != ProviderGateway || g.URL == "" {
-			continue
-		}
-		p.Server = strings.TrimRight(g.URL, "/") + "/{{.ClusterName}}"
-		p.CAFile, p.CASecret = g.GatewayCA()
-	}
-}
-
 func (c *Config) validateGateway() field.ErrorList {
 	var errs field.ErrorList
 	g := c.Gateway
-	p := field.NewPath("gateway")
 	for i, ap := range c.AccessProviders {
 		if ap.Type == ProviderGateway && (!g.Enabled || g.URL == "") {
 			errs = append(errs, field.Invalid(field.NewPath("accessProviders").Index(i).Child("type"), ap.Type,
@@ -209,6 +145,16 @@ func (c *Config) validateGateway() field.ErrorList {
 		errs = append(errs, field.Required(field.NewPath("tunnel", "managedServiceAccount"),
 			"the gateway impersonates hub identities with the tunnel's ManagedServiceAccount"))
 	}
+	p := field.NewPath("gateway")
+	errs = append(errs, validateGatewayServing(p, g)...)
+	errs = append(errs, validateGatewayTrust(p, g)...)
+	errs = append(errs, validateGatewayLimits(p, g)...)
+	return errs
+}
+
+// validateGatewayServing checks where and how the gateway serves.
+func validateGatewayServing(p *field.Path, g Gateway) field.ErrorList {
+	var errs field.ErrorList
 	if _, _, err := net.SplitHostPort(g.Listen); err != nil {
 		errs = append(errs, field.Invalid(p.Child("listen"), g.Listen, err.Error()))
 	}
@@ -223,26 +169,20 @@ func (c *Config) validateGateway() field.ErrorList {
 	case t.Secret != nil && (t.CertFile != "" || t.KeyFile != ""):
 		errs = append(errs, field.Forbidden(tp, "secret and certFile/keyFile are mutually exclusive"))
 	case t.Secret != nil:
-		for _, msg := range validation.IsDNS1123Label(t.Secret.Namespace) {
-			errs = append(errs, field.Invalid(tp.Child("secret", "namespace"), t.Secret.Namespace, msg))
-		}
-		for _, msg := range validation.IsDNS1123Subdomain(t.Secret.Name) {
-			errs = append(errs, field.Invalid(tp.Child("secret", "name"), t.Secret.Name, msg))
-		}
+		errs = append(errs, objectRef(tp.Child("secret"), t.Secret.Namespace, t.Secret.Name)...)
 	case t.CertFile == "" || t.KeyFile == "":
 		errs = append(errs, field.Required(tp, "a serving certificate: certFile and keyFile, or secret"))
 	}
-	for _, f := range []struct{ name, path string }{{"certFile", t.CertFile}, {"keyFile", t.KeyFile}, {"caFile", t.CAFile}} {
-		if f.path == "" {
-			continue
-		}
-		if _, err := os.Stat(f.path); err != nil {
-			errs = append(errs, field.Invalid(tp.Child(f.name), f.path, fmt.Sprintf("cannot read: %v", err)))
-		}
-	}
-	if g.PassThrough != PassThroughJWT && g.PassThrough != PassThroughNone {
-		errs = append(errs, field.NotSupported(p.Child("passThrough"), g.PassThrough, []string{PassThroughJWT, PassThroughNone}))
-	}
+	errs = append(errs, between(p.Child("maxHeaderBytes"), g.MaxHeaderBytes, 4096, 1<<20)...)
+	errs = append(errs, positive(p, named{"readHeaderTimeout", g.ReadHeaderTimeout}, named{"bodyTimeout", g.BodyTimeout},
+		named{"idleTimeout", g.IdleTimeout})...)
+	return errs
+}
+
+// validateGatewayTrust checks which tokens the gateway accepts and how
+// long it trusts what it learnt of them.
+func validateGatewayTrust(p *field.Path, g Gateway) field.ErrorList {
+	errs := oneOf(p.Child("passThrough"), g.PassThrough, PassThroughJWT, PassThroughNone)
 	for i, iss := range g.HubIssuers {
 		if iss == "" {
 			errs = append(errs, field.Invalid(p.Child("hubIssuers").Index(i), iss, "must not be empty"))
@@ -251,15 +191,18 @@ func (c *Config) validateGateway() field.ErrorList {
 	if d := g.ReviewCacheTTL.Duration; d <= 0 || d > 10*time.Second {
 		errs = append(errs, field.Invalid(p.Child("reviewCacheTTL"), d.String(), "must be positive and at most 10s: a revoked hub token must stop working quickly"))
 	}
-	if g.ReviewCacheSize < 1 || g.ReviewCacheSize > 1000000 {
-		errs = append(errs, field.Invalid(p.Child("reviewCacheSize"), g.ReviewCacheSize, "must be from 1 to 1000000"))
-	}
-	if g.MaxInFlightReviews < 1 || g.MaxInFlightReviews > 10000 {
-		errs = append(errs, field.Invalid(p.Child("maxInFlightReviews"), g.MaxInFlightReviews, "must be from 1 to 10000"))
-	}
 	if d := g.RefusalCacheTTL.Duration; d <= 0 || d > time.Minute {
 		errs = append(errs, field.Invalid(p.Child("refusalCacheTTL"), d.String(), "must be positive and at most 1m"))
 	}
+	return errs
+}
+
+// validateGatewayLimits checks the bounds on the gateway's memory and on
+// what it asks of the hub.
+func validateGatewayLimits(p *field.Path, g Gateway) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, between(p.Child("reviewCacheSize"), g.ReviewCacheSize, 1, 1000000)...)
+	errs = append(errs, between(p.Child("maxInFlightReviews"), g.MaxInFlightReviews, 1, 10000)...)
 	if g.RefusalsPerSecond <= 0 {
 		errs = append(errs, field.Invalid(p.Child("refusalsPerSecond"), g.RefusalsPerSecond, "must be positive"))
 	}
@@ -271,17 +214,6 @@ func (c *Config) validateGateway() field.ErrorList {
 	}
 	if g.HubBurst < 1 {
 		errs = append(errs, field.Invalid(p.Child("hubBurst"), g.HubBurst, "must be at least 1"))
-	}
-	if g.MaxHeaderBytes < 4096 || g.MaxHeaderBytes > 1<<20 {
-		errs = append(errs, field.Invalid(p.Child("maxHeaderBytes"), g.MaxHeaderBytes, "must be from 4096 to 1048576"))
-	}
-	for _, d := range []struct {
-		name string
-		v    metav1.Duration
-	}{{"readHeaderTimeout", g.ReadHeaderTimeout}, {"bodyTimeout", g.BodyTimeout}, {"idleTimeout", g.IdleTimeout}} {
-		if d.v.Duration <= 0 {
-			errs = append(errs, field.Invalid(p.Child(d.name), d.v.Duration.String(), "must be positive"))
-		}
 	}
 	return errs
 }

@@ -5,21 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
-
-func defaultGateway() Gateway {
-	return Gateway{
-		Listen: DefaultGatewayListen, PassThrough: PassThroughJWT,
-		ReviewCacheTTL: metav1.Duration{Duration: 10 * time.Second}, ReviewCacheSize: 10000,
-		MaxHeaderBytes: DefaultGatewayMaxHeaderBytes, ReadHeaderTimeout: metav1.Duration{Duration: 10 * time.Second},
-		BodyTimeout: metav1.Duration{Duration: time.Minute}, IdleTimeout: metav1.Duration{Duration: 2 * time.Minute},
-		MaxInFlightReviews: 32, RefusalCacheTTL: metav1.Duration{Duration: 10 * time.Second},
-		RefusalsPerSecond: 5, RefusalBurst: 50, HubQPS: 50, HubBurst: 100,
-	}
-}
 
 func TestGatewayValidation(t *testing.T) {
 	dir := t.TempDir()

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -39,16 +38,8 @@ const (
 	AuthToken = "token"
 )
 
-// Defaults of sinks.
-const (
-	DefaultSinkQueueSize   = 10000
-	DefaultExecCommand     = "hubsync"
-	DefaultWebhookTimeout  = 10 * time.Second
-	DefaultSpoolMaxBytes   = 64 << 20
-	DefaultSpoolRoot       = "/var/lib/hubsync/sinks"
-	DefaultArgoCDNamespace = "argocd"
-	MaxSinkNameLength      = 63
-)
+// MaxSinkNameLength bounds a sink's name, a DNS-1123 label.
+const MaxSinkNameLength = 63
 
 // Sink is one target outside NATS where cluster access must appear and
 // stay fresh. Exactly the section named by Type is set.
@@ -149,6 +140,11 @@ type WebhookSink struct {
 	CAFile string `json:"caFile,omitempty"`
 	// Timeout of one attempt. Default 10s.
 	Timeout metav1.Duration `json:"timeout,omitempty"`
+	// FailingAfter is how long the endpoint may refuse events (any answer
+	// but 2xx) or be out of reach before the sink is reported failing
+	// (hubsync_sink_up 0, /readyz?verbose): shorter outages, such as a
+	// receiver's rolling restart, are retried without alarm. Default 1m.
+	FailingAfter metav1.Duration `json:"failingAfter,omitempty"`
 	// Spool keeps undelivered events on disk across outages and restarts.
 	Spool WebhookSpool `json:"spool"`
 }
@@ -162,138 +158,130 @@ type WebhookSpool struct {
 	MaxBytes int64 `json:"maxBytes,omitempty"`
 }
 
-func (c *Config) setSinkDefaults() {
-	for i := range c.Sinks {
-		s := &c.Sinks[i]
-		if s.QueueSize == 0 {
-			s.QueueSize = DefaultSinkQueueSize
-		}
-		execDefaults := func(auth *string, e *ExecAuth) {
-			if *auth == "" {
-				*auth = AuthExec
-			}
-			if e.Command == "" {
-				e.Command = DefaultExecCommand
-			}
-		}
-		if k := s.Kubeconfig; k != nil {
-			execDefaults(&k.Auth, &k.Exec)
-		}
-		if a := s.ArgoCD; a != nil {
-			execDefaults(&a.Auth, &a.Exec)
-			if a.Namespace == "" {
-				a.Namespace = DefaultArgoCDNamespace
-			}
-		}
-		if w := s.Webhook; w != nil {
-			if w.Timeout.Duration == 0 {
-				w.Timeout.Duration = DefaultWebhookTimeout
-			}
-			if w.Spool.MaxBytes == 0 {
-				w.Spool.MaxBytes = DefaultSpoolMaxBytes
-			}
-			if w.Spool.Directory == "" && s.Name != "" {
-				w.Spool.Directory = filepath.Join(DefaultSpoolRoot, s.Name)
-			}
-			if w.SecretRef != nil && w.SecretRef.Key == "" {
-				w.SecretRef.Key = "secrets"
-			}
-		}
-	}
+// sinksSeen is what the sinks validated so far claimed, which no other
+// sink may claim again.
+type sinksSeen struct {
+	names map[string]bool
+	// dirs are kubeconfig directories, by the sink writing them.
+	dirs map[string]string
+	// argoServers are Argo CD namespace/consumer namespace/provider
+	// triples, by the sink writing them.
+	argoServers map[string]string
 }
 
 func (c *Config) validateSinks() field.ErrorList {
 	var errs field.ErrorList
-	names := map[string]bool{}
-	dirs := map[string]string{}
-	argoServers := map[string]string{}
+	seen := sinksSeen{names: map[string]bool{}, dirs: map[string]string{}, argoServers: map[string]string{}}
 	for i, s := range c.Sinks {
 		path := field.NewPath("sinks").Index(i)
-		switch {
-		case s.Name == "":
-			errs = append(errs, field.Required(path.Child("name"), "a sink needs a name"))
-		case names[s.Name]:
-			errs = append(errs, field.Duplicate(path.Child("name"), s.Name))
-		case s.Name == SinkNATS:
-			errs = append(errs, field.Invalid(path.Child("name"), s.Name, `"nats" is the event bus's sink (configured under bus)`))
-		default:
-			for _, msg := range validation.IsDNS1123Label(s.Name) {
-				errs = append(errs, field.Invalid(path.Child("name"), s.Name, msg))
-			}
-		}
-		names[s.Name] = true
+		errs = append(errs, validateSinkName(path.Child("name"), s.Name, seen.names)...)
 		if s.QueueSize < 0 {
 			errs = append(errs, field.Invalid(path.Child("queueSize"), s.QueueSize, "must not be negative"))
 		}
 		errs = append(errs, validateFilter(path.Child("filter"), s.Filter, s.Type)...)
-		set := map[string]bool{SinkKubeconfig: s.Kubeconfig != nil, SinkArgoCD: s.ArgoCD != nil, SinkWebhook: s.Webhook != nil}
-		for _, t := range SinkTypes {
-			if set[t] && t != s.Type {
-				errs = append(errs, field.Forbidden(path.Child(sectionName(t)), fmt.Sprintf("only the %q section of the sink's type may be set", s.Type)))
-			}
-		}
-		switch s.Type {
-		case SinkKubeconfig:
-			if s.Kubeconfig == nil {
-				errs = append(errs, field.Required(path.Child("kubeconfig"), "directory, accessProvider and managedServiceAccount"))
-				continue
-			}
-			k := s.Kubeconfig
-			p := path.Child("kubeconfig")
-			if k.Directory == "" {
-				errs = append(errs, field.Required(p.Child("directory"), "where the kubeconfig files go"))
-			} else if !filepath.IsAbs(k.Directory) {
-				errs = append(errs, field.Invalid(p.Child("directory"), k.Directory, "must be an absolute path"))
-			} else if other, ok := dirs[filepath.Clean(k.Directory)]; ok {
-				errs = append(errs, field.Duplicate(p.Child("directory"), k.Directory+" (also sink "+other+")"))
-			} else {
-				dirs[filepath.Clean(k.Directory)] = s.Name
-			}
-			errs = append(errs, c.validateAccess(p, k.AccessProvider, k.ManagedServiceAccount, k.Auth, k.Exec)...)
-		case SinkArgoCD:
-			if s.ArgoCD == nil {
-				errs = append(errs, field.Required(path.Child("argocd"), "consumerNamespace, accessProvider and managedServiceAccount"))
-				continue
-			}
-			a := s.ArgoCD
-			p := path.Child("argocd")
-			for _, msg := range validation.IsDNS1123Label(a.Namespace) {
-				errs = append(errs, field.Invalid(p.Child("namespace"), a.Namespace, msg))
-			}
-			if a.ConsumerNamespace == "" {
-				errs = append(errs, field.Required(p.Child("consumerNamespace"), "the namespace whose ClusterProfiles become Argo CD clusters"))
-			} else {
-				for _, msg := range validation.IsDNS1123Label(a.ConsumerNamespace) {
-					errs = append(errs, field.Invalid(p.Child("consumerNamespace"), a.ConsumerNamespace, msg))
-				}
-			}
-			// Argo CD indexes clusters by server: two sinks writing the
-			// same clusters of one namespace into one Argo CD would clash.
-			key := a.Namespace + "/" + a.ConsumerNamespace + "/" + a.AccessProvider
-			if other, ok := argoServers[key]; ok {
-				errs = append(errs, field.Duplicate(p, fmt.Sprintf("sink %s already writes the %s clusters of %s into %s", other, a.AccessProvider, a.ConsumerNamespace, a.Namespace)))
-			}
-			argoServers[key] = s.Name
-			for _, ns := range a.Namespaces {
-				for _, msg := range validation.IsDNS1123Label(ns) {
-					errs = append(errs, field.Invalid(p.Child("namespaces"), ns, msg))
-				}
-			}
-			errs = append(errs, validateLabels(p.Child("labels"), a.Labels)...)
-			errs = append(errs, c.validateAccess(p, a.AccessProvider, a.ManagedServiceAccount, a.Auth, a.Exec)...)
-		case SinkWebhook:
-			if s.Webhook == nil {
-				errs = append(errs, field.Required(path.Child("webhook"), "url and signing secrets"))
-				continue
-			}
-			errs = append(errs, validateWebhook(path.Child("webhook"), s.Webhook)...)
-		case "":
-			errs = append(errs, field.Required(path.Child("type"), strings.Join(SinkTypes, ", ")))
-		default:
-			errs = append(errs, field.NotSupported(path.Child("type"), s.Type, SinkTypes))
-		}
+		errs = append(errs, c.validateSinkSection(path, s, seen)...)
 	}
 	return errs
+}
+
+// validateSinkName checks a sink's name and records it in names.
+func validateSinkName(p *field.Path, name string, names map[string]bool) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case name == "":
+		errs = append(errs, field.Required(p, "a sink needs a name"))
+	case names[name]:
+		errs = append(errs, field.Duplicate(p, name))
+	case name == SinkNATS:
+		errs = append(errs, field.Invalid(p, name, `"nats" is the event bus's sink (configured under bus)`))
+	default:
+		for _, msg := range validation.IsDNS1123Label(name) {
+			errs = append(errs, field.Invalid(p, name, msg))
+		}
+	}
+	names[name] = true
+	return errs
+}
+
+// validateSinkSection checks that exactly the section of the sink's type
+// is set, and that section.
+func (c *Config) validateSinkSection(path *field.Path, s Sink, seen sinksSeen) field.ErrorList {
+	var errs field.ErrorList
+	set := map[string]bool{SinkKubeconfig: s.Kubeconfig != nil, SinkArgoCD: s.ArgoCD != nil, SinkWebhook: s.Webhook != nil}
+	for _, t := range SinkTypes {
+		if set[t] && t != s.Type {
+			errs = append(errs, field.Forbidden(path.Child(sectionName(t)), fmt.Sprintf("only the %q section of the sink's type may be set", s.Type)))
+		}
+	}
+	switch {
+	case s.Type == "":
+		return append(errs, field.Required(path.Child("type"), strings.Join(SinkTypes, ", ")))
+	case !slices.Contains(SinkTypes, s.Type):
+		return append(errs, field.NotSupported(path.Child("type"), s.Type, SinkTypes))
+	case !set[s.Type]:
+		needs := map[string]string{
+			SinkKubeconfig: "directory, accessProvider and managedServiceAccount",
+			SinkArgoCD:     "consumerNamespace, accessProvider and managedServiceAccount",
+			SinkWebhook:    "url and signing secrets",
+		}
+		return append(errs, field.Required(path.Child(sectionName(s.Type)), needs[s.Type]))
+	}
+	p := path.Child(sectionName(s.Type))
+	switch s.Type {
+	case SinkKubeconfig:
+		errs = append(errs, c.validateKubeconfigSink(p, s.Name, s.Kubeconfig, seen.dirs)...)
+	case SinkArgoCD:
+		errs = append(errs, c.validateArgoCDSink(p, s.Name, s.ArgoCD, seen.argoServers)...)
+	case SinkWebhook:
+		errs = append(errs, validateWebhook(p, s.Webhook)...)
+	}
+	return errs
+}
+
+// validateKubeconfigSink checks a kubeconfig sink; dirs holds the
+// directories other sinks write, by sink name.
+func (c *Config) validateKubeconfigSink(p *field.Path, name string, k *KubeconfigSink, dirs map[string]string) field.ErrorList {
+	var errs field.ErrorList
+	if k.Directory == "" {
+		errs = append(errs, field.Required(p.Child("directory"), "where the kubeconfig files go"))
+	} else if !filepath.IsAbs(k.Directory) {
+		errs = append(errs, field.Invalid(p.Child("directory"), k.Directory, "must be an absolute path"))
+	} else if other, ok := dirs[filepath.Clean(k.Directory)]; ok {
+		errs = append(errs, field.Duplicate(p.Child("directory"), k.Directory+" (also sink "+other+")"))
+	} else {
+		dirs[filepath.Clean(k.Directory)] = name
+	}
+	return append(errs, c.validateAccess(p, k.AccessProvider, k.ManagedServiceAccount, k.Auth, k.Exec)...)
+}
+
+// validateArgoCDSink checks an Argo CD sink; servers holds what other
+// sinks write into Argo CD, by sink name.
+func (c *Config) validateArgoCDSink(p *field.Path, name string, a *ArgoCDSink, servers map[string]string) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Label(a.Namespace) {
+		errs = append(errs, field.Invalid(p.Child("namespace"), a.Namespace, msg))
+	}
+	if a.ConsumerNamespace == "" {
+		errs = append(errs, field.Required(p.Child("consumerNamespace"), "the namespace whose ClusterProfiles become Argo CD clusters"))
+	} else {
+		for _, msg := range validation.IsDNS1123Label(a.ConsumerNamespace) {
+			errs = append(errs, field.Invalid(p.Child("consumerNamespace"), a.ConsumerNamespace, msg))
+		}
+	}
+	// Argo CD indexes clusters by server: two sinks writing the same
+	// clusters of one namespace into one Argo CD would clash.
+	key := a.Namespace + "/" + a.ConsumerNamespace + "/" + a.AccessProvider
+	if other, ok := servers[key]; ok {
+		errs = append(errs, field.Duplicate(p, fmt.Sprintf("sink %s already writes the %s clusters of %s into %s", other, a.AccessProvider, a.ConsumerNamespace, a.Namespace)))
+	}
+	servers[key] = name
+	for _, ns := range a.Namespaces {
+		for _, msg := range validation.IsDNS1123Label(ns) {
+			errs = append(errs, field.Invalid(p.Child("namespaces"), ns, msg))
+		}
+	}
+	errs = append(errs, validateLabels(p.Child("labels"), a.Labels)...)
+	return append(errs, c.validateAccess(p, a.AccessProvider, a.ManagedServiceAccount, a.Auth, a.Exec)...)
 }
 
 func sectionName(t string) string {
@@ -394,27 +382,14 @@ func validateWebhook(p *field.Path, w *WebhookSink) field.ErrorList {
 	case w.SecretsFile != "" && w.SecretRef != nil:
 		errs = append(errs, field.Forbidden(p, "secretsFile and secretRef are mutually exclusive"))
 	}
-	readable := func(fp *field.Path, file string) {
-		if file == "" {
-			return
-		}
-		if _, err := os.ReadFile(file); err != nil {
-			errs = append(errs, field.Invalid(fp, file, fmt.Sprintf("cannot read: %v", err)))
-		}
-	}
-	readable(p.Child("secretsFile"), w.SecretsFile)
-	readable(p.Child("bearerTokenFile"), w.BearerTokenFile)
-	readable(p.Child("caFile"), w.CAFile)
 	if r := w.SecretRef; r != nil {
-		for _, msg := range validation.IsDNS1123Label(r.Namespace) {
-			errs = append(errs, field.Invalid(p.Child("secretRef", "namespace"), r.Namespace, msg))
-		}
-		for _, msg := range validation.IsDNS1123Subdomain(r.Name) {
-			errs = append(errs, field.Invalid(p.Child("secretRef", "name"), r.Name, msg))
-		}
+		errs = append(errs, objectRef(p.Child("secretRef"), r.Namespace, r.Name)...)
 	}
 	if w.Timeout.Duration < 0 || w.Timeout.Duration > 5*time.Minute {
 		errs = append(errs, field.Invalid(p.Child("timeout"), w.Timeout.Duration.String(), "must be 0 to 5m"))
+	}
+	if w.FailingAfter.Duration < 0 || w.FailingAfter.Duration > 24*time.Hour {
+		errs = append(errs, field.Invalid(p.Child("failingAfter"), w.FailingAfter.Duration.String(), "must be 0 (the default) to 24h"))
 	}
 	if w.Spool.MaxBytes < 1<<20 {
 		errs = append(errs, field.Invalid(p.Child("spool", "maxBytes"), w.Spool.MaxBytes, "must be at least 1 MiB"))

@@ -52,6 +52,9 @@ func TestSinkValidation(t *testing.T) {
 		{name: "webhook without secrets", doc: "sinks:\n- name: h\n  type: webhook\n  webhook: {url: 'https://x/'}\n", wantPaths: []string{"sinks[0].webhook.secretsFile"}},
 		{name: "webhook limits", doc: hook("    timeout: 1h\n    spool: {maxBytes: 10, directory: rel}\n    caFile: /nonexistent/ca.pem\n"),
 			wantPaths: []string{"sinks[0].webhook.timeout", "sinks[0].webhook.spool.maxBytes", "sinks[0].webhook.spool.directory", "sinks[0].webhook.caFile"}},
+		{name: "webhook failing after 2 minutes", doc: hook("    failingAfter: 2m\n")},
+		{name: "webhook failingAfter out of range", doc: hook("    failingAfter: -1s\n"), wantPaths: []string{"sinks[0].webhook.failingAfter"}},
+		{name: "webhook failingAfter beyond a day", doc: hook("    failingAfter: 25h\n"), wantPaths: []string{"sinks[0].webhook.failingAfter"}},
 		{name: "event types only for webhooks", doc: kube("  filter: {eventTypes: [io.hubsync.profile.created]}\n"), wantPaths: []string{"sinks[0].filter.eventTypes"}},
 		{name: "bad filter", doc: hook("  filter:\n    namespaces: [A_B]\n    eventTypes: [io.hubsync.nothing]\n    clusterSelector: {matchExpressions: [{key: env, operator: Near}]}\n"),
 			wantPaths: []string{"sinks[0].filter.namespaces[0]", "sinks[0].filter.eventTypes[0]", "sinks[0].filter.clusterSelector"}},
@@ -69,13 +72,13 @@ func TestSinkDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	k, a, w := c.Sinks[0], c.Sinks[1], c.Sinks[2]
-	if k.QueueSize != DefaultSinkQueueSize || k.Kubeconfig.Auth != AuthExec || k.Kubeconfig.Exec.Command != "hubsync" {
+	if k.QueueSize != DefaultQueueSize || k.Kubeconfig.Auth != AuthExec || k.Kubeconfig.Exec.Command != "hubsync" {
 		t.Errorf("kubeconfig defaults: %+v", k)
 	}
 	if a.ArgoCD.Namespace != "argocd" || a.ArgoCD.Auth != AuthExec {
 		t.Errorf("argocd defaults: %+v", a.ArgoCD)
 	}
-	if w.Webhook.Timeout.Duration != 10*time.Second || w.Webhook.Spool.MaxBytes != 64<<20 ||
+	if w.Webhook.Timeout.Duration != 10*time.Second || w.Webhook.FailingAfter.Duration != time.Minute || w.Webhook.Spool.MaxBytes != 64<<20 ||
 		w.Webhook.Spool.Directory != "/var/lib/hubsync/sinks/w" || w.Webhook.SecretRef.Key != "secrets" {
 		t.Errorf("webhook defaults: %+v", w.Webhook)
 	}

@@ -5,7 +5,6 @@ import (
 	"net"
 	"strings"
 	"text/template"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -92,47 +91,6 @@ type Konnectivity struct {
 	DialAddress string `json:"dialAddress,omitempty"`
 }
 
-// Tunnel defaults.
-const (
-	DefaultTunnelProbePath    = "/version"
-	DefaultTunnelDialAddress  = "{{.ClusterName}}:443"
-	DefaultTunnelMaxDials     = 32
-	DefaultTunnelUpgradeDials = 16
-	DefaultTunnelMaxConns     = 4
-)
-
-func (c *Config) setTunnelDefaults() {
-	t := &c.Tunnel
-	if t.Transport == "" {
-		t.Transport = TunnelKonnectivity
-	}
-	if t.ProbePath == "" {
-		t.ProbePath = DefaultTunnelProbePath
-	}
-	if t.Konnectivity.DialAddress == "" {
-		t.Konnectivity.DialAddress = DefaultTunnelDialAddress
-	}
-	setDur := func(p *metav1.Duration, v time.Duration) {
-		if p.Duration == 0 {
-			p.Duration = v
-		}
-	}
-	setDur(&t.ProbeInterval, 10*time.Second)
-	setDur(&t.ProbeTimeout, 5*time.Second)
-	setDur(&t.DialTimeout, 10*time.Second)
-	setDur(&t.Backoff.BaseDelay, time.Second)
-	setDur(&t.Backoff.MaxDelay, 30*time.Second)
-	if t.MaxConcurrentDials == 0 {
-		t.MaxConcurrentDials = DefaultTunnelMaxDials
-	}
-	if t.MaxConcurrentUpgradeDials == 0 {
-		t.MaxConcurrentUpgradeDials = DefaultTunnelUpgradeDials
-	}
-	if t.MaxConnectionsPerCluster == 0 {
-		t.MaxConnectionsPerCluster = DefaultTunnelMaxConns
-	}
-}
-
 // ImpersonatingMSA is the name of the ManagedServiceAccount whose token
 // the tunnel pool and the gateway use on every managed cluster, "" while
 // the tunnel is off. The gateway impersonates hub users with it, so it may
@@ -149,30 +107,17 @@ func (c *Config) validateTunnel() field.ErrorList {
 	var errs field.ErrorList
 	t := c.Tunnel
 	p := field.NewPath("tunnel")
-	positive := func(name string, d metav1.Duration) {
-		if d.Duration <= 0 {
-			errs = append(errs, field.Invalid(p.Child(name), d.Duration.String(), "must be positive"))
-		}
-	}
-	positive("probeInterval", t.ProbeInterval)
-	positive("probeTimeout", t.ProbeTimeout)
-	positive("dialTimeout", t.DialTimeout)
-	positive("backoff.baseDelay", t.Backoff.BaseDelay)
+	errs = append(errs, positive(p, named{"probeInterval", t.ProbeInterval}, named{"probeTimeout", t.ProbeTimeout},
+		named{"dialTimeout", t.DialTimeout}, named{"backoff.baseDelay", t.Backoff.BaseDelay})...)
 	if t.Backoff.MaxDelay.Duration < t.Backoff.BaseDelay.Duration {
 		errs = append(errs, field.Invalid(p.Child("backoff", "maxDelay"), t.Backoff.MaxDelay.Duration.String(), "must be at least tunnel.backoff.baseDelay"))
 	}
 	if t.ProbeTimeout.Duration > t.ProbeInterval.Duration && t.ProbeInterval.Duration > 0 {
 		errs = append(errs, field.Invalid(p.Child("probeTimeout"), t.ProbeTimeout.Duration.String(), "must not exceed tunnel.probeInterval"))
 	}
-	if t.MaxConcurrentDials < 1 || t.MaxConcurrentDials > 10000 {
-		errs = append(errs, field.Invalid(p.Child("maxConcurrentDials"), t.MaxConcurrentDials, "must be from 1 to 10000"))
-	}
-	if t.MaxConcurrentUpgradeDials < 1 || t.MaxConcurrentUpgradeDials > 10000 {
-		errs = append(errs, field.Invalid(p.Child("maxConcurrentUpgradeDials"), t.MaxConcurrentUpgradeDials, "must be from 1 to 10000"))
-	}
-	if t.MaxConnectionsPerCluster < 1 || t.MaxConnectionsPerCluster > 64 {
-		errs = append(errs, field.Invalid(p.Child("maxConnectionsPerCluster"), t.MaxConnectionsPerCluster, "must be from 1 to 64"))
-	}
+	errs = append(errs, between(p.Child("maxConcurrentDials"), t.MaxConcurrentDials, 1, 10000)...)
+	errs = append(errs, between(p.Child("maxConcurrentUpgradeDials"), t.MaxConcurrentUpgradeDials, 1, 10000)...)
+	errs = append(errs, between(p.Child("maxConnectionsPerCluster"), t.MaxConnectionsPerCluster, 1, 64)...)
 	if !strings.HasPrefix(t.ProbePath, "/") {
 		errs = append(errs, field.Invalid(p.Child("probePath"), t.ProbePath, "must start with /"))
 	}

@@ -3,18 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
-	"time"
 )
-
-func defaultTunnel() Tunnel {
-	return Tunnel{
-		Transport:    TunnelKonnectivity,
-		Konnectivity: Konnectivity{DialAddress: "{{.ClusterName}}:443"},
-		ProbePath:    "/version", ProbeInterval: dur(10 * time.Second), ProbeTimeout: dur(5 * time.Second),
-		DialTimeout: dur(10 * time.Second), Backoff: Retry{BaseDelay: dur(time.Second), MaxDelay: dur(30 * time.Second)},
-		MaxConcurrentDials: 32, MaxConcurrentUpgradeDials: 16, MaxConnectionsPerCluster: 4,
-	}
-}
 
 func TestTunnelConfig(t *testing.T) {
 	const konn = `

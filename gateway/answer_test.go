@@ -45,7 +45,7 @@ func TestGatewayAnswers(t *testing.T) {
 				h.Set("Content-Type", "application/json")
 				return &http.Response{StatusCode: tt.answer, Header: h, Body: io.NopCloser(strings.NewReader(`{"kind":"Status","message":"cluster says no"}`)), Request: r}
 			}
-			g, err := New(Options{Pool: pool, Reviewer: w.reviewer()})
+			g, err := New(configured(Options{Pool: pool, Reviewer: w.reviewer()}))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -61,16 +61,16 @@ const MaxCacheTTL = 10 * time.Second
 // hub is not asked more than it can answer.
 var ErrReviewsBusy = errors.New("too many hub TokenReviews in flight")
 
-// ReviewCacheOptions configure a CachedReviewer. Zero values take the
-// defaults.
+// ReviewCacheOptions configure a CachedReviewer. TTL, Size and
+// MaxInFlight are required.
 type ReviewCacheOptions struct {
-	// TTL bounds how long a positive review is trusted (0 or more than
-	// MaxCacheTTL: MaxCacheTTL).
+	// TTL bounds how long a positive review is trusted; more than
+	// MaxCacheTTL is cut to MaxCacheTTL.
 	TTL time.Duration
-	// Size bounds how many reviews are kept (default 10000).
+	// Size bounds how many reviews are kept.
 	Size int
-	// MaxInFlight bounds the TokenReviews waiting for the hub at once
-	// (default 32); beyond it Review fails with ErrReviewsBusy.
+	// MaxInFlight bounds the TokenReviews waiting for the hub at once;
+	// beyond it Review fails with ErrReviewsBusy.
 	MaxInFlight int
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
@@ -98,16 +98,13 @@ type tokenKey [sha256.Size]byte
 func keyOf(token string) tokenKey { return sha256.Sum256([]byte(token)) }
 
 // NewCachedReviewer wraps next.
-func NewCachedReviewer(next Reviewer, o ReviewCacheOptions) *CachedReviewer {
-	if o.TTL <= 0 || o.TTL > MaxCacheTTL {
-		o.TTL = MaxCacheTTL
+func NewCachedReviewer(next Reviewer, o ReviewCacheOptions) (*CachedReviewer, error) {
+	if err := missing("review cache", []requirement{{"TTL", o.TTL > 0}, {"Size", o.Size > 0}, {"MaxInFlight", o.MaxInFlight > 0}}); err != nil {
+		return nil, err
 	}
-	if o.Size <= 0 {
-		o.Size = 10000
-	}
-	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = 32
-	}
+	// A revoked hub token must stop working quickly, whatever the caller
+	// asked for.
+	o.TTL = min(o.TTL, MaxCacheTTL)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -115,7 +112,7 @@ func NewCachedReviewer(next Reviewer, o ReviewCacheOptions) *CachedReviewer {
 		o.OnHit = func() {}
 	}
 	return &CachedReviewer{next: next, o: o, reviews: newExpiring[tokenKey, Identity](o.Size),
-		inFlight: make(chan struct{}, o.MaxInFlight)}
+		inFlight: make(chan struct{}, o.MaxInFlight)}, nil
 }
 
 // Review answers from the cache when a positive review of token is fresh,

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hubsync/hubsync/config"
 )
 
 // fakeReviewer answers from a table and counts the reviews it was asked.
@@ -37,7 +39,8 @@ func TestCachedReviewer(t *testing.T) {
 	clock := func() time.Time { return now }
 	f := &fakeReviewer{users: map[string]string{"alice-token": "alice", "bob-token": "bob", "carol-token": "carol"}}
 	hits := 0
-	c := NewCachedReviewer(f, ReviewCacheOptions{TTL: time.Hour, Size: 2, Now: clock, OnHit: func() { hits++ }}) // the TTL is capped at 10s
+	c := newCached(t, f, ReviewCacheOptions{TTL: time.Hour, Size: 2, MaxInFlight: config.DefaultGatewayMaxInFlightReviews,
+		Now: clock, OnHit: func() { hits++ }}) // the TTL is capped at 10s
 	ctx := context.Background()
 	review := func(token string) (string, bool, error) {
 		id, ok, err := c.Review(ctx, token)
@@ -100,7 +103,7 @@ func (b *blockingReviewer) Review(context.Context, string) (Identity, bool, erro
 
 func TestCachedReviewerOneReviewPerTokenInFlight(t *testing.T) {
 	next := &blockingReviewer{release: make(chan struct{})}
-	c := NewCachedReviewer(next, ReviewCacheOptions{TTL: time.Second, Size: 10})
+	c := newCached(t, next, ReviewCacheOptions{TTL: time.Second, Size: 10, MaxInFlight: config.DefaultGatewayMaxInFlightReviews})
 	var wg sync.WaitGroup
 	for range 50 {
 		wg.Add(1)
@@ -126,7 +129,7 @@ func TestCachedReviewerOneReviewPerTokenInFlight(t *testing.T) {
 // the hub, a review fails at once with ErrReviewsBusy instead of queueing.
 func TestCachedReviewerInFlightBound(t *testing.T) {
 	next := &blockingReviewer{release: make(chan struct{})}
-	c := NewCachedReviewer(next, ReviewCacheOptions{MaxInFlight: 2})
+	c := newCached(t, next, ReviewCacheOptions{TTL: config.DefaultGatewayReviewCacheTTL, Size: config.DefaultGatewayReviewCacheSize, MaxInFlight: 2})
 	var wg sync.WaitGroup
 	for _, tok := range []string{"a", "b"} {
 		wg.Add(1)
@@ -146,4 +149,14 @@ func TestCachedReviewerInFlightBound(t *testing.T) {
 	if _, ok, err := c.Review(context.Background(), "c"); !ok || err != nil {
 		t.Fatalf("once the hub answered, a review goes through: %v %v", ok, err)
 	}
+}
+
+// newCached builds a CachedReviewer from options the test fills.
+func newCached(t *testing.T, next Reviewer, o ReviewCacheOptions) *CachedReviewer {
+	t.Helper()
+	c, err := NewCachedReviewer(next, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -12,9 +12,9 @@ import (
 func BenchmarkGatewayHotPath(b *testing.B) {
 	w := newWorld(b)
 	pool := w.pool()
-	g, err := New(Options{Pool: fixedPool{fakePool: pool, rt: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	g, err := New(configured(Options{Pool: fixedPool{fakePool: pool, rt: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: http.NoBody, Request: r}, nil
-	})}, Reviewer: w.reviewer(), HubKeys: w.hubKeys(), PassThrough: true})
+	})}, Reviewer: w.reviewer(), HubKeys: w.hubKeys(), PassThrough: true}))
 	if err != nil {
 		b.Fatal(err)
 	}

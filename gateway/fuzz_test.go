@@ -20,10 +20,10 @@ import (
 func FuzzGatewayIdentity(f *testing.F) {
 	w := newWorld(f)
 	pool := w.pool()
-	g, err := New(Options{Pool: pool, Reviewer: w.reviewer(), HubKeys: w.hubKeys(), PassThrough: true,
+	g, err := New(configured(Options{Pool: pool, Reviewer: w.reviewer(), HubKeys: w.hubKeys(), PassThrough: true,
 		// The fuzzer is one address refused over and over: never limit it,
 		// or nothing would reach the cluster past the first refusals.
-		RefusalsPerSecond: 1e9, RefusalBurst: 1 << 30})
+		RefusalsPerSecond: 1e9, RefusalBurst: 1 << 30}))
 	if err != nil {
 		f.Fatal(err)
 	}

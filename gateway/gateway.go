@@ -38,7 +38,8 @@ type Pool interface {
 	Token(cluster string) (string, error)
 }
 
-// Options configure a Gateway. Zero values take the defaults.
+// Options configure a Gateway. They arrive filled (OptionsFor, from the
+// configuration): New refuses a limit, timeout or period left zero.
 type Options struct {
 	// Pool reaches the clusters; required.
 	Pool Pool
@@ -46,19 +47,19 @@ type Options struct {
 	Reviewer Reviewer
 	// ReviewCacheTTL bounds how long a positive review is trusted (at
 	// most MaxCacheTTL); ReviewCacheSize bounds how many tokens each of
-	// the gateway's memories keeps (0: 10000).
+	// the gateway's memories keeps.
 	ReviewCacheTTL  time.Duration
 	ReviewCacheSize int
 	// MaxInFlightReviews bounds the TokenReviews waiting for the hub;
-	// beyond it requests that need one get 503 (0: 32).
+	// beyond it requests that need one get 503.
 	MaxInFlightReviews int
 	// RefusalCacheTTL is how long a refused token is answered from memory
-	// without asking the hub again (0: 10s).
+	// without asking the hub again.
 	RefusalCacheTTL time.Duration
 	// RefusalsPerSecond and RefusalBurst are each client address's
 	// token bucket of refused requests; an address that has spent it gets
 	// 429 for every request whose token the gateway has not recently
-	// accepted (0: 5 and 50).
+	// accepted.
 	RefusalsPerSecond float64
 	RefusalBurst      int
 	// Now is the clock of the caches and limits; time.Now when nil.
@@ -73,8 +74,7 @@ type Options struct {
 	// HubIssuers are further issuers of hub tokens (OIDC): a token naming
 	// one never passes through.
 	HubIssuers []string
-	// KeyRefresh and KeyMinRefetch configure each cluster's key set (0:
-	// DefaultKeyRefresh and DefaultKeyMinRefetch).
+	// KeyRefresh and KeyMinRefetch configure each cluster's key set.
 	KeyRefresh, KeyMinRefetch time.Duration
 	// ForwardGroups, when set, lists the only hub groups impersonated
 	// (prefixed) on managed clusters; others are dropped. It lets a
@@ -83,9 +83,9 @@ type Options struct {
 	ForwardGroups []string
 	// Serving, if set, says whether this replica serves and why not.
 	Serving func() (bool, string)
-	// BodyTimeout bounds reading a request's body (0: 1m).
+	// BodyTimeout bounds reading a request's body.
 	BodyTimeout time.Duration
-	// RetryAfter is sent with 503 answers (0: 5s).
+	// RetryAfter is sent with 503 answers.
 	RetryAfter time.Duration
 	Log        *slog.Logger
 	// Registerer registers the gateway's metrics; nil registers none.
@@ -141,17 +141,8 @@ func New(opts Options) (*Gateway, error) {
 	if opts.PassThrough && opts.HubKeys == nil {
 		return nil, errors.New("gateway: pass-through needs the hub's keys")
 	}
-	if opts.BodyTimeout <= 0 {
-		opts.BodyTimeout = time.Minute
-	}
-	if opts.RetryAfter <= 0 {
-		opts.RetryAfter = 5 * time.Second
-	}
-	if opts.RefusalCacheTTL <= 0 {
-		opts.RefusalCacheTTL = 10 * time.Second
-	}
-	if opts.ReviewCacheSize <= 0 {
-		opts.ReviewCacheSize = 10000
+	if err := opts.check(); err != nil {
+		return nil, err
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -167,9 +158,13 @@ func New(opts Options) (*Gateway, error) {
 		opts.HubKeys.OnFetch = m.keyFetch("hub")
 	}
 	size := opts.ReviewCacheSize
+	reviewer, err := NewCachedReviewer(opts.Reviewer, ReviewCacheOptions{TTL: opts.ReviewCacheTTL, Size: size,
+		MaxInFlight: opts.MaxInFlightReviews, Now: opts.Now, OnHit: m.hits.Inc})
+	if err != nil {
+		return nil, err
+	}
 	return &Gateway{opts: opts, m: m, log: opts.Log, buffers: &bufferPool{},
-		reviewer: NewCachedReviewer(opts.Reviewer, ReviewCacheOptions{TTL: opts.ReviewCacheTTL, Size: size,
-			MaxInFlight: opts.MaxInFlightReviews, Now: opts.Now, OnHit: m.hits.Inc}),
+		reviewer:    reviewer,
 		errorLog:    slog.NewLogLogger(opts.Log.Handler(), slog.LevelDebug),
 		strangers:   newStrangers(opts.RefusalsPerSecond, opts.RefusalBurst, size, opts.Now),
 		refusals:    newExpiring[passKey, refusal](size),

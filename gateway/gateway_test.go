@@ -144,7 +144,7 @@ func TestGatewayRequests(t *testing.T) {
 			}
 			rev := w.reviewer()
 			rev.err = tt.reviewErr
-			g, err := New(Options{Pool: pool, Reviewer: rev, HubKeys: keys, HubIssuers: []string{"https://dex.example"}, PassThrough: tt.passThrough})
+			g, err := New(configured(Options{Pool: pool, Reviewer: rev, HubKeys: keys, HubIssuers: []string{"https://dex.example"}, PassThrough: tt.passThrough}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -190,7 +190,7 @@ func TestGatewayRequests(t *testing.T) {
 func TestGatewayNoReviewForClusterTokens(t *testing.T) {
 	w := newWorld(t)
 	pool, rev := w.pool(), w.reviewer()
-	g, err := New(Options{Pool: pool, Reviewer: rev, HubKeys: w.hubKeys(), PassThrough: true})
+	g, err := New(configured(Options{Pool: pool, Reviewer: rev, HubKeys: w.hubKeys(), PassThrough: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestGatewayNoReviewForClusterTokens(t *testing.T) {
 func TestGatewayNotServingReplica(t *testing.T) {
 	w := newWorld(t)
 	pool := w.pool()
-	g, err := New(Options{Pool: pool, Reviewer: w.reviewer(), Serving: func() (bool, string) { return false, "it is a standby" }})
+	g, err := New(configured(Options{Pool: pool, Reviewer: w.reviewer(), Serving: func() (bool, string) { return false, "it is a standby" }}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestGatewayReviewCacheTTL(t *testing.T) {
 	now := time.Unix(1000, 0)
 	rev := &mapReviewer{ids: map[string]Identity{"token-t-0123": {Username: "a"}}}
 	pool := newWorld(t).pool()
-	g, err := New(Options{Pool: pool, Reviewer: rev, ReviewCacheTTL: 2 * time.Second, RefusalCacheTTL: time.Second, Now: func() time.Time { return now }})
+	g, err := New(configured(Options{Pool: pool, Reviewer: rev, ReviewCacheTTL: 2 * time.Second, RefusalCacheTTL: time.Second, Now: func() time.Time { return now }}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,8 +252,8 @@ func TestGatewayReviewCacheTTL(t *testing.T) {
 func TestGatewayForwardGroups(t *testing.T) {
 	w := newWorld(t)
 	pool := w.pool()
-	g, err := New(Options{Pool: pool, ForwardGroups: []string{"team-a", "system:authenticated"},
-		Reviewer: &mapReviewer{ids: map[string]Identity{"token-t-0123": {Username: "a", Groups: []string{"system:masters", "team-a", "system:authenticated"}}}}})
+	g, err := New(configured(Options{Pool: pool, ForwardGroups: []string{"team-a", "system:authenticated"},
+		Reviewer: &mapReviewer{ids: map[string]Identity{"token-t-0123": {Username: "a", Groups: []string{"system:masters", "team-a", "system:authenticated"}}}}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestGatewayForwardGroups(t *testing.T) {
 func TestGatewayTrailers(t *testing.T) {
 	w := newWorld(t)
 	pool := w.pool()
-	g, err := New(Options{Pool: pool, Reviewer: w.reviewer()})
+	g, err := New(configured(Options{Pool: pool, Reviewer: w.reviewer()}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func TestGatewaySlowBody(t *testing.T) {
 		_, readErr = io.ReadAll(r.Body) // as the transport sends the body upstream
 		return nil, readErr
 	})
-	g, err := New(Options{Pool: fixedPool{fakePool: w.pool(), rt: reading}, BodyTimeout: 200 * time.Millisecond, Reviewer: w.reviewer()})
+	g, err := New(configured(Options{Pool: fixedPool{fakePool: w.pool(), rt: reading}, BodyTimeout: 200 * time.Millisecond, Reviewer: w.reviewer()}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
+	"github.com/hubsync/hubsync/test/pki"
 	"github.com/hubsync/hubsync/tunnel"
 )
 
@@ -36,17 +37,7 @@ func newSigner(t testing.TB, kid string) signer {
 
 func (s signer) token(t testing.TB, claims map[string]any) string {
 	t.Helper()
-	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: s.key},
-		(&jose.SignerOptions{}).WithType("JWT").WithHeader(jose.HeaderKey("kid"), s.kid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	payload, _ := json.Marshal(claims)
-	obj, err := sig.Sign(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := obj.CompactSerialize()
+	tok, err := pki.SignJWT(s.key, s.kid, claims)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,7 @@ func set(h http.Header, k string, vs ...string) http.Header {
 // answered with 500, logged, and never sent.
 func TestGatewayIdentityMismatchIs500(t *testing.T) {
 	w := newWorld(t)
-	g, err := New(Options{Pool: w.pool(), Reviewer: w.reviewer()})
+	g, err := New(configured(Options{Pool: w.pool(), Reviewer: w.reviewer()}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+	"github.com/hubsync/hubsync/config"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -19,14 +20,9 @@ var signatureAlgorithms = []jose.SignatureAlgorithm{
 	jose.ES256, jose.ES384, jose.ES512, jose.EdDSA,
 }
 
-// Key set refresh defaults.
-const (
-	DefaultKeyRefresh    = 10 * time.Minute
-	DefaultKeyMinRefetch = 30 * time.Second
-	// failedFetchBackoff keeps a key set that cannot be fetched from
-	// being asked for once per request.
-	failedFetchBackoff = time.Second
-)
+// failedFetchBackoff keeps a key set that cannot be fetched from being
+// asked for once per request.
+const failedFetchBackoff = time.Second
 
 // KeySet is one issuer's service-account public keys: the JWKS document
 // a kube-apiserver serves at /openid/v1/jwks. It is fetched when first
@@ -37,7 +33,9 @@ const (
 type KeySet struct {
 	// Fetch returns the JWKS document; required.
 	Fetch func(ctx context.Context) ([]byte, error)
-	// RefreshEvery and MinRefetch default to 10m and 30s.
+	// RefreshEvery and MinRefetch, when zero, are hubsync's
+	// (config.DefaultGatewayKeyRefresh, DefaultGatewayKeyMinRefetch), so
+	// that a key set stands on its own (the hub's, a test's).
 	RefreshEvery, MinRefetch time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
@@ -130,10 +128,10 @@ func verifyWith(jws *jose.JSONWebSignature, keys *jose.JSONWebKeySet) ([]byte, b
 func (k *KeySet) get(ctx context.Context, refetch bool) (*jose.JSONWebKeySet, error) {
 	every, minimum := k.RefreshEvery, k.MinRefetch
 	if every <= 0 {
-		every = DefaultKeyRefresh
+		every = config.DefaultGatewayKeyRefresh
 	}
 	if minimum <= 0 {
-		minimum = DefaultKeyMinRefetch
+		minimum = config.DefaultGatewayKeyMinRefetch
 	}
 	now := k.now()
 	k.mu.Lock()

@@ -93,7 +93,7 @@ func TestGatewayHubKeyAddedLately(t *testing.T) {
 		return published.jwks(), nil
 	}}
 	pool := w.pool()
-	g, err := New(Options{Pool: pool, Reviewer: w.reviewer(), HubKeys: hub, PassThrough: true, Now: func() time.Time { return now }})
+	g, err := New(configured(Options{Pool: pool, Reviewer: w.reviewer(), HubKeys: hub, PassThrough: true, Now: func() time.Time { return now }}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,8 +128,8 @@ func TestGatewayLogsUnidentifiedHubIssuers(t *testing.T) {
 	var logs strings.Builder
 	rev := w.reviewer()
 	rev.ids[w.oidc] = Identity{Username: "bob"}
-	g, err := New(Options{Pool: w.pool(), Reviewer: rev, HubKeys: w.hubKeys(), PassThrough: true, ReviewCacheTTL: time.Nanosecond,
-		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	g, err := New(configured(Options{Pool: w.pool(), Reviewer: rev, HubKeys: w.hubKeys(), PassThrough: true, ReviewCacheTTL: time.Nanosecond,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))}))
 	if err != nil {
 		t.Fatal(err)
 	}

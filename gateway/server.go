@@ -174,7 +174,8 @@ func (s *SecretCert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, err
 	return s.cert, nil
 }
 
-// ServerOptions configure the gateway's HTTPS server.
+// ServerOptions configure the gateway's HTTPS server. They arrive filled
+// (ServerOptionsFor, from the configuration).
 type ServerOptions struct {
 	Certs CertSource
 	// MaxHeaderBytes bounds a request's headers (HTTP/1.1 and HTTP/2).
@@ -192,6 +193,9 @@ type ServerOptions struct {
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, o ServerOptions) error {
 	if o.Certs == nil {
 		return errors.New("gateway: no serving certificate")
+	}
+	if err := o.check(); err != nil {
+		return err
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)

@@ -25,23 +25,9 @@ type strangers struct {
 	buckets *expiring[string, *rate.Limiter]
 }
 
-// Strangers defaults.
-const (
-	DefaultRefusalsPerSecond = 5
-	DefaultRefusalBurst      = 50
-	defaultMaxAddresses      = 10000
-)
-
+// newStrangers takes the gateway's checked options: positive rates and
+// bounds.
 func newStrangers(perSecond float64, burst, addresses int, now func() time.Time) *strangers {
-	if perSecond <= 0 {
-		perSecond = DefaultRefusalsPerSecond
-	}
-	if burst <= 0 {
-		burst = DefaultRefusalBurst
-	}
-	if addresses <= 0 {
-		addresses = defaultMaxAddresses
-	}
 	return &strangers{limit: rate.Limit(perSecond), burst: burst, now: now,
 		buckets: newExpiring[string, *rate.Limiter](addresses)}
 }

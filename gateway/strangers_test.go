@@ -17,8 +17,8 @@ func TestGatewayStrangers(t *testing.T) {
 	w := newWorld(t)
 	now := time.Unix(1000, 0)
 	pool, rev := w.pool(), w.reviewer()
-	g, err := New(Options{Pool: pool, Reviewer: rev, HubKeys: w.hubKeys(), PassThrough: true,
-		RefusalsPerSecond: 2, RefusalBurst: 10, Now: func() time.Time { return now }})
+	g, err := New(configured(Options{Pool: pool, Reviewer: rev, HubKeys: w.hubKeys(), PassThrough: true,
+		RefusalsPerSecond: 2, RefusalBurst: 10, Now: func() time.Time { return now }}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestGatewayRefusalMemory(t *testing.T) {
 	pool.answer = func(r *http.Request) *http.Response {
 		return &http.Response{StatusCode: 401, Header: http.Header{"Content-Type": {"application/json"}}, Body: http.NoBody, Request: r}
 	}
-	g, err := New(Options{Pool: pool, Reviewer: rev, HubKeys: w.hubKeys(), PassThrough: true})
+	g, err := New(configured(Options{Pool: pool, Reviewer: rev, HubKeys: w.hubKeys(), PassThrough: true}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,8 +31,15 @@ type Manager struct {
 	deps      Deps
 	factories map[string]Factory
 
+	// applying orders reconfigurations: one Apply at a time, so that two
+	// cannot start the same sink. Only Apply waits for it.
+	applying sync.Mutex
+	// mu guards running and closed. It is never held while a sink is
+	// built, stopped or closed (files, connections, hub requests): Names
+	// and Close never wait for a sink.
 	mu      sync.Mutex
 	running map[string]running
+	closed  bool
 }
 
 type running struct {
@@ -54,15 +61,50 @@ type Result struct {
 	Failed []string
 }
 
+// errClosed fails an Apply after Close.
+var errClosed = errors.New("sinks: the manager is closed")
+
 // Apply makes the running sinks those of cfgs (a validated configuration).
 // A changed sink is stopped and started anew, so it resyncs its target from
 // the current state. A sink that cannot be built is reported in the error
 // and skipped; the others run. Sinks being removed or replaced are closed
 // concurrently, and every error of every sink is returned.
 func (m *Manager) Apply(cfgs []config.Sink) (Result, error) {
+	m.applying.Lock()
+	defer m.applying.Unlock()
+	res, stopping, err := m.plan(cfgs)
+	if err != nil {
+		return res, err
+	}
+	var errs *multierror.Error
+	if err := m.stop(stopping); err != nil {
+		errs = multierror.Append(errs, err)
+	}
+	for _, c := range cfgs {
+		if slices.Contains(res.Unchanged, c.Name) {
+			continue
+		}
+		if err := m.start(c); err != nil {
+			res.Failed = append(res.Failed, c.Name)
+			errs = multierror.Append(errs, err)
+			continue
+		}
+		if !slices.Contains(res.Changed, c.Name) {
+			res.Added = append(res.Added, c.Name)
+		}
+	}
+	return res, errs.ErrorOrNil()
+}
+
+// plan compares cfgs with the running sinks and takes those to stop out
+// of the running set.
+func (m *Manager) plan(cfgs []config.Sink) (Result, []running, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var res Result
+	if m.closed {
+		return res, nil, errClosed
+	}
 	want := make(map[string]config.Sink, len(cfgs))
 	for _, c := range cfgs {
 		want[c.Name] = c
@@ -83,24 +125,7 @@ func (m *Manager) Apply(cfgs []config.Sink) (Result, error) {
 		stopping = append(stopping, r)
 		delete(m.running, name)
 	}
-	var errs *multierror.Error
-	if err := m.stop(stopping); err != nil {
-		errs = multierror.Append(errs, err)
-	}
-	for _, c := range cfgs {
-		if _, ok := m.running[c.Name]; ok {
-			continue
-		}
-		if err := m.start(c); err != nil {
-			res.Failed = append(res.Failed, c.Name)
-			errs = multierror.Append(errs, err)
-			continue
-		}
-		if !slices.Contains(res.Changed, c.Name) {
-			res.Added = append(res.Added, c.Name)
-		}
-	}
-	return res, errs.ErrorOrNil()
+	return res, stopping, nil
 }
 
 func (m *Manager) start(c config.Sink) error {
@@ -120,14 +145,13 @@ func (m *Manager) start(c config.Sink) error {
 	}
 	deps := m.deps
 	deps.Log = m.deps.Log.With("sink", c.Name, "type", c.Type)
-	s, err := factory(c, deps)
+	s, err := factory(c, deps) // may read files and the hub: no lock held
 	if err != nil {
 		return fmt.Errorf("sink %s: %w", c.Name, err)
 	}
-	opts := stream.Options{
-		Name: c.Name, Type: c.Type, Filter: filter, QueueSize: c.QueueSize, BatchWindow: batchWindow,
-		Log: m.deps.Log.With("type", c.Type),
-	}
+	opts := config.ConsumerOptions(c.Name, c.Type)
+	opts.Filter, opts.QueueSize, opts.BatchWindow = filter, c.QueueSize, batchWindow
+	opts.Log = m.deps.Log.With("type", c.Type)
 	if c.Type != config.SinkWebhook {
 		// Sinks that keep a state: resynced on a period, and held while
 		// the syncer converges (the initial sync, a fleet-wide change), so
@@ -138,11 +162,25 @@ func (m *Manager) start(c config.Sink) error {
 		opts.ResyncPeriod = m.deps.ResyncPeriod
 		opts.Yield = true
 	}
-	if err := m.fan.Add(opts, s); err != nil {
+	if err := m.add(opts, c, s); err != nil {
 		return errors.Join(fmt.Errorf("sink %s: %w", c.Name, err), s.Close())
 	}
-	m.running[c.Name] = running{cfg: c, sink: s}
 	m.deps.Log.Info("sink started", "sink", c.Name, "type", c.Type)
+	return nil
+}
+
+// add puts a built sink into the fan-out and the running set, unless the
+// manager was closed while it was built.
+func (m *Manager) add(opts stream.Options, c config.Sink, s Sink) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errClosed
+	}
+	if err := m.fan.Add(opts, s); err != nil {
+		return err
+	}
+	m.running[c.Name] = running{cfg: c, sink: s}
 	return nil
 }
 
@@ -169,9 +207,11 @@ func (m *Manager) Names() []string {
 	return slices.Sorted(maps.Keys(m.running))
 }
 
-// Close stops and closes every sink.
+// Close stops and closes every sink; a later Apply fails, and a sink an
+// Apply in progress builds is closed instead of started.
 func (m *Manager) Close() error {
 	m.mu.Lock()
+	m.closed = true
 	rs := slices.Collect(maps.Values(m.running))
 	m.running = map[string]running{}
 	m.mu.Unlock()

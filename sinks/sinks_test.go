@@ -13,6 +13,7 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 func TestFilter(t *testing.T) {
@@ -116,9 +117,9 @@ func TestManagerApply(t *testing.T) {
 	}
 	m := NewManager(fan, Deps{Log: slog.New(slog.DiscardHandler)}, map[string]Factory{config.SinkWebhook: factory, config.SinkArgoCD: factory})
 	hook := func(name, url string) config.Sink {
-		return config.Sink{Name: name, Type: config.SinkWebhook, Webhook: &config.WebhookSink{URL: url}}
+		return defaulted(config.Sink{Name: name, Type: config.SinkWebhook, Webhook: &config.WebhookSink{URL: url}})
 	}
-	argo := config.Sink{Name: "argo", Type: config.SinkArgoCD, ArgoCD: &config.ArgoCDSink{ConsumerNamespace: "team-a"}}
+	argo := defaulted(config.Sink{Name: "argo", Type: config.SinkArgoCD, ArgoCD: &config.ArgoCDSink{ConsumerNamespace: "team-a"}})
 
 	res, err := m.Apply([]config.Sink{hook("a", "https://a"), hook("b", "https://b"), argo})
 	if err != nil || !slices.Equal(res.Added, []string{"a", "b", "argo"}) {
@@ -176,8 +177,8 @@ func TestPeriodicResyncSkipsWebhooks(t *testing.T) {
 		map[string]Factory{config.SinkWebhook: factory, config.SinkKubeconfig: factory})
 	defer m.Close()
 	if _, err := m.Apply([]config.Sink{
-		{Name: "hooks", Type: config.SinkWebhook, Webhook: &config.WebhookSink{}},
-		{Name: "files", Type: config.SinkKubeconfig, Kubeconfig: &config.KubeconfigSink{}},
+		defaulted(config.Sink{Name: "hooks", Type: config.SinkWebhook, Webhook: &config.WebhookSink{}}),
+		defaulted(config.Sink{Name: "files", Type: config.SinkKubeconfig, Kubeconfig: &config.KubeconfigSink{}}),
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -189,14 +190,17 @@ func TestPeriodicResyncSkipsWebhooks(t *testing.T) {
 		defer s.mu.Unlock()
 		return s.resyncs
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for resyncs("files") < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("kubeconfig sink resynced %d times", resyncs("files"))
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
+	testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return resyncs("files") >= 3 },
+		"kubeconfig sink did not resync 3 times")
 	if n := resyncs("hooks"); n != 1 {
 		t.Errorf("webhook sink resynced %d times, want only its first", n)
 	}
+}
+
+// defaulted fills a sink's defaults, as a loaded configuration has them:
+// the manager takes them from there, having none of its own.
+func defaulted(s config.Sink) config.Sink {
+	c := config.Config{Sinks: []config.Sink{s}}
+	c.SetDefaults()
+	return c.Sinks[0]
 }

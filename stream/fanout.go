@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,7 +45,9 @@ type Attacher interface {
 	Attach(Control)
 }
 
-// Options configure one consumer of a Fanout.
+// Options configure one consumer of a Fanout. They arrive filled
+// (config.ConsumerOptions); Add refuses a queue size, batch or backoff
+// left zero.
 type Options struct {
 	// Name identifies the consumer in logs and metrics; unique per Fanout.
 	Name string
@@ -54,15 +57,15 @@ type Options struct {
 	// nil selects all. It is called from Notify, so it must be cheap.
 	Filter func(Change) bool
 	// QueueSize bounds the changes waiting; beyond it changes are dropped,
-	// counted, and a resync repairs the consumer. Default 10000.
+	// counted, and a resync repairs the consumer.
 	QueueSize int
-	// MaxBatch bounds the changes of one Deliver. Default 256.
+	// MaxBatch bounds the changes of one Deliver.
 	MaxBatch int
 	// BatchWindow: while changes come less than this apart, the worker
 	// waits up to it for more to join a batch. 0 delivers at once.
 	BatchWindow time.Duration
 	// RetryBase and RetryMax bound the exponential backoff after a failed
-	// delivery. Defaults 100ms and 30s.
+	// delivery.
 	RetryBase, RetryMax time.Duration
 	// ResyncPeriod, if set, resyncs the consumer that often, repairing
 	// whatever happened to its target in between.
@@ -75,7 +78,7 @@ type Options struct {
 	// and API server, and after a burst a backlog costs them no more than
 	// the changes one by one (a full queue becomes one resync).
 	Yield bool
-	// YieldMax bounds how long Yield holds a change. Default 1m.
+	// YieldMax bounds how long Yield holds a change; required with Yield.
 	YieldMax time.Duration
 	// YieldLimit, if set, bounds how many changes Yield holds: beyond it
 	// the consumer delivers while the producer is busy, so that a burst
@@ -86,13 +89,9 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Default consumer options.
+// The worker's own timings; the options' defaults are config's
+// (config.ConsumerOptions).
 const (
-	DefaultQueueSize = 10000
-	DefaultMaxBatch  = 256
-	DefaultRetryBase = 100 * time.Millisecond
-	DefaultRetryMax  = 30 * time.Second
-	DefaultYieldMax  = time.Minute
 	// yieldPoll is how often a yielding consumer looks again whether the
 	// producer is still busy.
 	yieldPoll = 50 * time.Millisecond
@@ -101,17 +100,29 @@ const (
 	snapshotRetry = time.Second
 )
 
-// Status is a consumer's state, for health endpoints.
+// Status is a consumer's state, for health endpoints and the sink
+// metrics. For a consumer that is a Reporter it comes from the consumer's
+// own delivery record as well as from its worker (see Status.WithReport).
 type Status struct {
-	Name        string    `json:"name"`
-	Type        string    `json:"type,omitempty"`
-	Healthy     bool      `json:"healthy"`
-	QueueDepth  int       `json:"queueDepth"`
+	Name    string `json:"name"`
+	Type    string `json:"type,omitempty"`
+	Healthy bool   `json:"healthy"`
+	// QueueDepth counts what waits for the target: the changes in the
+	// stream's queue and the consumer's Backlog.
+	QueueDepth int `json:"queueDepth"`
+	Backlog    int `json:"backlog,omitempty"`
+	// Oldest is when the oldest of what waits was queued; zero with none.
+	Oldest      time.Time `json:"oldest,omitzero"`
 	LastSuccess time.Time `json:"lastSuccess,omitzero"`
+	// LastAttempt and LastResult are a Reporter's last try at its target.
+	LastAttempt time.Time `json:"lastAttempt,omitzero"`
+	LastResult  string    `json:"lastResult,omitempty"`
 	// LastError is the last delivery error while unhealthy. Consumers'
 	// errors never carry credentials.
 	LastError string `json:"lastError,omitempty"`
 	Failures  int    `json:"consecutiveFailures,omitempty"`
+	// FailingSince is when a Reporter's target began to fail.
+	FailingSince time.Time `json:"failingSince,omitzero"`
 }
 
 // Fanout delivers every notified change to each of its consumers through
@@ -121,7 +132,7 @@ type Fanout struct {
 	m   *metrics
 
 	mu        sync.RWMutex
-	consumers map[string]*consumer
+	consumers map[string]*worker
 	snapshot  func() []Change
 	busy      func() bool     // nil: never busy
 	ctx       context.Context // set by Start
@@ -136,7 +147,7 @@ func NewFanout(log *slog.Logger, reg prometheus.Registerer) (*Fanout, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &Fanout{log: log, consumers: map[string]*consumer{}}
+	f := &Fanout{log: log, consumers: map[string]*worker{}}
 	m, err := newMetrics(reg, f.statuses)
 	if err != nil {
 		return nil, fmt.Errorf("stream: register metrics: %w", err)
@@ -190,7 +201,10 @@ func (f *Fanout) Add(opts Options, c Consumer) error {
 	if c == nil {
 		return fmt.Errorf("stream: consumer %s is nil", opts.Name)
 	}
-	opts = withDefaults(opts, f.log)
+	opts, err := checkOptions(opts, f.log)
+	if err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -199,7 +213,7 @@ func (f *Fanout) Add(opts Options, c Consumer) error {
 	if _, ok := f.consumers[opts.Name]; ok {
 		return fmt.Errorf("stream: consumer %s already exists", opts.Name)
 	}
-	w := &consumer{
+	w := &worker{
 		f: f, opts: opts, sink: c, q: newQueue(opts.QueueSize),
 		retry: make(chan struct{}, 1), done: make(chan struct{}),
 	}
@@ -322,7 +336,7 @@ func (f *Fanout) statuses() []Status {
 	f.mu.RUnlock()
 	out := make([]Status, 0, len(ws))
 	for _, w := range ws {
-		out = append(out, w.status())
+		out = append(out, statusOf(w))
 	}
 	slices.SortFunc(out, func(a, b Status) int {
 		switch {
@@ -336,27 +350,34 @@ func (f *Fanout) statuses() []Status {
 	return out
 }
 
-func withDefaults(o Options, log *slog.Logger) Options {
+// checkOptions refuses options left unset, since the defaults are
+// config's (config.ConsumerOptions): a zero queue would hold nothing and a
+// zero backoff would spin on a failing target.
+func checkOptions(o Options, log *slog.Logger) (Options, error) {
+	var missing []string
 	if o.QueueSize <= 0 {
-		o.QueueSize = DefaultQueueSize
+		missing = append(missing, "QueueSize")
 	}
 	if o.MaxBatch <= 0 {
-		o.MaxBatch = DefaultMaxBatch
+		missing = append(missing, "MaxBatch")
 	}
 	if o.RetryBase <= 0 {
-		o.RetryBase = DefaultRetryBase
+		missing = append(missing, "RetryBase")
 	}
 	if o.RetryMax < o.RetryBase {
-		o.RetryMax = max(DefaultRetryMax, o.RetryBase)
+		missing = append(missing, "RetryMax (at least RetryBase)")
 	}
-	if o.YieldMax <= 0 {
-		o.YieldMax = DefaultYieldMax
+	if o.Yield && o.YieldMax <= 0 {
+		missing = append(missing, "YieldMax (with Yield)")
+	}
+	if len(missing) > 0 {
+		return o, fmt.Errorf("stream: consumer %s: %s not set (config.ConsumerOptions fills every option)", o.Name, strings.Join(missing, ", "))
 	}
 	if o.Log == nil {
 		o.Log = log
 	}
 	o.Log = o.Log.With("sink", o.Name)
-	return o
+	return o, nil
 }
 
 // snapshotFor returns the current state as the consumer sees it: nil while

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	poll "github.com/hubsync/hubsync/test/testutil"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -94,13 +95,7 @@ func ctxT(t *testing.T) context.Context {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
-	}
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, cond, "timed out waiting for %s", what)
 }
 
 func newFanout(t *testing.T, snapshot func() []Change) (*Fanout, *prometheus.Registry) {
@@ -123,8 +118,10 @@ func newFanout(t *testing.T, snapshot func() []Change) (*Fanout, *prometheus.Reg
 	return f, reg
 }
 
+// fast fills every option a consumer needs (config.ConsumerOptions does in
+// hubsync), with a short backoff.
 func fast(name string) Options {
-	return Options{Name: name, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond}
+	return Options{Name: name, QueueSize: 10000, MaxBatch: 256, RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond}
 }
 
 func TestDeliversInOrderAndStartsWithResync(t *testing.T) {

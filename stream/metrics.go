@@ -34,7 +34,7 @@ func newMetrics(reg prometheus.Registerer, statuses func() []Status) (*metrics, 
 			Help: "Times a sink was brought to the current state from a snapshot.",
 		}, []string{"sink"}),
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "hubsync_sink_delivery_lag_seconds",
+			Name:    "hubsync_sink_delivery_lag_duration_seconds",
 			Help:    "Time from a change being made to its delivery to a sink.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}, []string{"sink"}),
@@ -60,11 +60,13 @@ func (m *metrics) forget(name string) {
 
 var (
 	depthDesc = prometheus.NewDesc("hubsync_sink_queue_depth",
-		"Changes waiting for a sink.", []string{"sink", "type"}, nil)
+		"Changes waiting for a sink: in its queue and, for a webhook, in its spool.", []string{"sink", "type"}, nil)
 	upDesc = prometheus.NewDesc("hubsync_sink_up",
-		"1 while a sink's last delivery succeeded, 0 while it is failing.", []string{"sink", "type"}, nil)
+		"0 while a sink is failing (its last hand-over failed, or its target has refused or been out of reach past its failingAfter), else 1.", []string{"sink", "type"}, nil)
+	oldestDesc = prometheus.NewDesc("hubsync_sink_oldest_waiting_timestamp_seconds",
+		"Unix time at which the oldest change waiting for a sink was queued (0: none waits); time() minus it is the age of its backlog.", []string{"sink", "type"}, nil)
 	lastSuccessDesc = prometheus.NewDesc("hubsync_sink_last_success_timestamp_seconds",
-		"Unix time of a sink's last successful delivery or resync (0: none yet).", []string{"sink", "type"}, nil)
+		"Unix time of a sink's last successful delivery or resync; for a webhook, of the last event its endpoint took (0: none yet).", []string{"sink", "type"}, nil)
 )
 
 type statusCollector struct{ statuses func() []Status }
@@ -73,6 +75,7 @@ func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- depthDesc
 	ch <- upDesc
 	ch <- lastSuccessDesc
+	ch <- oldestDesc
 }
 
 func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
@@ -87,5 +90,6 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(depthDesc, prometheus.GaugeValue, float64(s.QueueDepth), s.Name, s.Type)
 		ch <- prometheus.MustNewConstMetric(upDesc, prometheus.GaugeValue, up, s.Name, s.Type)
 		ch <- prometheus.MustNewConstMetric(lastSuccessDesc, prometheus.GaugeValue, last, s.Name, s.Type)
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, unixSeconds(s.Oldest), s.Name, s.Type)
 	}
 }

@@ -151,16 +151,13 @@ func (s *Syncer) readCAFile(i int, path string) {
 }
 
 func (s *Syncer) onCASecret(i int, ref config.SecretKeyRef, obj any, deleted bool) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
 	name := s.providers.name(i)
 	if deleted {
 		s.log.Warn("access provider CA Secret deleted; profiles keep the last CA until it is back",
 			"provider", name, "secret", ref.Namespace+"/"+ref.Name)
 		return
 	}
-	sec, ok := obj.(*corev1.Secret)
+	sec, ok := eventObject[*corev1.Secret](obj)
 	if !ok {
 		return
 	}

@@ -2,7 +2,6 @@ package syncer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -12,14 +11,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/sets"
 	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	msav1beta1 "open-cluster-management.io/managed-serviceaccount/apis/authentication/v1beta1"
 	msaclient "open-cluster-management.io/managed-serviceaccount/pkg/generated/clientset/versioned"
 	msainformers "open-cluster-management.io/managed-serviceaccount/pkg/generated/informers/externalversions"
@@ -27,7 +28,6 @@ import (
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 
 	"github.com/hubsync/hubsync/hub"
-	"github.com/hubsync/hubsync/stream"
 )
 
 const (
@@ -42,11 +42,13 @@ const (
 // It watches only label-scoped Secrets (hub token Secrets and its own
 // copies), never every Secret on the hub. Keys are "<cluster>/<msa>"; a
 // change of a hub token Secret waits a short coalescing window so that a
-// burst of rotations costs one write per copy.
+// burst of rotations costs one write per copy. Each key is read from the
+// caches, planned by PlanCopies and written by apply.
 type credentials struct {
-	s       *Syncer
-	log     *slog.Logger
+	credentialDeps
 	workers int
+	// impersonator is the ManagedServiceAccount name never copied.
+	impersonator string
 
 	msaInformers  msainformers.SharedInformerFactory
 	hubInformers  kubeinformers.SharedInformerFactory
@@ -65,12 +67,28 @@ type credentials struct {
 	mu       sync.Mutex
 	problems map[string]CopyProblem // key -> problem last reported
 
-	// impersonator is the ManagedServiceAccount name never copied.
-	impersonator string
-
 	writes    *prometheus.CounterVec
 	rotations prometheus.Counter
 	problemsG *prometheus.GaugeVec
+}
+
+// credentialDeps is what the credentials controller uses of the syncer
+// that runs it, handed over rather than reached through a pointer to the
+// whole syncer.
+type credentialDeps struct {
+	kube     kubernetes.Interface
+	recorder record.EventRecorder
+	clock    clock.WithDelayedExecution
+	log      *slog.Logger
+	metrics  *metrics
+	// profiles is the syncer's ClusterProfile informer, indexed byName.
+	profiles   cache.SharedIndexInformer
+	namespaces corelisters.NamespaceLister
+	// notify announces a change hubsync made to a copy.
+	notify func(typ string, sec *corev1.Secret)
+	// manager is hubsync's cluster manager name.
+	manager                                           string
+	resyncPeriod, requestTimeout, retryBase, retryMax time.Duration
 }
 
 // CredentialOptions configure credential copies; nil disables them.
@@ -86,16 +104,17 @@ type CredentialOptions struct {
 	Impersonator string
 }
 
-func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) (*credentials, error) {
+func newCredentials(d credentialDeps, o *CredentialOptions, reg prometheus.Registerer) (*credentials, error) {
+	d.log = d.log.With("controller", "credentials")
 	c := &credentials{
-		s: s, log: s.log.With("controller", "credentials"),
-		workers:      max(o.Workers, 1),
-		problems:     map[string]CopyProblem{},
-		impersonator: o.Impersonator,
+		credentialDeps: d,
+		workers:        max(o.Workers, 1),
+		impersonator:   o.Impersonator,
+		problems:       map[string]CopyProblem{},
+		queue:          newTrackedQueue(d.retryBase, d.retryMax),
+		written:        newWriteTracker(30 * time.Second),
 	}
-	c.queue = newTrackedQueue(s.opts.RetryBase, s.opts.RetryMax)
-	c.written = newWriteTracker(30 * time.Second)
-	c.debounce = newDebouncer(o.Coalesce, 10*o.Coalesce, c.queue.Add)
+	c.debounce = newDebouncerWithClock(o.Coalesce, 10*o.Coalesce, c.queue.Add, d.clock)
 	c.writes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hubsync_credential_writes_total",
 		Help: "Credential copy writes sent to the hub by operation (create, update, delete).",
@@ -114,35 +133,42 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 	for _, p := range []CopyProblem{ProblemNoToken, ProblemNameTooLong, ProblemNameConflict, ProblemImpersonator} {
 		c.problemsG.WithLabelValues(p.MetricReason())
 	}
-	reg.MustRegister(c.writes, c.rotations, c.problemsG, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name:        "hubsync_queue_depth",
-		Help:        "Keys waiting in a work queue.",
-		ConstLabels: prometheus.Labels{"queue": "credentials"},
-	}, func() float64 { return float64(c.queue.Len()) }))
+	reg.MustRegister(c.writes, c.rotations, c.problemsG)
+	d.metrics.queueDepth.track("credentials", c.queue.Len)
+	if err := c.newInformers(o.Client); err != nil {
+		return nil, err
+	}
+	if err := c.addHandlers(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
 
+// newInformers builds the label-scoped informers of synced MSAs, hub token
+// Secrets and copies, with their indexes.
+func (c *credentials) newInformers(client msaclient.Interface) error {
 	strip := cache.TransformFunc(stripManagedFields)
-	c.msaInformers = msainformers.NewSharedInformerFactoryWithOptions(o.Client, s.opts.ResyncPeriod,
+	c.msaInformers = msainformers.NewSharedInformerFactoryWithOptions(client, c.resyncPeriod,
 		msainformers.WithTransform(strip),
 		msainformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.LabelSelector = labels.SelectorFromSet(labels.Set{hub.LabelSyncToClusterProfile: "true"}).String()
 		}))
-	c.hubInformers = kubeinformers.NewSharedInformerFactoryWithOptions(s.clients.Kube, s.opts.ResyncPeriod,
+	c.hubInformers = kubeinformers.NewSharedInformerFactoryWithOptions(c.kube, c.resyncPeriod,
 		kubeinformers.WithTransform(strip),
 		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.LabelSelector = labels.SelectorFromSet(labels.Set{hub.LabelIsManagedServiceAccount: "true"}).String()
 		}))
 	exists, err := labels.NewRequirement(hub.LabelSyncedFrom, selection.Exists, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	c.copyInformers = kubeinformers.NewSharedInformerFactoryWithOptions(s.clients.Kube, s.opts.ResyncPeriod,
+	c.copyInformers = kubeinformers.NewSharedInformerFactoryWithOptions(c.kube, c.resyncPeriod,
 		kubeinformers.WithTransform(strip),
 		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.LabelSelector = labels.NewSelector().Add(*exists).String()
 		}))
 
 	msaInf := c.msaInformers.Authentication().V1beta1().ManagedServiceAccounts()
-	hubInf := c.hubInformers.Core().V1().Secrets()
 	copyInf := c.copyInformers.Core().V1().Secrets()
 	if err := copyInf.Informer().AddIndexers(cache.Indexers{bySource: indexFunc(func(s *corev1.Secret) []string {
 		if key, ok := copyPair(s); ok {
@@ -150,7 +176,7 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 		}
 		return nil
 	})}); err != nil {
-		return nil, fmt.Errorf("add copy indexer: %w", err)
+		return fmt.Errorf("add copy indexer: %w", err)
 	}
 	if err := msaInf.Informer().AddIndexers(cache.Indexers{byTokenSecret: indexFunc(func(m *msav1beta1.ManagedServiceAccount) []string {
 		if ref := m.Status.TokenSecretRef; ref != nil && ref.Name != "" {
@@ -158,62 +184,76 @@ func newCredentials(s *Syncer, o *CredentialOptions, reg prometheus.Registerer) 
 		}
 		return nil
 	})}); err != nil {
-		return nil, fmt.Errorf("add token secret indexer: %w", err)
+		return fmt.Errorf("add token secret indexer: %w", err)
 	}
 	c.msas = msaInf.Lister()
 	c.msaIdx = msaInf.Informer().GetIndexer()
-	c.hubSecrets = hubInf.Lister()
+	c.hubSecrets = c.hubInformers.Core().V1().Secrets().Lister()
 	c.copies = copyInf.Lister()
 	c.copyIdx = copyInf.Informer().GetIndexer()
+	return nil
+}
 
+// addHandlers routes every change to the pairs it concerns.
+func (c *credentials) addHandlers() error {
 	// An MSA's namespace/name is its pair's key.
 	addMSA := func(obj any) {
 		if key, ok := namespacedKey(obj); ok {
 			c.queue.Add(key)
 		}
 	}
-	// A copy's change re-checks its pair, unless it is hubsync's own write
-	// coming back; it goes through the debouncer, so that during a burst
-	// of rotations it joins the burst instead of starting a reconcile.
-	onCopy := func(obj any, deleted bool) {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
+	for _, h := range []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{
+		{c.msaInformers.Authentication().V1beta1().ManagedServiceAccounts().Informer(),
+			cache.ResourceEventHandlerFuncs{AddFunc: addMSA, UpdateFunc: func(_, obj any) { addMSA(obj) }, DeleteFunc: addMSA}},
+		// A token Secret belongs to the MSAs whose status.tokenSecretRef
+		// names it (and, before any MSA reports it, to the MSA of its own
+		// name, which the agent gives it).
+		{c.hubInformers.Core().V1().Secrets().Informer(), c.tokenSecretHandler()},
+		{c.copyInformers.Core().V1().Secrets().Informer(), c.copyHandler()},
+		{c.profiles, cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.onProfile,
+			UpdateFunc: c.onProfileUpdate,
+			DeleteFunc: c.onProfile,
+		}},
+	} {
+		r, err := h.inf.AddEventHandler(h.h)
+		if err != nil {
+			return fmt.Errorf("add credential event handler: %w", err)
 		}
-		sec, ok := obj.(*corev1.Secret)
-		if !ok || c.written.isEcho(sec, deleted) {
+		c.synced = append(c.synced, r.HasSynced)
+	}
+	return nil
+}
+
+// copyHandler re-plans the pair of a copy that changed, unless the change
+// is hubsync's own write coming back. A deletion always re-plans, hubsync's
+// own included: whoever deleted the copy (hubsync, the garbage collector
+// after its profile's deletion, a tool), the plan decides whether one must
+// be there now. Changes go through the debouncer, so that during a burst of
+// rotations they join the burst instead of starting a reconcile each.
+func (c *credentials) copyHandler() cache.ResourceEventHandlerFuncs {
+	touch := func(obj any, deleted bool) {
+		sec, ok := eventObject[*corev1.Secret](obj)
+		if !ok {
+			return
+		}
+		if deleted {
+			c.written.sawDeleted(sec)
+		} else if c.written.isEcho(sec) {
 			return
 		}
 		if key, ok := copyPair(sec); ok {
 			c.debounce.touch(key)
 		}
 	}
-	for _, h := range []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandler
-	}{
-		{msaInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: addMSA, UpdateFunc: func(_, obj any) { addMSA(obj) }, DeleteFunc: addMSA}},
-		// A token Secret belongs to the MSAs whose status.tokenSecretRef
-		// names it (and, before any MSA reports it, to the MSA of its own
-		// name, which the agent gives it).
-		{hubInf.Informer(), c.tokenSecretHandler()},
-		{copyInf.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { onCopy(obj, false) },
-			UpdateFunc: func(_, obj any) { onCopy(obj, false) },
-			DeleteFunc: func(obj any) { onCopy(obj, true) },
-		}},
-		{s.cpInformers.Apis().V1alpha1().ClusterProfiles().Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.onProfile,
-			UpdateFunc: func(old, obj any) { c.onProfileUpdate(old, obj) },
-			DeleteFunc: c.onProfile,
-		}},
-	} {
-		r, err := h.inf.AddEventHandler(h.h)
-		if err != nil {
-			return nil, fmt.Errorf("add credential event handler: %w", err)
-		}
-		c.synced = append(c.synced, r.HasSynced)
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { touch(obj, false) },
+		UpdateFunc: func(_, obj any) { touch(obj, false) },
+		DeleteFunc: func(obj any) { touch(obj, true) },
 	}
-	return c, nil
 }
 
 // tokenSecretHandler debounces the pairs a hub token Secret's change
@@ -239,22 +279,17 @@ func (c *credentials) tokenSecretHandler() cache.ResourceEventHandlerFuncs {
 }
 
 func namespacedKey(obj any) (string, bool) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	a, err := meta.Accessor(obj)
-	if err != nil || a.GetNamespace() == "" {
+	a, ok := eventObject[metav1.Object](obj)
+	if !ok || a.GetNamespace() == "" {
 		return "", false
 	}
 	return hub.SourceKey(a.GetNamespace(), a.GetName()), true
 }
 
-// onProfile re-checks every synced MSA of the profile's cluster.
+// onProfile re-checks every synced MSA of the profile's cluster: a
+// profile's creation or deletion re-plans each of its pairs.
 func (c *credentials) onProfile(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	p, ok := obj.(*cpv1alpha1.ClusterProfile)
+	p, ok := eventObject[*cpv1alpha1.ClusterProfile](obj)
 	if !ok {
 		return
 	}
@@ -296,156 +331,101 @@ func (c *credentials) idle() bool {
 	return c.queue.Outstanding() == 0 && c.debounce.pending() == 0
 }
 
-func (c *credentials) worker(ctx context.Context) {
-	for {
-		key, shutdown := c.queue.Get()
-		if shutdown {
-			return
-		}
-		err := c.reconcile(ctx, key)
-		switch {
-		case err == nil:
-			c.queue.Forget(key)
-		case ctx.Err() == nil:
-			c.log.Warn("credential sync failed, will retry", "pair", key, "retries", c.queue.NumRequeues(key), "err", err)
-			c.queue.AddRateLimited(key)
-		}
-		c.queue.Done(key)
-	}
+// controller is the credentials controller as the worker loop runs it.
+func (c *credentials) controller() *controller {
+	return &controller{name: "credentials", queue: c.queue, reconcile: c.reconcile, log: c.log, metrics: c.metrics}
 }
 
-// reconcile converges the copies of one (cluster, MSA) pair.
+// reconcile converges the copies of one (cluster, MSA) pair: what the
+// caches show, planned by PlanCopies, written by apply.
 func (c *credentials) reconcile(ctx context.Context, key string) error {
 	cluster, msaName, ok := strings.Cut(key, "/")
 	if !ok {
 		return nil
 	}
+	msa, hubSecret, err := c.source(cluster, msaName)
+	if err != nil {
+		return fmt.Errorf("read the source of %s: %w", key, err)
+	}
+	pair := Pair{
+		Cluster: cluster, MSA: msaName, Manager: c.manager, Impersonator: c.impersonator,
+		Writable: func(ns string) bool { return namespaceActive(c.namespaces, ns) },
+	}
+	profiles, copies := c.current(pair)
+	return c.apply(ctx, pair, msa, hubSecret, PlanCopies(pair, profiles, copies, msa, hubSecret))
+}
+
+// source returns a pair's MSA and the token Secret its status reports, as
+// cached; each is nil when there is none.
+func (c *credentials) source(cluster, msaName string) (*msav1beta1.ManagedServiceAccount, *corev1.Secret, error) {
 	msa, err := c.msas.ManagedServiceAccounts(cluster).Get(msaName)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil, nil
+	case err != nil:
+		return nil, nil, err
 	}
-	var hubSecret *corev1.Secret
-	if msa != nil && msa.Status.TokenSecretRef != nil && msa.Status.TokenSecretRef.Name != "" {
-		// The Secret the agent reported, not whichever Secret has the
-		// MSA's name.
-		hubSecret, err = c.hubSecrets.Secrets(cluster).Get(msa.Status.TokenSecretRef.Name)
-		if err != nil && !apierrors.IsNotFound(err) {
-			return err
+	ref := msa.Status.TokenSecretRef
+	if ref == nil || ref.Name == "" {
+		return msa, nil, nil
+	}
+	// The Secret the agent reported, not whichever Secret has the MSA's
+	// name.
+	hubSecret, err := c.hubSecrets.Secrets(cluster).Get(ref.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return msa, nil, nil
+	case err != nil:
+		return nil, nil, err
+	}
+	return msa, hubSecret, nil
+}
+
+// current returns what the caches show of a pair: the profiles named after
+// its cluster, and the Secrets that are or may be its copies (those marked
+// as its copies, and those with the copy's name next to the profiles). A
+// namespace where hubsync's last write of the copy is not in the cache yet
+// is left out altogether, its profile with its copy, so that the plan
+// neither writes it again nor deletes it; that write's echo re-queues the
+// pair.
+func (c *credentials) current(pair Pair) ([]*cpv1alpha1.ClusterProfile, []*corev1.Secret) {
+	name := hub.CopyName(pair.Cluster, pair.MSA)
+	namespaces := sets.New[string]()
+	objs, _ := c.profiles.GetIndexer().ByIndex(byName, pair.Cluster)
+	marked, _ := c.copyIdx.ByIndex(bySource, hub.SourceKey(pair.Cluster, pair.MSA))
+	for _, list := range [][]any{objs, marked} {
+		for _, o := range list {
+			if a, ok := o.(metav1.Object); ok {
+				namespaces.Insert(a.GetNamespace())
+			}
 		}
 	}
-
-	existing := map[string]*corev1.Secret{}
-	objs, _ := c.copyIdx.ByIndex(bySource, key)
+	busy := sets.New[string]()
+	var copies []*corev1.Secret
+	for _, ns := range sets.List(namespaces) {
+		cur, pending := observe(c.written, ns+"/"+name, func() *corev1.Secret {
+			sec, _ := c.copies.Secrets(ns).Get(name)
+			return sec
+		})
+		switch {
+		case pending:
+			busy.Insert(ns)
+		case cur != nil:
+			copies = append(copies, cur)
+		}
+	}
+	for _, o := range marked {
+		if sec, ok := o.(*corev1.Secret); ok && sec.Name != name && !busy.Has(sec.Namespace) {
+			copies = append(copies, sec)
+		}
+	}
+	var profiles []*cpv1alpha1.ClusterProfile
 	for _, o := range objs {
-		if sec, ok := o.(*corev1.Secret); ok {
-			existing[sec.Namespace] = sec
+		if p, ok := o.(*cpv1alpha1.ClusterProfile); ok && !busy.Has(p.Namespace) {
+			profiles = append(profiles, p)
 		}
 	}
-
-	// The copy plan reports its problem (a name conflict, or none) once
-	// it has tried every namespace, not here: clearing it first would
-	// report a lasting conflict again on every pass.
-	plan, problem := PlanSource(cluster, msaName, msa, hubSecret, c.impersonator)
-	switch plan {
-	case PlanRemove:
-		c.setProblem(key, msa, problem)
-		why := "its pair no longer syncs there"
-		if c.impersonator != "" && msaName == c.impersonator {
-			why = "it is the gateway's impersonating credential, never copied"
-		}
-		return c.deleteCopies(ctx, existing, nil, why)
-	case PlanHold:
-		c.setProblem(key, msa, problem)
-		if problem == ProblemNone {
-			c.log.Debug("ManagedServiceAccount has not reported its token Secret yet", "pair", key)
-		}
-		return nil
-	}
-
-	want := map[string]*cpv1alpha1.ClusterProfile{}
-	profiles, _ := c.s.profileIdx.ByIndex(byName, cluster)
-	for _, o := range profiles {
-		p, ok := o.(*cpv1alpha1.ClusterProfile)
-		if ok && hub.IsOwned(p, c.s.opts.ClusterManager) && p.DeletionTimestamp == nil && c.s.namespaceActive(p.Namespace) {
-			want[p.Namespace] = p
-		}
-	}
-
-	var errs []error
-	conflict := false
-	rotated := sets.New[string]()
-	name := hub.CopyName(cluster, msaName)
-	for _, ns := range sets.List(sets.KeySet(want)) {
-		desired := DesiredCopy(cluster, msaName, msa, hubSecret, want[ns])
-		cur, err := c.copies.Secrets(ns).Get(name)
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, err)
-			continue
-		}
-		if pendingFor(c.written, ns+"/"+name, cur) {
-			// Our last write is not in the cache yet; its event re-queues.
-			continue
-		}
-		if cur != nil {
-			switch copyOwnership(cur, cluster, msaName, want[ns], c.s.opts.ClusterManager) {
-			case foreign:
-				conflict = true
-				continue
-			case ownedDangling:
-				// Left from a profile that was deleted and recreated:
-				// remove it as the garbage collector would, then write
-				// the new profile's copy.
-				if err := c.deleteCopy(ctx, cur, "its profile was recreated"); err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				cur = nil
-			}
-		}
-		if cur == nil {
-			switch err := c.create(ctx, cluster, msaName, desired); {
-			case errors.Is(err, errForeignSecret):
-				conflict = true
-			case err != nil:
-				errs = append(errs, err)
-			}
-			continue
-		}
-		updated, changed := ReconcileCopy(cur, desired)
-		if !changed {
-			continue
-		}
-		if cur.Annotations[hub.AnnotationTokenFingerprint] != desired.Annotations[hub.AnnotationTokenFingerprint] {
-			rotated.Insert(ns)
-		}
-		typ := stream.CredentialSynced
-		if rotated.Has(ns) {
-			typ = stream.CredentialRotated
-		}
-		if err := c.write(ctx, "update", func(ctx context.Context) error {
-			out, err := c.s.clients.Kube.CoreV1().Secrets(ns).Update(ctx, updated, metav1.UpdateOptions{})
-			if err == nil {
-				c.written.wrote(out)
-				c.s.notifyCredential(typ, out)
-			}
-			return err
-		}); err != nil {
-			errs = append(errs, fmt.Errorf("update credential copy %s/%s: %w", ns, name, err))
-			rotated.Delete(ns)
-		}
-	}
-	if conflict {
-		c.setProblem(key, msa, ProblemNameConflict)
-	} else {
-		c.setProblem(key, msa, ProblemNone)
-	}
-	if err := c.deleteCopies(ctx, existing, want, "its pair no longer syncs there"); err != nil {
-		errs = append(errs, err)
-	}
-	if rotated.Len() > 0 {
-		c.reportRotation(msa, hubSecret, rotated)
-	}
-	return errors.Join(errs...)
+	return profiles, copies
 }
 
 // profileOwner returns a Secret's controller reference when it names a
@@ -529,144 +509,4 @@ func copyOwnership(sec *corev1.Secret, cluster, msa string, live *cpv1alpha1.Clu
 		return foreign
 	}
 	return ownedLive
-}
-
-// liveProfile returns the cached profile named after the cluster in ns, of
-// any cluster manager.
-func (c *credentials) liveProfile(ns, cluster string) *cpv1alpha1.ClusterProfile {
-	obj, ok, err := c.s.profileIdx.GetByKey(ns + "/" + cluster)
-	if err != nil || !ok {
-		return nil
-	}
-	p, _ := obj.(*cpv1alpha1.ClusterProfile)
-	return p
-}
-
-var errForeignSecret = errors.New("a Secret that hubsync does not own has the copy's name")
-
-func (c *credentials) create(ctx context.Context, cluster, msaName string, want *corev1.Secret) error {
-	err := c.write(ctx, "create", func(ctx context.Context) error {
-		out, err := c.s.clients.Kube.CoreV1().Secrets(want.Namespace).Create(ctx, want, metav1.CreateOptions{})
-		if err == nil {
-			c.written.wrote(out)
-			c.s.notifyCredential(stream.CredentialSynced, out)
-		}
-		return err
-	})
-	switch {
-	case err == nil, isNamespaceGone(err):
-		return nil
-	case apierrors.IsAlreadyExists(err):
-		// Not in our cache: either not yet seen, or not ours at all (no
-		// synced-from label). Look before deciding.
-		cur, gerr := c.s.clients.Kube.CoreV1().Secrets(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
-		if gerr == nil && copyOwnership(cur, cluster, msaName, c.liveProfile(want.Namespace, cluster), c.s.opts.ClusterManager) == foreign {
-			return errForeignSecret
-		}
-		return fmt.Errorf("create credential copy %s/%s: %w", want.Namespace, want.Name, err)
-	default:
-		return fmt.Errorf("create credential copy %s/%s: %w", want.Namespace, want.Name, err)
-	}
-}
-
-// deleteCopies removes the copies in namespaces not in keep, logging why.
-// A Secret whose controller is a live profile that is not hubsync's is left
-// alone.
-func (c *credentials) deleteCopies(ctx context.Context, existing map[string]*corev1.Secret, keep map[string]*cpv1alpha1.ClusterProfile, why string) error {
-	var errs []error
-	for ns, sec := range existing {
-		if _, ok := keep[ns]; ok || pendingFor(c.written, ns+"/"+sec.Name, sec) {
-			continue
-		}
-		pair, _ := copyPair(sec)
-		cluster, msa, _ := strings.Cut(pair, "/")
-		if copyOwnership(sec, cluster, msa, c.liveProfile(ns, cluster), c.s.opts.ClusterManager) == foreign {
-			continue
-		}
-		if err := c.deleteCopy(ctx, sec, why); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// deleteCopy deletes one copy, guarded by its uid.
-func (c *credentials) deleteCopy(ctx context.Context, sec *corev1.Secret, why string) error {
-	uid := sec.UID
-	err := c.write(ctx, "delete", func(ctx context.Context) error {
-		return c.s.clients.Kube.CoreV1().Secrets(sec.Namespace).Delete(ctx, sec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-	})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("delete credential copy %s/%s: %w", sec.Namespace, sec.Name, err)
-	}
-	c.written.deletedObj(sec)
-	if err == nil {
-		c.s.notifyCredential(stream.CredentialRemoved, sec)
-	}
-	pair, _ := copyPair(sec)
-	c.log.Info("credential copy removed", "namespace", sec.Namespace, "secret", sec.Name, "source", pair, "reason", why,
-		"madeBy", map[bool]string{true: "hubsync", false: "the upstream syncer"}[sec.Annotations[hub.AnnotationSource] != ""])
-	return nil
-}
-
-func (c *credentials) write(ctx context.Context, op string, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, c.s.opts.RequestTimeout)
-	defer cancel()
-	err := f(ctx)
-	c.writes.WithLabelValues(op).Inc()
-	if err != nil {
-		c.s.metrics.writeErrors.WithLabelValues("credential-" + op).Inc()
-	}
-	return err
-}
-
-// reportRotation logs and records one event per rotation of a pair, naming
-// the new token's fingerprint and expiry, never the token.
-func (c *credentials) reportRotation(msa *msav1beta1.ManagedServiceAccount, hubSecret *corev1.Secret, namespaces sets.Set[string]) {
-	c.rotations.Inc()
-	fp := hub.TokenFingerprint(hubSecret.Data[hub.TokenKey])
-	expiry := "unknown"
-	if exp, ok := TokenExpiry(msa, hubSecret.Data[hub.TokenKey]); ok {
-		expiry = exp.Format(time.RFC3339)
-	}
-	c.log.Info("credential rotated", "cluster", msa.Namespace, "managedServiceAccount", msa.Name,
-		"fingerprint", fp, "expires", expiry, "copies", namespaces.Len(), "namespaces", strings.Join(sets.List(namespaces), ","))
-	c.s.recorder.Eventf(msa, corev1.EventTypeNormal, "CredentialRotated",
-		"token %s (expires %s) copied to %d namespace(s): %s", fp, expiry, namespaces.Len(), strings.Join(sets.List(namespaces), ", "))
-}
-
-// setProblem records a pair's problem, reporting it (log, Event on the
-// MSA) only when it changes, and keeps the gauge current.
-func (c *credentials) setProblem(key string, msa *msav1beta1.ManagedServiceAccount, p CopyProblem) {
-	c.mu.Lock()
-	prev := c.problems[key]
-	if p == ProblemNone {
-		delete(c.problems, key)
-	} else {
-		c.problems[key] = p
-	}
-	if p != prev {
-		if prev != ProblemNone {
-			c.problemsG.WithLabelValues(prev.MetricReason()).Dec()
-		}
-		if p != ProblemNone {
-			c.problemsG.WithLabelValues(p.MetricReason()).Inc()
-		}
-	}
-	c.mu.Unlock()
-	switch {
-	case p == prev:
-	case p == ProblemNone:
-		c.log.Info("credential problem resolved", "pair", key, "was", string(prev))
-	case p == ProblemImpersonator:
-		c.log.Warn("refusing to copy the gateway's impersonating credential", "pair", key, "reason", p.MetricReason(), "problem", string(p))
-		if msa != nil {
-			c.s.recorder.Eventf(msa, corev1.EventTypeWarning, p.EventReason(), "hubsync does not copy this token: %s", string(p))
-		}
-	default:
-		c.log.Warn("credential copies cannot be written", "pair", key, "reason", p.MetricReason(), "problem", string(p))
-		if msa != nil {
-			c.s.recorder.Eventf(msa, corev1.EventTypeWarning, p.EventReason(), "hubsync cannot copy this token: %s", string(p))
-		}
-	}
 }

@@ -1,10 +1,12 @@
 package syncer
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hubsync/hubsync/test/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -70,16 +72,12 @@ func TestDebouncer(t *testing.T) {
 				}
 				// A fake timer's function runs in its own goroutine: wait
 				// for the expected fires (a bounded poll), then compare.
-				deadline := time.Now().Add(2 * time.Second)
-				for {
+				// A timeout is reported by the comparison below.
+				_ = testutil.Poll(context.Background(), 2*time.Second, time.Millisecond, func() bool {
 					mu.Lock()
-					n := len(fired)
-					mu.Unlock()
-					if n >= len(s.fired) || time.Now().After(deadline) {
-						break
-					}
-					time.Sleep(time.Millisecond)
-				}
+					defer mu.Unlock()
+					return len(fired) >= len(s.fired)
+				})
 				mu.Lock()
 				got := append([]string(nil), fired...)
 				mu.Unlock()

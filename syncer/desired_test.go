@@ -1179,7 +1179,7 @@ func TestWriteTrackerEchoAfterSkip(t *testing.T) {
 	}
 	w := newWriteTracker(time.Minute)
 	w.wrote(copyAt("10"))
-	if !w.isEcho(copyAt("10"), false) {
+	if !w.isEcho(copyAt("10")) {
 		t.Fatal("the write's own event is an echo")
 	}
 	// A reconcile (an MSA's status changed) runs before the cache has the
@@ -1187,7 +1187,7 @@ func TestWriteTrackerEchoAfterSkip(t *testing.T) {
 	if !pendingFor(w, "ns/c-msa", (*corev1.Secret)(nil)) {
 		t.Fatal("the cache is behind the write")
 	}
-	if w.isEcho(copyAt("10"), false) {
+	if w.isEcho(copyAt("10")) {
 		t.Fatal("the echo of a write a reconcile skipped for was ignored: the skipped change would wait for the next resync")
 	}
 	if pendingFor(w, "ns/c-msa", copyAt("10")) {

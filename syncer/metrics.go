@@ -1,6 +1,8 @@
 package syncer
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,6 +18,7 @@ type metrics struct {
 	invalidSets      prometheus.Gauge
 	skippedClaims    prometheus.Counter
 	caRotations      prometheus.Counter
+	queueDepth       *queueDepths
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -54,11 +57,45 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Cluster claims left out of profile properties because the ClusterProfile schema would reject them.",
 		}),
 	}
+	m.queueDepth = &queueDepths{
+		vec: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hubsync_queue_depth",
+			Help: "Keys waiting in a work queue, by queue (topology, credentials).",
+		}, []string{"queue"}),
+		queues: map[string]func() int{},
+	}
 	m.caRotations = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "hubsync_access_provider_ca_changes_total",
 		Help: "Changes of an access provider's CA bundle seen in its Secret or file.",
 	})
 	reg.MustRegister(m.caRotations, m.reconciles, m.reconcileSeconds, m.writes, m.writeErrors,
-		m.conflicts, m.conflictsTotal, m.invalidSets, m.skippedClaims)
+		m.conflicts, m.conflictsTotal, m.invalidSets, m.skippedClaims, m.queueDepth)
 	return m
+}
+
+// queueDepths is hubsync_queue_depth: one GaugeVec, labelled by queue and
+// registered once, whose values are read from the queues when scraped, so
+// a series is never stale and a new queue is one track call.
+type queueDepths struct {
+	vec    *prometheus.GaugeVec
+	mu     sync.Mutex
+	queues map[string]func() int
+}
+
+// track reports depth as the named queue's series.
+func (q *queueDepths) track(name string, depth func() int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.queues[name] = depth
+}
+
+func (q *queueDepths) Describe(ch chan<- *prometheus.Desc) { q.vec.Describe(ch) }
+
+func (q *queueDepths) Collect(ch chan<- prometheus.Metric) {
+	q.mu.Lock()
+	for name, depth := range q.queues {
+		q.vec.WithLabelValues(name).Set(float64(depth()))
+	}
+	q.mu.Unlock()
+	q.vec.Collect(ch)
 }

@@ -18,13 +18,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
 	clusterinformers "open-cluster-management.io/api/client/cluster/informers/externalversions"
 	clusterlisterv1 "open-cluster-management.io/api/client/cluster/listers/cluster/v1"
@@ -118,6 +119,48 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 	if opts.ClusterManager == "" {
 		return nil, errors.New("syncer: cluster manager name is required")
 	}
+	opts = withDefaults(opts)
+	s := &Syncer{
+		clients:     clients,
+		opts:        opts,
+		log:         log,
+		recorder:    recorder,
+		metrics:     newMetrics(reg),
+		writes:      newWriteTracker(30 * time.Second),
+		notifier:    opts.Notifier,
+		notified:    newNotifiedState(time.Minute),
+		conflicts:   map[string]string{},
+		invalidSets: map[string]string{},
+	}
+	s.queue = newTrackedQueue(opts.RetryBase, opts.RetryMax)
+	s.metrics.queueDepth.track("topology", s.queue.Len)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "hubsync_profiles_managed",
+		Help: "ClusterProfiles carrying hubsync's cluster-manager label, as seen by its cache.",
+	}, s.countOwned))
+
+	providers, err := s.newProviderSet(opts.AccessProviders)
+	if err != nil {
+		return nil, err
+	}
+	s.providers = providers
+	if err := s.newInformers(); err != nil {
+		return nil, err
+	}
+	if err := s.addHandlers(); err != nil {
+		return nil, err
+	}
+	if opts.Credentials != nil {
+		if s.creds, err = newCredentials(s.credentialDeps(), opts.Credentials, reg); err != nil {
+			return nil, err
+		}
+		s.synced = append(s.synced, s.creds.synced...)
+	}
+	return s, nil
+}
+
+// withDefaults fills the options left unset.
+func withDefaults(opts Options) Options {
 	if opts.Workers <= 0 {
 		opts.Workers = 1
 	}
@@ -133,45 +176,21 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 30 * time.Second
 	}
-	s := &Syncer{
-		clients:     clients,
-		opts:        opts,
-		log:         log,
-		recorder:    recorder,
-		metrics:     newMetrics(reg),
-		writes:      newWriteTracker(30 * time.Second),
-		notifier:    opts.Notifier,
-		notified:    newNotifiedState(time.Minute),
-		conflicts:   map[string]string{},
-		invalidSets: map[string]string{},
-	}
-	s.queue = newTrackedQueue(opts.RetryBase, opts.RetryMax)
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name:        "hubsync_queue_depth",
-		Help:        "Keys waiting in a work queue.",
-		ConstLabels: prometheus.Labels{"queue": "topology"},
-	}, func() float64 { return float64(s.queue.Len()) }))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "hubsync_profiles_managed",
-		Help: "ClusterProfiles carrying hubsync's cluster-manager label, as seen by its cache.",
-	}, s.countOwned))
+	return opts
+}
 
-	providers, err := s.newProviderSet(opts.AccessProviders)
-	if err != nil {
-		return nil, err
-	}
-	s.providers = providers
-
+// newInformers builds the informer factories, adds the indexes the
+// reconcilers look up by, and keeps their listers.
+func (s *Syncer) newInformers() error {
 	strip := cache.TransformFunc(stripManagedFields)
-	s.kubeInformers = kubeinformers.NewSharedInformerFactoryWithOptions(clients.Kube, opts.ResyncPeriod, kubeinformers.WithTransform(strip))
-	s.clusterInformers = clusterinformers.NewSharedInformerFactoryWithOptions(clients.Cluster, opts.ResyncPeriod, clusterinformers.WithTransform(strip))
-	s.cpInformers = cpinformers.NewSharedInformerFactoryWithOptions(clients.Profiles, opts.ResyncPeriod, cpinformers.WithTransform(strip))
+	s.kubeInformers = kubeinformers.NewSharedInformerFactoryWithOptions(s.clients.Kube, s.opts.ResyncPeriod, kubeinformers.WithTransform(strip))
+	s.clusterInformers = clusterinformers.NewSharedInformerFactoryWithOptions(s.clients.Cluster, s.opts.ResyncPeriod, clusterinformers.WithTransform(strip))
+	s.cpInformers = cpinformers.NewSharedInformerFactoryWithOptions(s.clients.Profiles, s.opts.ResyncPeriod, cpinformers.WithTransform(strip))
 
 	clusterInf := s.clusterInformers.Cluster().V1().ManagedClusters()
 	setInf := s.clusterInformers.Cluster().V1beta2().ManagedClusterSets()
 	bindingInf := s.clusterInformers.Cluster().V1beta2().ManagedClusterSetBindings()
 	profileInf := s.cpInformers.Apis().V1alpha1().ClusterProfiles()
-	nsInf := s.kubeInformers.Core().V1().Namespaces()
 
 	indexers := []struct {
 		inf     cache.SharedIndexInformer
@@ -195,7 +214,7 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 	}
 	for _, i := range indexers {
 		if err := i.inf.AddIndexers(i.indexer); err != nil {
-			return nil, fmt.Errorf("add indexer: %w", err)
+			return fmt.Errorf("add indexer: %w", err)
 		}
 	}
 
@@ -205,33 +224,37 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 	s.setIdx = setInf.Informer().GetIndexer()
 	s.bindingIdx = bindingInf.Informer().GetIndexer()
 	s.profileIdx = profileInf.Informer().GetIndexer()
-	s.namespaces = nsInf.Lister()
+	s.namespaces = s.kubeInformers.Core().V1().Namespaces().Lister()
+	return nil
+}
 
+// addHandlers routes every informer event to the clusters it concerns.
+func (s *Syncer) addHandlers() error {
 	handlers := []struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
 	}{
-		{clusterInf.Informer(), cache.ResourceEventHandlerFuncs{
+		{s.clusterInformers.Cluster().V1().ManagedClusters().Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { s.enqueueObjectName(obj) },
 			UpdateFunc: func(_, obj any) { s.enqueueObjectName(obj) },
 			DeleteFunc: func(obj any) { s.enqueueObjectName(obj) },
 		}},
-		{setInf.Informer(), cache.ResourceEventHandlerFuncs{
+		{s.clusterInformers.Cluster().V1beta2().ManagedClusterSets().Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { s.onSet(nil, obj) },
 			UpdateFunc: func(old, obj any) { s.onSet(old, obj) },
 			DeleteFunc: func(obj any) { s.onSet(obj, nil) },
 		}},
-		{bindingInf.Informer(), cache.ResourceEventHandlerFuncs{
+		{s.clusterInformers.Cluster().V1beta2().ManagedClusterSetBindings().Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { s.onBinding(obj) },
 			UpdateFunc: func(old, obj any) { s.onBinding(old); s.onBinding(obj) },
 			DeleteFunc: func(obj any) { s.onBinding(obj) },
 		}},
-		{profileInf.Informer(), cache.ResourceEventHandlerFuncs{
+		{s.cpInformers.Apis().V1alpha1().ClusterProfiles().Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { s.enqueueObjectName(obj) },
 			UpdateFunc: func(_, obj any) { s.enqueueObjectName(obj) },
-			DeleteFunc: func(obj any) { s.enqueueObjectName(obj) },
+			DeleteFunc: s.onProfileDeleted,
 		}},
-		{nsInf.Informer(), cache.ResourceEventHandlerFuncs{
+		{s.kubeInformers.Core().V1().Namespaces().Informer(), cache.ResourceEventHandlerFuncs{
 			// A binding can reach the cache before its namespace does;
 			// the namespace's arrival re-checks the clusters it is bound to.
 			AddFunc: func(obj any) { s.onNamespace(obj) },
@@ -240,17 +263,42 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 	for _, h := range handlers {
 		reg, err := h.inf.AddEventHandler(h.h)
 		if err != nil {
-			return nil, fmt.Errorf("add event handler: %w", err)
+			return fmt.Errorf("add event handler: %w", err)
 		}
 		s.synced = append(s.synced, reg.HasSynced)
 	}
-	if opts.Credentials != nil {
-		if s.creds, err = newCredentials(s, opts.Credentials, reg); err != nil {
-			return nil, err
-		}
-		s.synced = append(s.synced, s.creds.synced...)
+	return nil
+}
+
+// credentialDeps hands the credentials controller what it uses.
+func (s *Syncer) credentialDeps() credentialDeps {
+	return credentialDeps{
+		kube:           s.clients.Kube,
+		recorder:       s.recorder,
+		clock:          clock.RealClock{},
+		log:            s.log,
+		metrics:        s.metrics,
+		profiles:       s.cpInformers.Apis().V1alpha1().ClusterProfiles().Informer(),
+		namespaces:     s.namespaces,
+		notify:         s.notifyCredential,
+		manager:        s.opts.ClusterManager,
+		resyncPeriod:   s.opts.ResyncPeriod,
+		requestTimeout: s.opts.RequestTimeout,
+		retryBase:      s.opts.RetryBase,
+		retryMax:       s.opts.RetryMax,
 	}
-	return s, nil
+}
+
+// controller is the topology controller as the worker loop runs it.
+func (s *Syncer) controller() *controller {
+	return &controller{
+		name: "topology", queue: s.queue, reconcile: s.reconcile, metrics: s.metrics,
+		log: s.log.With("controller", "topology"),
+		// Conflicts with foreign profiles are reported when first seen;
+		// retrying them until the foreign profile goes is a steady state,
+		// not pending work.
+		steady: onlyConflicts,
+	}
 }
 
 // indexFunc adapts a typed key function to a cache.IndexFunc.
@@ -306,16 +354,14 @@ func (s *Syncer) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	wg.Go(func() { s.providers.pollFiles(ctx, s, 5*time.Second) })
+	topology := s.controller()
 	for range s.opts.Workers {
-		wg.Go(func() {
-			wait.UntilWithContext(ctx, s.worker, time.Second)
-		})
+		wg.Go(func() { topology.run(ctx) })
 	}
 	if s.creds != nil {
+		creds := s.creds.controller()
 		for range s.creds.workers {
-			wg.Go(func() {
-				wait.UntilWithContext(ctx, s.creds.worker, time.Second)
-			})
+			wg.Go(func() { creds.run(ctx) })
 		}
 	}
 	s.ready.Store(true)
@@ -372,52 +418,21 @@ func (s *Syncer) Busy() bool {
 	return true
 }
 
-func (s *Syncer) worker(ctx context.Context) {
-	for {
-		key, shutdown := s.queue.Get()
-		if shutdown {
-			return
-		}
-		s.process(ctx, key)
-		s.queue.Done(key)
-	}
-}
-
-func (s *Syncer) process(ctx context.Context, cluster string) {
-	start := time.Now()
-	err := s.reconcile(ctx, cluster)
-	s.metrics.reconcileSeconds.WithLabelValues("topology").Observe(time.Since(start).Seconds())
-	if err == nil {
-		s.metrics.reconciles.WithLabelValues("topology", "success").Inc()
-		s.queue.Forget(cluster)
-		return
-	}
-	s.metrics.reconciles.WithLabelValues("topology", "error").Inc()
-	if ctx.Err() != nil {
-		return
-	}
-	// Conflicts with foreign profiles are reported when first seen; their
-	// retries are routine and logged at debug level only.
-	if onlyConflicts(err) {
-		// Reported already; retried with backoff until the foreign
-		// profile goes, which is a steady state, not pending work.
-		s.log.Debug("reconcile failed, will retry", "cluster", cluster, "retries", s.queue.NumRequeues(cluster), "err", err)
-		s.queue.AddRateLimitedSteady(cluster)
-		return
-	}
-	s.log.Warn("reconcile failed, will retry", "cluster", cluster, "retries", s.queue.NumRequeues(cluster), "err", err)
-	s.queue.AddRateLimited(cluster)
-}
-
 func (s *Syncer) enqueueObjectName(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
+	if a, ok := eventObject[metav1.Object](obj); ok {
+		s.queue.Add(a.GetName())
 	}
-	a, err := meta.Accessor(obj)
-	if err != nil {
-		return
+}
+
+// onProfileDeleted re-checks a deleted profile's cluster. The deletion
+// also ends any wait for hubsync's own last write of that profile: a
+// profile hubsync created and someone deleted before the cache showed it
+// must be created again, not taken for a write still on its way.
+func (s *Syncer) onProfileDeleted(obj any) {
+	if p, ok := eventObject[*cpv1alpha1.ClusterProfile](obj); ok {
+		s.writes.sawDeleted(p)
 	}
-	s.queue.Add(a.GetName())
+	s.enqueueObjectName(obj)
 }
 
 // onSet re-checks every cluster that was or is a member of a set, and
@@ -425,10 +440,7 @@ func (s *Syncer) enqueueObjectName(obj any) {
 // of a set whose old selector could not be evaluated).
 func (s *Syncer) onSet(oldObj, newObj any) {
 	for i, obj := range []any{oldObj, newObj} {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		set, ok := obj.(*clusterv1beta2.ManagedClusterSet)
+		set, ok := eventObject[*clusterv1beta2.ManagedClusterSet](obj)
 		if !ok {
 			continue
 		}
@@ -454,10 +466,7 @@ func (s *Syncer) onSet(oldObj, newObj any) {
 // has a profile in the binding's namespace, which covers an unbound set
 // whose selector has since changed or which no longer exists.
 func (s *Syncer) onBinding(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	b, ok := obj.(*clusterv1beta2.ManagedClusterSetBinding)
+	b, ok := eventObject[*clusterv1beta2.ManagedClusterSetBinding](obj)
 	if !ok {
 		return
 	}

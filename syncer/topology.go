@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 
@@ -110,8 +111,10 @@ func (s *Syncer) reconcile(ctx context.Context, name string) error {
 
 // namespaceActive reports whether hubsync may write in a namespace: it
 // exists in the cache and is not terminating.
-func (s *Syncer) namespaceActive(name string) bool {
-	ns, err := s.namespaces.Get(name)
+func (s *Syncer) namespaceActive(name string) bool { return namespaceActive(s.namespaces, name) }
+
+func namespaceActive(namespaces corelisters.NamespaceLister, name string) bool {
+	ns, err := namespaces.Get(name)
 	if err != nil {
 		return false
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 
 	"golang.org/x/net/http2"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 )
 
@@ -150,7 +152,7 @@ func (e *entry) set(s State, reason string) {
 // run keeps the entry's connection until ctx ends.
 func (e *entry) run(ctx context.Context) {
 	defer e.swap(nil, Target{})
-	b := backoff{base: e.p.opts.BackoffBase, max: e.p.opts.BackoffMax}
+	b := redialBackoff(e.p.opts.BackoffBase, e.p.opts.BackoffMax)
 	// lastQuick is when a lost connection was last redialed at once.
 	var lastQuick time.Time
 	for ctx.Err() == nil {
@@ -170,7 +172,7 @@ func (e *entry) run(ctx context.Context) {
 				e.p.own(cc, nil)
 				_ = cc.Close()
 			} else {
-				b.reset()
+				b = redialBackoff(e.p.opts.BackoffBase, e.p.opts.BackoffMax)
 				e.mu.Lock()
 				e.latency = latency
 				e.mu.Unlock()
@@ -198,7 +200,7 @@ func (e *entry) run(ctx context.Context) {
 		}
 		e.swap(nil, Target{})
 		e.set(StateFailing, err.Error())
-		e.sleep(ctx, b.next())
+		e.sleep(ctx, b.Step())
 	}
 }
 
@@ -469,74 +471,103 @@ func (e *entry) pick(ctx context.Context, cc *http2.ClientConn) *http2.ClientCon
 			cc = next
 			continue
 		}
-		live := make([]*http2.ClientConn, 0, len(e.extra))
-		var dead []*http2.ClientConn
-		for _, x := range e.extra {
-			if usable(x) {
-				live = append(live, x)
-			} else {
-				dead = append(dead, x)
-			}
-		}
-		e.extra = live
-		best, bestLoad := cc, load(cc)
-		var free *http2.ClientConn
-		for _, x := range live {
-			if !saturated(x) {
-				free = x
-				break
-			}
-			if l := load(x); l < bestLoad {
-				best, bestLoad = x, l
-			}
-		}
-		full := 1+len(live) >= e.p.opts.MaxConnsPerCluster
-		wait := e.extraDial
-		var done chan struct{}
-		if free == nil && !full && wait == nil {
-			done = make(chan struct{})
-			e.extraDial = done
-		}
-		t := e.ccTarget
+		s, dead := e.survey(cc)
 		e.mu.Unlock()
 		for _, x := range dead {
 			e.p.own(x, nil)
 			_ = x.Close()
 		}
 		switch {
-		case free != nil:
-			return free
-		case full:
-			return best
-		case wait != nil:
+		case s.free != nil:
+			return s.free
+		case s.full:
+			return s.best
+		case s.dialing != nil:
 			select {
-			case <-wait:
+			case <-s.dialing:
 				continue
 			case <-ctx.Done():
-				return best
+				return s.best
 			}
 		}
-		x, _, err := e.connect(ctx, t)
-		e.mu.Lock()
-		e.extraDial = nil
-		close(done)
-		current := e.cc == cc
-		if err == nil && current {
-			e.extra = append(e.extra, x)
+		if x, again := e.addExtra(ctx, cc, s); !again {
+			return x
 		}
-		n := 1 + len(e.extra)
-		e.mu.Unlock()
-		switch {
-		case err != nil:
-			e.p.log.Warn("tunnel: cannot add a connection to a busy cluster; requests wait for a stream", "cluster", e.cluster, "err", err)
-			return best
-		case !current:
-			e.retire(x)
-			continue
-		}
-		e.p.log.Info("tunnel: every stream busy, added a connection", "cluster", e.cluster, "connections", n)
-		return x
 	}
+}
+
+// overflow is what pick found among a saturated connection's overflow
+// connections.
+type overflow struct {
+	free *http2.ClientConn // one with a free stream, if any
+	best *http2.ClientConn // the least busy of all
+	// full says no more connections may be made.
+	full bool
+	// dialing is closed when another request's overflow dial ends.
+	dialing chan struct{}
+	// done is set when this request is to dial: close it when the dial ends.
+	done   chan struct{}
+	target Target
+}
+
+// survey drops the overflow connections that are no longer usable
+// (returned, for the caller to close) and finds a free or the least busy
+// one. Unless one is free, it claims the overflow dial when it may make
+// one and no dial is under way. The caller holds e.mu.
+func (e *entry) survey(cc *http2.ClientConn) (overflow, []*http2.ClientConn) {
+	live := make([]*http2.ClientConn, 0, len(e.extra))
+	var dead []*http2.ClientConn
+	for _, x := range e.extra {
+		if usable(x) {
+			live = append(live, x)
+		} else {
+			dead = append(dead, x)
+		}
+	}
+	e.extra = live
+	s := overflow{best: cc, target: e.ccTarget, dialing: e.extraDial}
+	bestLoad := load(cc)
+	for _, x := range live {
+		if !saturated(x) {
+			s.free = x
+			break
+		}
+		if l := load(x); l < bestLoad {
+			s.best, bestLoad = x, l
+		}
+	}
+	s.full = 1+len(live) >= e.p.opts.MaxConnsPerCluster
+	if s.free == nil && !s.full && s.dialing == nil {
+		s.done = make(chan struct{})
+		e.extraDial = s.done
+	}
+	return s, dead
+}
+
+// addExtra dials the overflow connection survey claimed for cc. It returns
+// the connection to use, or again when cc was replaced meanwhile and pick
+// must start over with the new one.
+func (e *entry) addExtra(ctx context.Context, cc *http2.ClientConn, s overflow) (x *http2.ClientConn, again bool) {
+	x, _, err := e.connect(ctx, s.target)
+	e.mu.Lock()
+	e.extraDial = nil
+	close(s.done)
+	current := e.cc == cc
+	if err == nil && current {
+		e.extra = append(e.extra, x)
+	}
+	n := 1 + len(e.extra)
+	e.mu.Unlock()
+	switch {
+	case err != nil:
+		e.p.log.Warn("tunnel: cannot add a connection to a busy cluster; requests wait for a stream", "cluster", e.cluster, "err", err)
+		return s.best, false
+	case !current:
+		e.retire(x)
+		return nil, true
+	}
+	e.p.log.Info("tunnel: every stream busy, added a connection", "cluster", e.cluster, "connections", n)
+	return x, false
 }
 
 // pruneExtra closes overflow connections that have had no stream for
@@ -633,18 +664,10 @@ func (c *watchedConn) Close() error {
 
 func (c *watchedConn) die() { c.once.Do(func() { close(c.dead) }) }
 
-// backoff is an exponential backoff with full jitter over its upper half.
-type backoff struct {
-	base, max, cur time.Duration
+// redialBackoff is the wait after each failed dial or probe: it doubles
+// from base up to max, each wait drawn from the upper half of its step
+// ([step/2, step]), so that clusters that failed together do not all
+// redial together.
+func redialBackoff(base, max time.Duration) wait.Backoff {
+	return wait.Backoff{Duration: base / 2, Factor: 2, Jitter: 1, Cap: max / 2, Steps: math.MaxInt32}
 }
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.base
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	return b.cur/2 + rand.N(b.cur/2+1)
-}
-
-func (b *backoff) reset() { b.cur = 0 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/test/pki"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // testCA issues serving certificates.
@@ -263,31 +264,14 @@ func (s *fakeAPIServer) seenTokens() []string {
 
 // recorder collects the changes the pool notifies.
 type recorder struct {
-	mu      sync.Mutex
-	changes []stream.Change
+	testutil.Recorder[stream.Change]
 }
 
-func (r *recorder) Notify(c stream.Change) {
-	r.mu.Lock()
-	r.changes = append(r.changes, c)
-	r.mu.Unlock()
-}
-
-func (r *recorder) list() []stream.Change {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]stream.Change(nil), r.changes...)
-}
+func (r *recorder) list() []stream.Change { return r.All() }
 
 // count returns how many changes of type typ were notified for ns/cluster.
 func (r *recorder) count(typ, ns, cluster string) int {
-	n := 0
-	for _, c := range r.list() {
-		if c.Type == typ && c.Namespace == ns && c.Cluster == cluster {
-			n++
-		}
-	}
-	return n
+	return r.Count(func(c stream.Change) bool { return c.Type == typ && c.Namespace == ns && c.Cluster == cluster })
 }
 
 // countingDialer dials directly and records how many dials run at once.
@@ -326,12 +310,12 @@ func (d *countingDialer) Dial(ctx context.Context, cluster, address string) (net
 func newTestPool(t *testing.T, tune func(*Options)) (*Pool, *recorder) {
 	t.Helper()
 	rec := &recorder{}
-	opts := Options{
-		Dialer: &DirectDialer{}, Transport: TransportDirect,
-		ProbeInterval: 100 * time.Millisecond, ProbeTimeout: time.Second, DialTimeout: 2 * time.Second,
-		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond, RetireGrace: time.Second,
-		Notifier: rec, Log: testLogger(t),
-	}
+	// hubsync's defaults, with fast probes and backoff.
+	opts := configOptions()
+	opts.Transport = TransportDirect
+	opts.ProbeInterval, opts.ProbeTimeout, opts.DialTimeout = 100*time.Millisecond, time.Second, 2*time.Second
+	opts.BackoffBase, opts.BackoffMax, opts.RetireGrace = 20*time.Millisecond, 200*time.Millisecond, time.Second
+	opts.Notifier, opts.Log = rec, testLogger(t)
 	if tune != nil {
 		tune(&opts)
 	}
@@ -362,13 +346,7 @@ func target(s *fakeAPIServer, ca *testCA, token string) *Target {
 // eventually polls cond until it holds or 10 s pass.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, cond, "timed out waiting: %s", what)
 }
 
 func state(p *Pool, cluster string) State {

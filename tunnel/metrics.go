@@ -1,8 +1,6 @@
 package tunnel
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -39,13 +37,13 @@ func newMetrics(reg prometheus.Registerer, statuses func() []Status) (*metrics, 
 			Help: "Tunnel pool entries entering a state.",
 		}, []string{"state"}),
 		dialSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "hubsync_tunnel_dial_seconds",
+			Name:    "hubsync_tunnel_dial_duration_seconds",
 			Help:    "Time to dial a pool entry: tunnel, TLS and HTTP/2 handshakes.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}),
 		probeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "hubsync_tunnel_probe_seconds",
-			Help:    "Round trip of successful probes of pool entries.",
+			Name:    "hubsync_tunnel_probe_duration_seconds",
+			Help:    "Round trip of successful probes of pool entries (a cluster's last one is in its status: hubsync state, /readyz?verbose).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 15),
 		}),
 	}
@@ -60,15 +58,18 @@ func newMetrics(reg prometheus.Registerer, statuses func() []Status) (*metrics, 
 	return m, nil
 }
 
+// The per-cluster series are one state gauge and one since-timestamp per
+// entry: values that change only when the entry's state does, so a fleet
+// of thousands of clusters costs one sample each per scrape and nothing
+// churns. How long a state has lasted is time() minus the timestamp; each
+// cluster's last probe round trip is in its status, and the fleet's in
+// hubsync_tunnel_probe_duration_seconds.
 var (
 	stateDesc = prometheus.NewDesc("hubsync_tunnel_state",
 		"1 for each pool entry, labelled with its cluster and current state (connecting, ready, failing).",
 		[]string{"cluster", "state"}, nil)
-	stateSecondsDesc = prometheus.NewDesc("hubsync_tunnel_state_seconds",
-		"How long each pool entry has been in its current state.",
-		[]string{"cluster"}, nil)
-	probeLatencyDesc = prometheus.NewDesc("hubsync_tunnel_probe_latency_seconds",
-		"Each ready pool entry's last successful probe round trip.",
+	stateSinceDesc = prometheus.NewDesc("hubsync_tunnel_state_since_timestamp_seconds",
+		"Unix time at which each pool entry entered its current state.",
 		[]string{"cluster"}, nil)
 	entriesDesc = prometheus.NewDesc("hubsync_tunnel_entries",
 		"Pool entries by state.",
@@ -80,21 +81,16 @@ type stateCollector struct{ statuses func() []Status }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- stateDesc
-	ch <- stateSecondsDesc
-	ch <- probeLatencyDesc
+	ch <- stateSinceDesc
 	ch <- entriesDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := map[State]int{StateConnecting: 0, StateReady: 0, StateFailing: 0}
-	now := time.Now()
 	for _, s := range c.statuses() {
 		counts[s.State]++
 		ch <- prometheus.MustNewConstMetric(stateDesc, prometheus.GaugeValue, 1, s.Cluster, string(s.State))
-		ch <- prometheus.MustNewConstMetric(stateSecondsDesc, prometheus.GaugeValue, now.Sub(s.Since).Seconds(), s.Cluster)
-		if s.State == StateReady && s.ProbeLatency > 0 {
-			ch <- prometheus.MustNewConstMetric(probeLatencyDesc, prometheus.GaugeValue, s.ProbeLatency.Seconds(), s.Cluster)
-		}
+		ch <- prometheus.MustNewConstMetric(stateSinceDesc, prometheus.GaugeValue, float64(s.Since.UnixNano())/1e9, s.Cluster)
 	}
 	for st, n := range counts {
 		ch <- prometheus.MustNewConstMetric(entriesDesc, prometheus.GaugeValue, float64(n), string(st))

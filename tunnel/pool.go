@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/stream"
 )
 
@@ -87,44 +89,45 @@ func (t Target) sameConnection(o Target) bool {
 		(t.Err == nil) == (o.Err == nil)
 }
 
-// Options configure a Pool. Zero values take the defaults.
+// Options configure a Pool. They arrive filled (config holds the
+// defaults): New refuses any left zero but Transport, Notifier, Recorder,
+// Log and Registerer.
 type Options struct {
 	// Dialer opens the byte stream to a cluster; required.
 	Dialer Dialer
 	// Transport names the dialer in statuses and events (konnectivity,
 	// direct).
 	Transport string
-	// ProbePath is fetched with GET to probe an entry. Default /version.
+	// ProbePath is fetched with GET to probe an entry.
 	ProbePath string
 	// ProbeInterval is the time between probes of a ready entry, with
-	// ±20% jitter. Default 10s.
+	// ±20% jitter.
 	ProbeInterval time.Duration
-	// ProbeTimeout bounds one probe. Default 5s.
+	// ProbeTimeout bounds one probe.
 	ProbeTimeout time.Duration
-	// DialTimeout bounds one dial with its TLS handshake. Default 10s.
+	// DialTimeout bounds one dial with its TLS handshake.
 	DialTimeout time.Duration
 	// BackoffBase and BackoffMax bound the exponential backoff between
-	// failed dials of one entry. Defaults 1s and 30s.
+	// failed dials of one entry.
 	BackoffBase, BackoffMax time.Duration
 	// MaxDials bounds the dials in progress across the pool, so that
 	// thousands of clusters joining at once never stampede the
-	// proxy-server. Default 32.
+	// proxy-server.
 	MaxDials int
 	// MaxUpgradeDials bounds the dials of upgraded connections (exec,
 	// attach, port-forward) in progress across the pool, apart from
 	// MaxDials: upgrades never take the slots entries redial with.
-	// Default 16.
 	MaxUpgradeDials int
 	// RetireGrace is how long a replaced connection may finish its
-	// requests (watches included) before it is closed. Default 1m.
+	// requests (watches included) before it is closed.
 	RetireGrace time.Duration
 	// MaxConnsPerCluster bounds an entry's connections: one, plus
 	// overflow connections made while every stream of the others is busy
 	// (the API server allows 100 per connection by default, and long
-	// watches hold theirs). Default 4.
+	// watches hold theirs).
 	MaxConnsPerCluster int
 	// ExtraIdle is how long an overflow connection may go without a
-	// request before it is closed. Default 1m.
+	// request before it is closed.
 	ExtraIdle time.Duration
 	// Notifier receives tunnel.ready and tunnel.failing changes, one per
 	// consumer namespace that has a profile for the cluster.
@@ -139,48 +142,48 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
-// Defaults.
-const (
-	DefaultProbePath     = "/version"
-	DefaultProbeInterval = 10 * time.Second
-	DefaultProbeTimeout  = 5 * time.Second
-	DefaultDialTimeout   = 10 * time.Second
-	DefaultBackoffBase   = time.Second
-	DefaultBackoffMax    = 30 * time.Second
-	DefaultMaxDials      = 32
-	DefaultUpgradeDials  = 16
-	DefaultRetireGrace   = time.Minute
-	DefaultMaxConns      = 4
-	DefaultExtraIdle     = time.Minute
-)
+// OptionsFor returns the pool's options for a defaulted configuration's
+// tunnel section: everything but the Dialer and the dependencies
+// (Notifier, Recorder, Log, Registerer).
+func OptionsFor(c config.Tunnel) Options {
+	return Options{
+		Transport: c.Transport, ProbePath: c.ProbePath,
+		ProbeInterval: c.ProbeInterval.Duration, ProbeTimeout: c.ProbeTimeout.Duration, DialTimeout: c.DialTimeout.Duration,
+		BackoffBase: c.Backoff.BaseDelay.Duration, BackoffMax: c.Backoff.MaxDelay.Duration,
+		MaxDials: c.MaxConcurrentDials, MaxUpgradeDials: c.MaxConcurrentUpgradeDials, MaxConnsPerCluster: c.MaxConnectionsPerCluster,
+		RetireGrace: config.DefaultTunnelRetireGrace, ExtraIdle: config.DefaultTunnelExtraIdle,
+	}
+}
 
-func (o *Options) setDefaults() {
-	set := func(p *time.Duration, v time.Duration) {
-		if *p <= 0 {
-			*p = v
+// check refuses options left unset: the defaults are config's (its
+// tunnel section and DefaultTunnelRetireGrace, DefaultTunnelExtraIdle),
+// and a zero here would mean probes without a timeout, dials without a
+// bound or a redial loop without a backoff.
+func (o *Options) check() error {
+	var missing []string
+	for _, f := range []struct {
+		name string
+		ok   bool
+	}{
+		{"Dialer", o.Dialer != nil},
+		{"ProbePath", o.ProbePath != ""},
+		{"ProbeInterval", o.ProbeInterval > 0},
+		{"ProbeTimeout", o.ProbeTimeout > 0},
+		{"DialTimeout", o.DialTimeout > 0},
+		{"BackoffBase", o.BackoffBase > 0},
+		{"BackoffMax (at least BackoffBase)", o.BackoffMax >= o.BackoffBase},
+		{"MaxDials", o.MaxDials > 0},
+		{"MaxUpgradeDials", o.MaxUpgradeDials > 0},
+		{"MaxConnsPerCluster", o.MaxConnsPerCluster > 0},
+		{"RetireGrace", o.RetireGrace > 0},
+		{"ExtraIdle", o.ExtraIdle > 0},
+	} {
+		if !f.ok {
+			missing = append(missing, f.name)
 		}
 	}
-	if o.ProbePath == "" {
-		o.ProbePath = DefaultProbePath
-	}
-	set(&o.ProbeInterval, DefaultProbeInterval)
-	set(&o.ProbeTimeout, DefaultProbeTimeout)
-	set(&o.DialTimeout, DefaultDialTimeout)
-	set(&o.BackoffBase, DefaultBackoffBase)
-	set(&o.BackoffMax, DefaultBackoffMax)
-	set(&o.RetireGrace, DefaultRetireGrace)
-	set(&o.ExtraIdle, DefaultExtraIdle)
-	if o.MaxConnsPerCluster <= 0 {
-		o.MaxConnsPerCluster = DefaultMaxConns
-	}
-	if o.BackoffMax < o.BackoffBase {
-		o.BackoffMax = o.BackoffBase
-	}
-	if o.MaxDials <= 0 {
-		o.MaxDials = DefaultMaxDials
-	}
-	if o.MaxUpgradeDials <= 0 {
-		o.MaxUpgradeDials = DefaultUpgradeDials
+	if len(missing) > 0 {
+		return fmt.Errorf("tunnel pool: %s not set (the configuration's tunnel section fills every option)", strings.Join(missing, ", "))
 	}
 	if o.Notifier == nil {
 		o.Notifier = stream.Nop{}
@@ -188,6 +191,7 @@ func (o *Options) setDefaults() {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	return nil
 }
 
 // Pool holds one entry per served cluster.
@@ -255,10 +259,9 @@ func (p *Pool) own(cc *http2.ClientConn, e *entry) {
 
 // New returns a pool; Start runs it.
 func New(opts Options) (*Pool, error) {
-	if opts.Dialer == nil {
-		return nil, errors.New("tunnel pool: no dialer")
+	if err := opts.check(); err != nil {
+		return nil, err
 	}
-	opts.setDefaults()
 	p := &Pool{
 		opts: opts, log: opts.Log,
 		sem:        make(chan struct{}, opts.MaxDials),
@@ -391,17 +394,16 @@ func (p *Pool) entry(cluster string) *entry {
 // ConsumerOptions are the pool's options as a consumer of the change
 // stream: it wants profile changes only, at once.
 func (p *Pool) ConsumerOptions() stream.Options {
-	return stream.Options{
-		Name: "tunnel", Type: "tunnel",
-		Filter: func(c stream.Change) bool {
-			switch c.Type {
-			case stream.ProfileCreated, stream.ProfileUpdated, stream.ProfileDeleted, stream.AccessProviderUpdated:
-				return true
-			}
-			return false
-		},
-		Log: p.log,
+	opts := config.ConsumerOptions("tunnel", "tunnel")
+	opts.Filter = func(c stream.Change) bool {
+		switch c.Type {
+		case stream.ProfileCreated, stream.ProfileUpdated, stream.ProfileDeleted, stream.AccessProviderUpdated:
+			return true
+		}
+		return false
 	}
+	opts.Log = p.log
+	return opts
 }
 
 // Deliver learns which namespaces have profiles for which clusters.

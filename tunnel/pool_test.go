@@ -449,7 +449,7 @@ hubsync_tunnel_entries{state="ready"} 1
 			t.Fatalf("metric %s carries the token", mf.GetName())
 		}
 	}
-	for _, n := range []string{"hubsync_tunnel_state", "hubsync_tunnel_state_seconds", "hubsync_tunnel_probe_latency_seconds", "hubsync_tunnel_probe_seconds", "hubsync_tunnel_dial_seconds"} {
+	for _, n := range []string{"hubsync_tunnel_state", "hubsync_tunnel_state_since_timestamp_seconds", "hubsync_tunnel_probe_duration_seconds", "hubsync_tunnel_dial_duration_seconds"} {
 		if !slices.Contains(names, n) {
 			t.Fatalf("metric %s missing from %v", n, names)
 		}

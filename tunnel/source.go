@@ -27,11 +27,6 @@ import (
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 )
 
-// DefaultDialAddress is cluster-proxy's: its agent on each managed cluster
-// registers host=<cluster>, and a Service named <cluster> there points at
-// the API server.
-const DefaultDialAddress = "{{.ClusterName}}:443"
-
 // DefaultKonnectivityServerName is the name verified in the API server's
 // certificate when it is reached through konnectivity: every kube-apiserver
 // serves it for in-cluster clients.
@@ -62,7 +57,8 @@ type SourceOptions struct {
 	// Transport is TransportKonnectivity or TransportDirect.
 	Transport string
 	// DialAddress is the template of the address dialed through
-	// konnectivity; default DefaultDialAddress.
+	// konnectivity (config.DefaultTunnelDialAddress is cluster-proxy's);
+	// required with konnectivity.
 	DialAddress string
 	// ServerName overrides the name verified in the API server's
 	// certificate (default: DefaultKonnectivityServerName through
@@ -98,8 +94,8 @@ func NewSource(cc clusterclient.Interface, kube kubernetes.Interface, opts Sourc
 	default:
 		return nil, fmt.Errorf("tunnel transport %q: want %s or %s", opts.Transport, TransportKonnectivity, TransportDirect)
 	}
-	if opts.DialAddress == "" {
-		opts.DialAddress = DefaultDialAddress
+	if opts.Transport == TransportKonnectivity && opts.DialAddress == "" {
+		return nil, errors.New("tunnel source: no dial address for konnectivity (the configuration's tunnel section fills it)")
 	}
 	tmpl, err := ParseDialAddress(opts.DialAddress)
 	if err != nil {

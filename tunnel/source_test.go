@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/hub"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,7 +55,7 @@ func TestTargetFromTheHub(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.opts.DialAddress == "" {
-				tt.opts.DialAddress = DefaultDialAddress
+				tt.opts.DialAddress = config.DefaultTunnelDialAddress
 			}
 			tmpl, err := ParseDialAddress(tt.opts.DialAddress)
 			if err != nil {

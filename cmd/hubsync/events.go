@@ -5,19 +5,14 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
@@ -46,7 +41,7 @@ type busFlags struct {
 
 func (b *busFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.configFile, "config", "", "hubsync configuration file: its bus section gives the server, credentials and the stream and bucket names")
-	fs.StringVar(&b.server, "server", "", "NATS URL (default: the config's first bus.urls entry, else nats://<bus.embedded.listen>, i.e. nats://127.0.0.1:4222)")
+	fs.StringVar(&b.server, "server", "", "NATS URL, or a comma-separated list (default: the config's bus.urls, else nats://<bus.embedded.listen>, i.e. nats://127.0.0.1:4222)")
 	fs.StringVar(&b.creds, "creds", "", "NATS user credentials file (default: the config's bus.credsFile)")
 	fs.StringVar(&b.nkey, "nkey", "", "NATS NKey user seed file (default: the config's bus.nkeySeedFile)")
 	fs.StringVar(&b.tokenFile, "token-file", "", "file holding the consumer token of hubsync's embedded NATS (default: the config's bus.embedded.authTokenFile)")
@@ -55,162 +50,52 @@ func (b *busFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.tlsKey, "tls-key", "", "client key for NATS (default: the config's bus.tls.keyFile)")
 }
 
-// busTarget is where to connect and what to read there.
-type busTarget struct {
-	url                    string
-	opts                   []nats.Option
-	prefix, stream, bucket string
-}
-
-// resolve fills in what the flags leave unset from the configuration file,
-// or from the defaults when there is none.
-func (b *busFlags) resolve() (*busTarget, error) {
+// busConfig is the bus section of the configuration file (or the
+// defaults) with the flags applied over it.
+func (b *busFlags) busConfig() (config.Bus, error) {
 	cfg := config.Default()
 	if b.configFile != "" {
 		var err error
 		if cfg, err = config.Load(b.configFile); err != nil {
-			return nil, fmt.Errorf("%s: %w", b.configFile, err)
+			return config.Bus{}, fmt.Errorf("%s: %w", b.configFile, err)
 		}
 	}
 	bc := cfg.Bus
-	t := &busTarget{url: b.server, prefix: bc.SubjectPrefix, stream: bc.Stream.Name, bucket: bc.KVBucket}
-	if t.url == "" {
-		if len(bc.URLs) > 0 {
-			t.url = bc.URLs[0]
-		} else {
-			t.url = "nats://" + loopback(bc.Embedded.Listen)
-		}
+	if b.server != "" {
+		// Like nats.go, --server takes a comma-separated list.
+		bc.URLs = strings.Split(b.server, ",")
 	}
-	creds, nkey := cmp.Or(b.creds, bc.CredsFile), cmp.Or(b.nkey, bc.NKeySeedFile)
-	// The configuration never has both an embedded token and bus.urls.
-	tokenFile := cmp.Or(b.tokenFile, bc.Embedded.AuthTokenFile)
-	tlsCA, tlsCert, tlsKey := cmp.Or(b.tlsCA, bc.TLS.CAFile), cmp.Or(b.tlsCert, bc.TLS.CertFile), cmp.Or(b.tlsKey, bc.TLS.KeyFile)
-	switch {
-	case creds != "" && nkey != "":
-		return nil, fmt.Errorf("a credentials file (%s) and an NKey seed file (%s) are mutually exclusive", creds, nkey)
-	case tokenFile != "" && (creds != "" || nkey != ""):
-		return nil, fmt.Errorf("a token file (%s) is for hubsync's embedded NATS, a credentials or NKey seed file for an external one: give one", tokenFile)
-	case (tlsCert == "") != (tlsKey == ""):
-		return nil, errors.New("a TLS client certificate and key go together (--tls-cert and --tls-key)")
+	for _, f := range []struct{ flag, field *string }{
+		{&b.creds, &bc.CredsFile}, {&b.nkey, &bc.NKeySeedFile}, {&b.tokenFile, &bc.Embedded.AuthTokenFile},
+		{&b.tlsCA, &bc.TLS.CAFile}, {&b.tlsCert, &bc.TLS.CertFile}, {&b.tlsKey, &bc.TLS.KeyFile},
+	} {
+		*f.field = cmp.Or(*f.flag, *f.field)
 	}
-	t.opts = []nats.Option{nats.Name("hubsync-cli/" + buildVersion()), nats.Timeout(busTimeout)}
-	if creds != "" {
-		t.opts = append(t.opts, nats.UserCredentials(creds))
-	}
-	if nkey != "" {
-		opt, err := nats.NkeyOptionFromSeed(nkey)
-		if err != nil {
-			return nil, fmt.Errorf("NKey seed %s: %w", nkey, err)
-		}
-		t.opts = append(t.opts, opt)
-	}
-	if tokenFile != "" {
-		tok, err := readTokenFile(tokenFile)
-		if err != nil {
-			return nil, err
-		}
-		t.opts = append(t.opts, nats.Token(tok))
-	}
-	if tlsCA != "" {
-		t.opts = append(t.opts, nats.RootCAs(tlsCA))
-	}
-	if tlsCert != "" {
-		t.opts = append(t.opts, nats.ClientCert(tlsCert, tlsKey))
-	}
-	return t, nil
+	return bc, nil
 }
 
-// loopback turns a listen address into one to dial: an unspecified host
-// (":4222", "0.0.0.0:4222") is reached on loopback.
-func loopback(listen string) string {
-	host, port, err := net.SplitHostPort(listen)
+// dial connects to the bus as a consumer, with the daemon's connection
+// options (credentials, TLS, bus.requireTLS).
+func (b *busFlags) dial() (*bus.Client, config.Bus, error) {
+	bc, err := b.busConfig()
 	if err != nil {
-		return listen
+		return nil, bc, err
 	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
-	}
-	return net.JoinHostPort(host, port)
-}
-
-// readTokenFile reads a token, trimmed; its errors never hold the token.
-func readTokenFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("token file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("token file %s is empty", path)
-	}
-	return tok, nil
-}
-
-// redacted is the URL without its user information, fit for an error
-// message: a NATS URL may carry a token as its user name
-// (nats://TOKEN@host), which url.URL.Redacted would show. Like nats.go it
-// takes a comma-separated list, and URLs without a scheme.
-func redacted(u string) string {
-	urls := strings.Split(u, ",")
-	for i, s := range urls {
-		s = strings.TrimSpace(s)
-		if strings.Contains(s, "://") {
-			urls[i] = config.RedactURL(s)
-		} else {
-			urls[i] = strings.TrimPrefix(config.RedactURL("nats://"+s), "nats://")
-		}
-	}
-	return strings.Join(urls, ",")
-}
-
-const notRunning = "is hubsync running with the bus enabled?"
-
-// connect opens the connection and the JetStream context.
-func (t *busTarget) connect() (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(t.url, t.opts...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %w (%s otherwise set --server or --config)", redacted(t.url), err, notRunning)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("JetStream on %s: %w", redacted(t.url), err)
-	}
-	return nc, js, nil
-}
-
-// jetStreamError explains a failed lookup of the stream or bucket.
-func (t *busTarget) jetStreamError(what, name string, err error) error {
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound), errors.Is(err, jetstream.ErrBucketNotFound):
-		return fmt.Errorf("%s %q not found on %s: %s", what, name, redacted(t.url), notRunning)
-	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
-		errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("JetStream is not enabled on %s: %s", redacted(t.url), notRunning)
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-		return fmt.Errorf("%s %q on %s: no answer within %v: %s", what, name, redacted(t.url), busTimeout, notRunning)
-	default:
-		return fmt.Errorf("%s %q on %s: %w", what, name, redacted(t.url), err)
-	}
-}
-
-// eventTypes are the v1 event types.
-var eventTypes = []string{
-	stream.ProfileCreated, stream.ProfileUpdated, stream.ProfileDeleted,
-	stream.CredentialSynced, stream.CredentialRotated, stream.CredentialRemoved,
-	stream.AccessProviderUpdated,
+	c, err := bus.Dial(bc, "hubsync-cli/"+buildVersion(), busTimeout)
+	return c, bc, err
 }
 
 // parseType reads --type: a full type (io.hubsync.profile.updated), a short
-// one (profile.updated) or a kind (profile, credential, accessprovider). It
-// returns the subject kind and the full type ("" for a whole kind).
+// one (profile.updated) or a kind (profile, credential, accessprovider,
+// tunnel), of the change types the stream defines. It returns the subject
+// kind and the full type ("" for a whole kind).
 func parseType(s string) (kind, full string, err error) {
 	if s == "" {
 		return "", "", nil
 	}
 	short := strings.TrimPrefix(s, events.TypePrefix)
-	var valid []string
-	for _, t := range eventTypes {
+	var kinds, types []string
+	for _, t := range stream.Types {
 		k, err := events.Kind(t)
 		if err != nil {
 			return "", "", err
@@ -221,10 +106,13 @@ func parseType(s string) (kind, full string, err error) {
 		case k == short:
 			return k, "", nil
 		}
-		valid = append(valid, strings.TrimPrefix(t, events.TypePrefix))
+		if !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+		types = append(types, strings.TrimPrefix(t, events.TypePrefix))
 	}
-	return "", "", fmt.Errorf("unknown --type %q: want a kind (profile, credential, accessprovider) or a type (%s), with or without %q",
-		s, strings.Join(valid, ", "), events.TypePrefix)
+	return "", "", fmt.Errorf("unknown --type %q: want a kind (%s) or a type (%s), with or without %q",
+		s, strings.Join(kinds, ", "), strings.Join(types, ", "), events.TypePrefix)
 }
 
 // parseSince reads --since: 0 (everything kept), a duration back from now,
@@ -244,18 +132,6 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("--since %q: want 0, a duration such as 10m, or an RFC 3339 time", s)
 	}
 	return t, nil
-}
-
-// filterSubject is the stream subject matching a namespace, cluster and
-// kind, each a wildcard when empty.
-func filterSubject(prefix, namespace, cluster, kind string) string {
-	token := func(s string) string {
-		if s == "" {
-			return "*"
-		}
-		return events.EscapeToken(s)
-	}
-	return strings.Join([]string{prefix, token(namespace), token(cluster), cmp.Or(kind, "*")}, ".")
 }
 
 type eventsOptions struct {
@@ -279,7 +155,7 @@ func eventsCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.BoolVar(&o.all, "all", false, "replay everything the stream keeps (same as --since 0)")
 	fs.StringVar(&o.namespace, "namespace", "", "only events of this consumer namespace")
 	fs.StringVar(&o.cluster, "cluster", "", "only events of this cluster")
-	fs.StringVar(&o.typ, "type", "", "only this type (profile.updated or io.hubsync.profile.updated) or kind (profile, credential, accessprovider)")
+	fs.StringVar(&o.typ, "type", "", "only this type (profile.updated or io.hubsync.profile.updated) or kind (profile, credential, accessprovider, tunnel)")
 	fs.StringVar(&o.output, "o", "text", "output: text (one line per event) or json (the CloudEvent, one per line)")
 	fs.StringVar(&o.output, "output", "text", "same as -o")
 	fs.BoolVar(&o.follow, "follow", true, "keep printing new events; false exits once the replay is done")
@@ -318,84 +194,33 @@ func eventsCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return o.run(ctx, kind, full, stdout, stderr)
 }
 
-// consumerConfig is the ordered consumer for the options: new events only
-// by default, everything with --all or --since 0, else from a start time.
-func (o *eventsOptions) consumerConfig(filter string) jetstream.OrderedConsumerConfig {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverNewPolicy}
-	if o.all {
-		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
-		return cfg
+// query is the events the options select.
+func (o *eventsOptions) query(kind string) bus.EventQuery {
+	q := bus.EventQuery{Namespace: o.namespace, Cluster: o.cluster, Kind: kind, Follow: o.follow, All: o.all}
+	if o.since != "" {
+		start, _ := parseSince(o.since, o.now()) // checked by the caller
+		q.All, q.Start = start.IsZero(), start
 	}
-	if o.since == "" {
-		return cfg
-	}
-	start, _ := parseSince(o.since, o.now()) // checked by the caller
-	if start.IsZero() {
-		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
-	} else {
-		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
-		cfg.OptStartTime = &start
-	}
-	return cfg
+	return q
 }
 
 func (o *eventsOptions) run(ctx context.Context, kind, fullType string, stdout, stderr io.Writer) error {
-	t, err := o.bus.resolve()
+	c, bc, err := o.bus.dial()
 	if err != nil {
 		return err
 	}
-	nc, js, err := t.connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	filter := filterSubject(t.prefix, o.namespace, o.cluster, kind)
-	lookup, cancel := context.WithTimeout(ctx, busTimeout)
-	defer cancel()
-	stream, err := js.Stream(lookup, t.stream)
-	if err != nil {
-		return t.jetStreamError("stream", t.stream, err)
-	}
-	cons, err := stream.OrderedConsumer(lookup, o.consumerConfig(filter))
-	if err != nil {
-		return fmt.Errorf("consume %s from stream %q: %w", filter, t.stream, err)
-	}
-	// Without --follow, the replay is over when the consumer has delivered
-	// every message it had pending when it was created, or at once when it
-	// had none.
-	if !o.follow && cons.CachedInfo().NumPending == 0 {
-		return nil
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("consume %s from stream %q: %w", filter, t.stream, err)
-	}
-	defer it.Stop()
-	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil // interrupted: a normal end when following
-			}
-			return fmt.Errorf("read stream %q: %w", t.stream, err)
-		}
-		if err := o.print(msg.Data(), msg.Subject(), fullType, stdout, stderr); err != nil {
-			return err
-		}
-		if !o.follow {
-			if meta, err := msg.Metadata(); err == nil && meta.NumPending == 0 {
-				return nil
-			}
-		}
-	}
+	defer c.Close()
+	return c.Events(ctx, bc, o.query(kind), func(subject string, data []byte) error {
+		return o.print(data, subject, fullType, stdout, stderr)
+	})
 }
 
 // print writes one event; a message that is not an event is reported on
 // stderr and skipped, so one bad publisher cannot stop a tail.
 func (o *eventsOptions) print(data []byte, subject, fullType string, stdout, stderr io.Writer) error {
-	var ev events.Event
-	if err := json.Unmarshal(data, &ev); err != nil {
-		fmt.Fprintf(stderr, "hubsync events: skipping a message on %s: not a JSON event: %v\n", subject, err)
+	ev, err := events.Decode(data)
+	if err != nil {
+		fmt.Fprintf(stderr, "hubsync events: skipping a message on %s: not a hubsync event: %v\n", subject, err)
 		return nil
 	}
 	if fullType != "" && ev.Type != fullType {
@@ -411,7 +236,7 @@ func (o *eventsOptions) print(data []byte, subject, fullType string, stdout, std
 	} else {
 		line = []byte(formatEvent(&ev))
 	}
-	_, err := stdout.Write(append(line, '\n'))
+	_, err = stdout.Write(append(line, '\n'))
 	return err
 }
 
@@ -419,6 +244,7 @@ func (o *eventsOptions) print(data []byte, subject, fullType string, stdout, std
 //
 //	2026-11-21T04:00:00Z profile.created        team-ml/eu-prod-01  v1.35.4 healthy=True providers=open-cluster-management
 //	2026-11-21T04:00:00Z credential.rotated     team-ml/eu-prod-01  secret=eu-prod-01-kueue fp=sha256:… expires=…
+//	2026-11-21T04:00:00Z tunnel.failing         team-ml/eu-prod-01  state=failing transport=konnectivity reason="…" since=…
 func formatEvent(ev *events.Event) string {
 	when := "-"
 	if t, err := time.Parse(time.RFC3339Nano, ev.Time); err == nil {
@@ -449,7 +275,30 @@ func formatEvent(ev *events.Event) string {
 			details = append(details, "expires="+c.Expiration.UTC().Format(time.RFC3339))
 		}
 	}
+	if tn := ev.Data.Tunnel; tn != nil {
+		details = append(details, tunnelDetails(tn)...)
+	}
 	return strings.TrimRight(fmt.Sprintf("%s %-22s %s  %s", when, strings.TrimPrefix(ev.Type, events.TypePrefix), where, strings.Join(details, " ")), " ")
+}
+
+// tunnelDetails are a tunnel event's fields: its state, transport, probe
+// round trip (ready) or reason (failing, quoted: it is a sentence), and
+// since when.
+func tunnelDetails(tn *stream.TunnelSummary) []string {
+	details := []string{"state=" + tn.State}
+	if tn.Transport != "" {
+		details = append(details, "transport="+tn.Transport)
+	}
+	if tn.ProbeMillis > 0 {
+		details = append(details, "probe="+strconv.FormatFloat(tn.ProbeMillis, 'f', -1, 64)+"ms")
+	}
+	if tn.Reason != "" {
+		details = append(details, "reason="+strconv.Quote(tn.Reason))
+	}
+	if !tn.Since.IsZero() {
+		details = append(details, "since="+tn.Since.UTC().Format(time.RFC3339))
+	}
+	return details
 }
 
 func providerNames(ps []stream.AccessProviderSummary) string {
@@ -497,46 +346,29 @@ func stateCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return o.run(ctx, stdout, stderr)
 }
 
-// accessRecord is an access record as the table needs it; raw is the value as
-// stored, for -o json.
-type accessRecord struct {
-	bus.Record
-	raw json.RawMessage
-}
-
 func (o *stateOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
-	t, err := o.bus.resolve()
+	c, bc, err := o.bus.dial()
 	if err != nil {
 		return err
 	}
-	nc, js, err := t.connect()
+	defer c.Close()
+	stored, err := c.Records(ctx, bc.KVBucket, o.namespace)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	ctx, cancel := context.WithTimeout(ctx, busTimeout)
-	defer cancel()
-	kv, err := js.KeyValue(ctx, t.bucket)
-	if err != nil {
-		return t.jetStreamError("key-value bucket", t.bucket, err)
-	}
-	keys := "*.*"
-	if o.namespace != "" {
-		// KVKey escapes each part on its own: the namespace's part of the
-		// key is what precedes the dot of KVKey(namespace, "").
-		keys = strings.TrimSuffix(events.KVKey(o.namespace, ""), ".") + ".*"
-	}
-	records, err := readRecords(ctx, kv, keys, stderr)
-	if err != nil {
-		return fmt.Errorf("read bucket %q: %w", t.bucket, err)
-	}
-	slices.SortFunc(records, func(a, b accessRecord) int {
-		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Cluster, b.Cluster))
+	stored = slices.DeleteFunc(stored, func(s bus.StoredRecord) bool {
+		if s.Record == nil {
+			fmt.Fprintf(stderr, "hubsync state: skipping key %s: not an access record\n", s.Key)
+		}
+		return s.Record == nil
+	})
+	slices.SortFunc(stored, func(a, b bus.StoredRecord) int {
+		return cmp.Or(strings.Compare(a.Record.Namespace, b.Record.Namespace), strings.Compare(a.Record.Cluster, b.Record.Cluster))
 	})
 	if o.output == "json" {
-		raws := make([]json.RawMessage, len(records))
-		for i, r := range records {
-			raws[i] = r.raw
+		raws := make([]json.RawMessage, len(stored))
+		for i, s := range stored {
+			raws[i] = s.Value
 		}
 		out, err := json.MarshalIndent(raws, "", "  ")
 		if err != nil {
@@ -545,41 +377,14 @@ func (o *stateOptions) run(ctx context.Context, stdout, stderr io.Writer) error 
 		_, err = stdout.Write(append(out, '\n'))
 		return err
 	}
+	records := make([]bus.Record, len(stored))
+	for i, s := range stored {
+		records[i] = *s.Record
+	}
 	return writeStateTable(stdout, records)
 }
 
-// readRecords reads the current value of every key matching keys: a watch
-// delivers them all, then a nil entry.
-func readRecords(ctx context.Context, kv jetstream.KeyValue, keys string, stderr io.Writer) ([]accessRecord, error) {
-	w, err := kv.Watch(ctx, keys, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = w.Stop() }()
-	var records []accessRecord
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("watch closed")
-			}
-			if e == nil {
-				return records, nil
-			}
-			var r accessRecord
-			if err := json.Unmarshal(e.Value(), &r); err != nil {
-				fmt.Fprintf(stderr, "hubsync state: skipping key %s: not a JSON record: %v\n", e.Key(), err)
-				continue
-			}
-			r.raw = json.RawMessage(slices.Clone(e.Value()))
-			records = append(records, r)
-		}
-	}
-}
-
-func writeStateTable(w io.Writer, records []accessRecord) error {
+func writeStateTable(w io.Writer, records []bus.Record) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMESPACE\tCLUSTER\tK8S\tHEALTHY\tPROVIDERS\tCREDENTIALS")
 	for _, r := range records {

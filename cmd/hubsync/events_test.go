@@ -174,7 +174,7 @@ func TestEventsCommand(t *testing.T) {
 	runCLICases(t, []cliCase{
 		{name: "everything", args: append(replay, "--since", "0"),
 			wantStdout: want("created", "edge", "synced", "rotated", "web", "providers", "deleted"),
-			wantStderr: "skipping a message on hubsync.team-ml.eu-prod-01.profile: not a JSON event"},
+			wantStderr: "skipping a message on hubsync.team-ml.eu-prod-01.profile: not a hubsync event"},
 		{name: "--all", args: append(replay, "--all", "--namespace", "team-web"), wantStdout: want("web", "deleted")},
 		{name: "by namespace", args: append(replay, "--since", "0", "--namespace", "team-web"), wantStdout: want("web", "deleted")},
 		{name: "by escaped cluster", args: append(replay, "--since", "0", "--cluster", "edge.eu-1"), wantStdout: want("edge", "providers")},
@@ -405,6 +405,13 @@ func TestBusUnavailable(t *testing.T) {
 			wantStderr: []string{"give one"}},
 		{name: "default server from a config", args: []string{"state", "--config", writeConfig(t, "bus:\n  embedded:\n    listen: "+strings.TrimPrefix(closed, "nats://")+"\n")},
 			wantStderr: []string{"cannot reach NATS at " + closed}},
+		{name: "token in an unparseable URL not shown", args: []string{"state", "--server", strings.Replace(closed, "nats://", "nats://s3cret-t0ken@", 1) + "x"},
+			wantStderr: []string{"is not a URL"}},
+		{name: "tokens in a list of URLs not shown", args: []string{"events", "--all", "--server", strings.Replace(closed, "nats://", "nats://s3cret-t0ken@", 1) + "," +
+			strings.Replace(closed, "nats://", "nats://me:s3cret@", 1)},
+			wantStderr: []string{"cannot reach NATS at nats://REDACTED@" + strings.TrimPrefix(closed, "nats://") + ",nats://REDACTED@"}},
+		{name: "bus.requireTLS refuses a server without TLS", args: []string{"state", "--config", writeConfig(t, "bus:\n  urls: ['"+bare+"']\n  requireTLS: true\n")},
+			wantStderr: []string{"cannot reach NATS at " + bare, "secure connection not available"}},
 		{name: "no stream", args: []string{"events", "--server", bare, "--all"},
 			wantStderr: []string{`stream "HUBSYNC_EVENTS" not found on ` + bare + ": is hubsync running with the bus enabled?"}},
 		{name: "no bucket", args: []string{"state", "--server", bare},
@@ -464,6 +471,9 @@ func TestEventsHelpers(t *testing.T) {
 		{in: "credential.rotated", kind: "credential", full: stream.CredentialRotated},
 		{in: stream.ProfileDeleted, kind: "profile", full: stream.ProfileDeleted},
 		{in: "accessprovider.updated", kind: "accessprovider", full: stream.AccessProviderUpdated},
+		{in: "tunnel", kind: "tunnel"},
+		{in: "tunnel.failing", kind: "tunnel", full: stream.TunnelFailing},
+		{in: "io.hubsync.tunnel.ready", kind: "tunnel", full: stream.TunnelReady},
 		{in: "tunnel.down", err: true},
 		{in: "Profile", err: true},
 	} {
@@ -478,13 +488,16 @@ func TestEventsHelpers(t *testing.T) {
 		{cluster: "edge.eu-1", kind: "credential", want: "hubsync.*.edge%2Eeu-1.credential"},
 		{ns: "team-ml", cluster: "eu-prod-01", kind: "profile", want: "hubsync.team-ml.eu-prod-01.profile"},
 	} {
-		if got := filterSubject("hubsync", tc.ns, tc.cluster, tc.kind); got != tc.want {
-			t.Errorf("filterSubject(%q, %q, %q) = %q, want %q", tc.ns, tc.cluster, tc.kind, got, tc.want)
+		q := bus.EventQuery{Namespace: tc.ns, Cluster: tc.cluster, Kind: tc.kind}
+		if got := q.Subject("hubsync"); got != tc.want {
+			t.Errorf("subject of %+v = %q, want %q", q, got, tc.want)
 		}
 	}
 	for in, want := range map[string]string{"127.0.0.1:4222": "127.0.0.1:4222", ":4222": "127.0.0.1:4222", "0.0.0.0:4222": "127.0.0.1:4222", "[::]:4222": "127.0.0.1:4222", "nats.local:4222": "nats.local:4222"} {
-		if got := loopback(in); got != want {
-			t.Errorf("loopback(%q) = %q, want %q", in, got, want)
+		bc := config.Default().Bus
+		bc.Embedded.Listen = in
+		if got := bus.ConsumerURLs(bc); len(got) != 1 || got[0] != "nats://"+want {
+			t.Errorf("ConsumerURLs(listen %q) = %q, want nats://%s", in, got, want)
 		}
 	}
 }
@@ -667,4 +680,32 @@ func TestEventsFollowAsConsumer(t *testing.T) {
 	if strings.Contains(stdout.String(), "team-ml/old") {
 		t.Errorf("printed an event from before the command started:\n%s", stdout.String())
 	}
+}
+
+// TestEventsTunnel: tunnel events are listed, filtered by kind or type,
+// and printed with their state, transport, reason and probe time.
+func TestEventsTunnel(t *testing.T) {
+	url, js := startNATS(t)
+	createBus(t, js)
+	tunnel := func(typ string, minute int, ts stream.TunnelSummary) stream.Change {
+		return stream.Change{Type: typ, Namespace: "team-ml", Cluster: "eu-prod-01", Name: "eu-prod-01", ResourceVersion: fmt.Sprint(minute),
+			Time: t0.Add(time.Duration(minute) * time.Minute), Tunnel: &ts}
+	}
+	for _, c := range []stream.Change{
+		profileChange(stream.ProfileCreated, "team-ml", "eu-prod-01", 0),
+		tunnel(stream.TunnelFailing, 1, stream.TunnelSummary{State: "failing", Transport: "konnectivity",
+			Reason: "dial eu-prod-01:443: No agent available", Since: t0.Add(time.Minute)}),
+		tunnel(stream.TunnelReady, 2, stream.TunnelSummary{State: "ready", Transport: "konnectivity", ProbeMillis: 2.5, Since: t0.Add(2 * time.Minute)}),
+	} {
+		publish(t, js, c)
+	}
+	failing := "2026-11-21T04:01:00Z tunnel.failing         team-ml/eu-prod-01  state=failing transport=konnectivity " +
+		`reason="dial eu-prod-01:443: No agent available" since=2026-11-21T04:01:00Z` + "\n"
+	ready := "2026-11-21T04:02:00Z tunnel.ready           team-ml/eu-prod-01  state=ready transport=konnectivity probe=2.5ms since=2026-11-21T04:02:00Z\n"
+	replay := []string{"events", "--server", url, "--follow=false", "--all"}
+	runCLICases(t, []cliCase{
+		{name: "the kind", args: append(replay, "--type", "tunnel"), wantStdout: failing + ready},
+		{name: "a type", args: append(replay, "--type", "tunnel.failing"), wantStdout: failing},
+		{name: "a full type", args: append(replay, "--type", stream.TunnelReady), wantStdout: ready},
+	})
 }

@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/yaml"
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/sinks"
@@ -104,15 +103,15 @@ func (o *kubeconfigOptions) complete(fs *flag.FlagSet) error {
 		return errors.New("--namespace goes with --sa")
 	}
 	if o.configFile != "" {
-		// Only the gateway's URL and CA are wanted: the file is not
-		// validated as a whole, since its other paths (certificates,
-		// the hub kubeconfig) need not exist where this runs.
+		// The file is validated as the daemon would, but its files (the
+		// gateway's key, the hub kubeconfig) are not read: they need not
+		// exist where this runs.
 		data, err := os.ReadFile(o.configFile)
 		if err != nil {
 			return fmt.Errorf("--config: %w", err)
 		}
-		var cfg config.Config
-		if err := yaml.Unmarshal(data, &cfg); err != nil {
+		cfg, err := config.Decode(data)
+		if err != nil {
 			return fmt.Errorf("--config %s: %w", o.configFile, err)
 		}
 		if o.gatewayURL == "" {

@@ -13,6 +13,14 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
+// gatewayConfig is a valid hubsync configuration with the gateway on, but
+// for its serving certificate.
+const gatewayConfig = `tunnel: {enabled: true, transport: direct, managedServiceAccount: hubsync-gateway}
+gateway:
+  enabled: true
+  url: https://gw.example:8443
+`
+
 func TestKubeconfigCommand(t *testing.T) {
 	dir := t.TempDir()
 	ca := filepath.Join(dir, "ca.crt")
@@ -29,8 +37,16 @@ func TestKubeconfigCommand(t *testing.T) {
 			wantArgs: []string{"hub-token", "--kubeconfig=" + filepath.Join(mustWd(t), "hub.yaml"), "--context=admin"}},
 		{name: "managed service account", args: []string{"--cluster=c1", "--gateway=https://gw.example:8443", "--ca-file=" + ca, "--sa=viewer", "--namespace=team-a"},
 			wantArgs: []string{"creds", "--managed-serviceaccount=viewer", "--cluster=c1", "--namespace=team-a"}},
-		{name: "from hubsync's config file", args: []string{"--cluster=c1", "--hub-kubeconfig=hub.yaml", "--config=" + writeConfig(t, "gateway:\n  enabled: true\n  url: https://gw.example:8443\n  tls: {certFile: /not/here.crt, keyFile: /not/here.key, caFile: "+ca+"}\n")},
+		// The daemon's certificate and key need not exist where this runs.
+		{name: "from hubsync's config file", args: []string{"--cluster=c1", "--hub-kubeconfig=hub.yaml", "--config=" + writeConfig(t, gatewayConfig+
+			"  tls: {certFile: /not/here.crt, keyFile: /not/here.key, caFile: "+ca+"}\n")},
 			wantArgs: []string{"hub-token", "--kubeconfig=" + filepath.Join(mustWd(t), "hub.yaml")}},
+		{name: "invalid config file", args: []string{"--cluster=c1", "--config=" + writeConfig(t, gatewayConfig+
+			"  tls: {certFile: /not/here.crt, keyFile: /not/here.key}\nlogging: {level: loud}\n")},
+			wantErr: "logging.level"},
+		{name: "misspelt key in config file", args: []string{"--cluster=c1", "--config=" + writeConfig(t, gatewayConfig+
+			"  tls: {certFile: /not/here.crt, keyFile: /not/here.key}\n  caFlie: "+ca+"\n")},
+			wantErr: "gateway.caFlie"},
 		{name: "no cluster", args: []string{"--gateway=https://gw"}, wantErr: "--cluster is required"},
 		{name: "bad cluster", args: []string{"--cluster=../c2", "--gateway=https://gw"}, wantErr: "not a cluster name"},
 		{name: "plain http", args: []string{"--cluster=c1", "--gateway=http://gw"}, wantErr: "https://"},

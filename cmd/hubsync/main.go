@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+
+	"github.com/hubsync/hubsync/daemon"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -49,7 +51,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "run":
-		err = runCommand(ctx, args[1:], stderr)
+		err = runCommand(ctx, args[1:], stderr, daemon.Run)
 	case "check-config":
 		err = checkConfigCommand(args[1:], stdout, stderr)
 	case "creds":

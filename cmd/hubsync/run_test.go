@@ -2,80 +2,51 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
-	"net/http"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/hubsync/hubsync/stream"
-	"github.com/hubsync/hubsync/tunnel"
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/daemon"
 )
 
-func TestServerEndpoints(t *testing.T) {
-	tests := []struct {
-		name  string
-		pprof bool
-		path  string
-		ready bool
-		want  int
-		body  string // a line the body must hold
+// TestRunCommand runs `hubsync run` with a stand-in for the daemon: the
+// flags win over the file, at the start and (through Override) at every
+// reload, and the daemon learns where its configuration came from.
+func TestRunCommand(t *testing.T) {
+	dir := t.TempDir()
+	fromFile, fromFlag := writeFile(t, dir, "file.kubeconfig", ""), writeFile(t, dir, "flag.kubeconfig", "")
+	file := writeFile(t, dir, "hubsync.yaml", "hub: {kubeconfig: "+fromFile+", qps: 7}\n")
+	for _, tc := range []struct {
+		name           string
+		args           []string
+		wantKubeconfig string
+		wantPath       string
 	}{
-		{name: "metrics", path: "/metrics", want: http.StatusOK},
-		{name: "healthz", path: "/healthz", want: http.StatusOK},
-		{name: "readyz while not ready", path: "/readyz", want: http.StatusServiceUnavailable},
-		{name: "no profiles by default", path: "/debug/pprof/", want: http.StatusNotFound},
-		{name: "profiles when asked for", pprof: true, path: "/debug/pprof/", want: http.StatusOK},
-		{name: "heap profile when asked for", pprof: true, path: "/debug/pprof/heap", want: http.StatusOK},
-		{name: "a failing sink does not make hubsync unready", ready: true, path: "/readyz?verbose", want: http.StatusOK,
-			body: "sink hooks (webhook): failing (3 attempts): POST https://hooks.example/: 503, 0 queued\n"},
-		{name: "sinks are listed only when asked for", ready: true, path: "/readyz", want: http.StatusOK, body: "ok\n"},
-		{name: "a failing tunnel does not make hubsync unready", ready: true, path: "/readyz?verbose", want: http.StatusOK,
-			body: "tunnel c2: failing for 1m0s: dial c2:443: No agent available\n"},
-		{name: "tunnel summary", ready: true, path: "/readyz?verbose", want: http.StatusOK, body: "tunnels: 1 ready, 1 failing, 0 connecting\n"},
-	}
-	now := time.Now()
-	tunnels := func() []tunnel.Status {
-		return []tunnel.Status{
-			{Cluster: "c1", State: tunnel.StateReady, Since: now.Add(-time.Hour), ProbeLatency: 2 * time.Millisecond},
-			{Cluster: "c2", State: tunnel.StateFailing, Since: now.Add(-time.Minute), Reason: "dial c2:443: No agent available"},
-		}
-	}
-	statuses := func() []stream.Status {
-		return []stream.Status{
-			{Name: "hooks", Type: "webhook", Failures: 3, LastError: "POST https://hooks.example/: 503"},
-			{Name: "nats", Type: "nats", Healthy: true},
-		}
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			srv, ln, err := newServer("127.0.0.1:0", tt.pprof, prometheus.NewRegistry(), statuses, tunnels, func() (bool, string) {
-				if tt.ready {
-					return true, "ok"
-				}
-				return false, "caches not synced"
+		{name: "the file", args: []string{"--config", file}, wantKubeconfig: fromFile, wantPath: file},
+		{name: "the flag over the file", args: []string{"--config", file, "--kubeconfig", fromFlag}, wantKubeconfig: fromFlag, wantPath: file},
+		{name: "no file", args: []string{"--kubeconfig", fromFlag}, wantKubeconfig: fromFlag},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stop := errors.New("the stand-in ran")
+			var got *config.Config
+			var opts daemon.Options
+			err := runCommand(context.Background(), tc.args, io.Discard, func(_ context.Context, cfg *config.Config, o daemon.Options) error {
+				got, opts = cfg, o
+				return stop
 			})
-			if err != nil {
-				t.Fatal(err)
+			if !errors.Is(err, stop) {
+				t.Fatalf("runCommand = %v, want the daemon's error", err)
 			}
-			go func() { _ = srv.Serve(ln) }()
-			t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-			resp, err := http.Get("http://" + ln.Addr().String() + tt.path)
-			if err != nil {
-				t.Fatal(err)
+			if got.Hub.Kubeconfig != tc.wantKubeconfig || opts.ConfigPath != tc.wantPath || opts.Log == nil || opts.Version == "" {
+				t.Errorf("daemon ran with kubeconfig %q, options %+v; want kubeconfig %q, config path %q, a logger and a version",
+					got.Hub.Kubeconfig, opts, tc.wantKubeconfig, tc.wantPath)
 			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != tt.want {
-				t.Errorf("GET %s: %d, want %d", tt.path, resp.StatusCode, tt.want)
-			}
-			if tt.body != "" && !strings.Contains(string(body), tt.body) {
-				t.Errorf("GET %s: body %q lacks %q", tt.path, body, tt.body)
-			}
-			if tt.path == "/readyz" && (strings.Contains(string(body), "sink ") || strings.Contains(string(body), "tunnel")) {
-				t.Errorf("GET /readyz lists sinks unasked: %q", body)
+			reloaded := config.Default()
+			reloaded.Hub.Kubeconfig = fromFile
+			opts.Override(reloaded)
+			if reloaded.Hub.Kubeconfig != tc.wantKubeconfig {
+				t.Errorf("a reloaded configuration gets kubeconfig %q, want %q", reloaded.Hub.Kubeconfig, tc.wantKubeconfig)
 			}
 		})
 	}

@@ -91,20 +91,14 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		return nil, fmt.Errorf("argocd sink %s: no hub client", cfg.Name)
 	}
 	a := *cfg.ArgoCD
-	// The configuration normally comes with its defaults set; a sink made
-	// from a bare one behaves the same.
-	if a.Namespace == "" {
-		a.Namespace = config.DefaultArgoCDNamespace
-	}
-	if a.Auth == "" {
-		a.Auth = config.AuthExec
-	}
-	if a.Exec.Command == "" {
-		a.Exec.Command = config.DefaultExecCommand
-	}
+	// config fills every default; a missing value here is a caller's bug.
 	switch {
 	case cfg.Name == "":
 		return nil, errors.New("argocd sink: no name")
+	case a.Namespace == "":
+		return nil, fmt.Errorf("argocd sink %s: no namespace (config.SetDefaults fills it)", cfg.Name)
+	case a.Auth == config.AuthExec && a.Exec.Command == "":
+		return nil, fmt.Errorf("argocd sink %s: no exec command (config.SetDefaults fills it)", cfg.Name)
 	case a.ConsumerNamespace == "":
 		return nil, fmt.Errorf("argocd sink %s: no consumerNamespace", cfg.Name)
 	case a.AccessProvider == "":

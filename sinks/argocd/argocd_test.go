@@ -60,7 +60,9 @@ func newEnv(t *testing.T, mutate func(*config.ArgoCDSink), objs ...runtime.Objec
 		mutate(a)
 	}
 	e := &env{kube: fake.NewClientset(objs...), reg: prometheus.NewRegistry(), logs: &bytes.Buffer{}}
-	s, err := New(config.Sink{Name: sinkName, Type: config.SinkArgoCD, ArgoCD: a}, sinks.Deps{
+	sc := config.Sink{Name: sinkName, Type: config.SinkArgoCD, ArgoCD: a}
+	sc.SetDefaults()
+	s, err := New(sc, sinks.Deps{
 		Kube:       e.kube,
 		Log:        slog.New(slog.NewTextHandler(e.logs, nil)),
 		Registerer: e.reg,
@@ -690,12 +692,15 @@ func TestNewRejects(t *testing.T) {
 		"no consumer namespace": func(s *config.Sink) {
 			s.ArgoCD.ConsumerNamespace = ""
 		},
-		"bad auth":  func(s *config.Sink) { s.ArgoCD.Auth = "basic" },
-		"bad shard": func(s *config.Sink) { s.ArgoCD.Shard = "one" },
+		"bad auth":             func(s *config.Sink) { s.ArgoCD.Auth = "basic" },
+		"no namespace":         func(s *config.Sink) { s.ArgoCD.Namespace = "" },
+		"exec without command": func(s *config.Sink) { s.ArgoCD.Exec.Command = "" },
+		"bad shard":            func(s *config.Sink) { s.ArgoCD.Shard = "one" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			a := ok
 			s := config.Sink{Name: sinkName, Type: config.SinkArgoCD, ArgoCD: &a}
+			s.SetDefaults()
 			mutate(&s)
 			if _, err := New(s, deps); err == nil {
 				t.Error("New accepted it")
@@ -709,7 +714,9 @@ func TestMetricsShared(t *testing.T) {
 	a := config.ArgoCDSink{ConsumerNamespace: consumer, AccessProvider: provider, ManagedServiceAccount: msa}
 	var made []sinks.Sink
 	for _, name := range []string{"one", "two"} {
-		s, err := New(config.Sink{Name: name, Type: config.SinkArgoCD, ArgoCD: &a}, sinks.Deps{Kube: fake.NewClientset(), Registerer: reg})
+		sc := config.Sink{Name: name, Type: config.SinkArgoCD, ArgoCD: &a}
+		sc.SetDefaults()
+		s, err := New(sc, sinks.Deps{Kube: fake.NewClientset(), Registerer: reg})
 		if err != nil {
 			t.Fatalf("New %s: %v", name, err)
 		}

@@ -1,10 +1,9 @@
 package argocd
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hubsync/hubsync/sinks"
 )
 
 // conflictGauge is the sink's series of hubsync_argocd_conflicts.
@@ -22,18 +21,9 @@ func newConflictGauge(reg prometheus.Registerer, sink string) (conflictGauge, er
 		Name: "hubsync_argocd_conflicts",
 		Help: "Clusters of an Argo CD sink in a conflict: their server is also another cluster's (the first by name gets it) or a foreign cluster Secret's, or their Secret name is taken by a Secret hubsync does not own.",
 	}, []string{"sink"})
-	if reg != nil {
-		if err := reg.Register(vec); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			existing, ok := (*prometheus.GaugeVec)(nil), false
-			if errors.As(err, &are) {
-				existing, ok = are.ExistingCollector.(*prometheus.GaugeVec)
-			}
-			if !ok {
-				return conflictGauge{}, fmt.Errorf("register metrics: %w", err)
-			}
-			vec = existing
-		}
+	vec, err := sinks.Register(reg, vec)
+	if err != nil {
+		return conflictGauge{}, err
 	}
 	g := conflictGauge{vec: vec, sink: sink}
 	g.set(0)

@@ -52,6 +52,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -130,11 +131,11 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		state:    map[stream.Key]stream.AccessProviderSummary{},
 		written:  map[string][sha256.Size]byte{},
 	}
-	if s.exec.command == "" {
-		s.exec.command = config.DefaultExecCommand
-	}
 	switch k.Auth {
-	case "", config.AuthExec:
+	case config.AuthExec:
+		if s.exec.command == "" {
+			return nil, fmt.Errorf("kubeconfig sink %s: no exec command (config.SetDefaults fills it)", cfg.Name)
+		}
 	case config.AuthToken:
 		s.tokenMode = true
 		if s.kube == nil {
@@ -368,9 +369,27 @@ func (s *Sink) Resync(ctx context.Context, snapshot []stream.Change) error {
 	if err := sinks.EnsureDir(s.dir); err != nil {
 		return fmt.Errorf("kubeconfig sink %s: %w", s.name, err)
 	}
-
 	// The snapshot is the whole current state: what was known before is
 	// replaced, not merged.
+	state, creds := s.snapshotState(snapshot)
+	s.state = state
+	res, err := s.writeAll(ctx, state, creds)
+	if err != nil {
+		// Stopped: without every file written, pruning would guess.
+		return errors.Join(append(res.errs, err)...)
+	}
+	removed, err := s.prune(res.desired)
+	if err != nil {
+		res.errs = append(res.errs, err)
+	}
+	s.log.Info("kubeconfig sink resynced", "written", res.written, "removed", removed, "unchanged", res.unchanged, "failed", len(res.errs))
+	return errors.Join(res.errs...)
+}
+
+// snapshotState reads a snapshot: the access provider of every profile
+// that has the sink's, and the keys whose credential copy of the sink's
+// ManagedServiceAccount exists.
+func (s *Sink) snapshotState(snapshot []stream.Change) (map[stream.Key]stream.AccessProviderSummary, map[stream.Key]bool) {
 	state := map[stream.Key]stream.AccessProviderSummary{}
 	creds := map[stream.Key]bool{}
 	for _, c := range snapshot {
@@ -390,58 +409,56 @@ func (s *Sink) Resync(ctx context.Context, snapshot []stream.Change) error {
 			}
 		}
 	}
-	s.state = state
+	return state, creds
+}
 
-	keys := make([]stream.Key, 0, len(state))
-	for k := range state {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b stream.Key) int {
+// resyncResult is what writeAll did: the file names to keep (written,
+// unchanged, or kept because their render failed), the counts for the log
+// and the keys' errors.
+type resyncResult struct {
+	desired            map[string]bool
+	written, unchanged int
+	errs               []error
+}
+
+// writeAll writes the file of every key of state, in order. A key whose
+// render fails keeps whatever file it has until the hub answers. It
+// returns ctx's error if ctx ends first.
+func (s *Sink) writeAll(ctx context.Context, state map[stream.Key]stream.AccessProviderSummary, creds map[stream.Key]bool) (resyncResult, error) {
+	keys := slices.SortedFunc(maps.Keys(state), func(a, b stream.Key) int {
 		return strings.Compare(a.Namespace+"/"+a.Cluster, b.Namespace+"/"+b.Cluster)
 	})
-
-	var errs []error
-	desired := map[string]bool{}
-	var nWritten, nUnchanged, nRemoved int
+	r := resyncResult{desired: map[string]bool{}}
 	for _, key := range keys {
 		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, err)...)
+			return r, err
 		}
-		name := FileName(key.Namespace, key.Cluster)
-		log := s.log.With("namespace", key.Namespace, "cluster", key.Cluster)
 		if s.tokenMode && !creds[key] {
 			// No credential copy, so no token: the file is not wanted.
 			continue
 		}
+		name := FileName(key.Namespace, key.Cluster)
 		data, err := s.render(ctx, key)
 		if err != nil {
-			// Keep whatever file there is until the hub answers.
-			desired[name] = true
-			errs = append(errs, fmt.Errorf("%s/%s: %w", key.Namespace, key.Cluster, err))
+			r.desired[name] = true
+			r.errs = append(r.errs, fmt.Errorf("%s/%s: %w", key.Namespace, key.Cluster, err))
 			continue
 		}
 		if data == nil {
 			continue
 		}
-		desired[name] = true
-		res, err := s.write(key, data, log)
+		r.desired[name] = true
+		res, err := s.write(key, data, s.log.With("namespace", key.Namespace, "cluster", key.Cluster))
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("%s/%s: %w", key.Namespace, key.Cluster, err))
+			r.errs = append(r.errs, fmt.Errorf("%s/%s: %w", key.Namespace, key.Cluster, err))
 		case res == written:
-			nWritten++
+			r.written++
 		case res == unchanged:
-			nUnchanged++
+			r.unchanged++
 		}
 	}
-
-	removed, err := s.prune(desired)
-	nRemoved = removed
-	if err != nil {
-		errs = append(errs, err)
-	}
-	s.log.Info("kubeconfig sink resynced", "written", nWritten, "removed", nRemoved, "unchanged", nUnchanged, "failed", len(errs))
-	return errors.Join(errs...)
+	return r, nil
 }
 
 // prune removes the files of this sink that are not desired, and its own

@@ -60,7 +60,9 @@ func newFixture(t *testing.T, auth string, mutate ...func(*config.KubeconfigSink
 	for _, m := range mutate {
 		m(k)
 	}
-	s, err := New(config.Sink{Name: testSink, Type: config.SinkKubeconfig, Kubeconfig: k}, sinks.Deps{
+	sc := config.Sink{Name: testSink, Type: config.SinkKubeconfig, Kubeconfig: k}
+	sc.SetDefaults()
+	s, err := New(sc, sinks.Deps{
 		Kube: kube,
 		Log:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
@@ -782,9 +784,11 @@ func TestResyncKeepsFilesOnHubError(t *testing.T) {
 
 func TestNew(t *testing.T) {
 	good := func() config.Sink {
-		return config.Sink{Name: "s", Type: config.SinkKubeconfig, Kubeconfig: &config.KubeconfigSink{
+		s := config.Sink{Name: "s", Type: config.SinkKubeconfig, Kubeconfig: &config.KubeconfigSink{
 			Directory: "/var/lib/kc", AccessProvider: testProvider, ManagedServiceAccount: testMSA,
 		}}
+		s.SetDefaults()
+		return s
 	}
 	tests := []struct {
 		name   string
@@ -797,6 +801,8 @@ func TestNew(t *testing.T) {
 		{name: "relative directory", mutate: func(c *config.Sink) { c.Kubeconfig.Directory = "kc" }},
 		{name: "no provider", mutate: func(c *config.Sink) { c.Kubeconfig.AccessProvider = "" }},
 		{name: "no msa", mutate: func(c *config.Sink) { c.Kubeconfig.ManagedServiceAccount = "" }},
+		{name: "undefaulted auth", mutate: func(c *config.Sink) { c.Kubeconfig.Auth = "" }},
+		{name: "exec without command", mutate: func(c *config.Sink) { c.Kubeconfig.Exec.Command = "" }},
 		{name: "unknown auth", mutate: func(c *config.Sink) { c.Kubeconfig.Auth = "password" }},
 		{name: "token without client", mutate: func(c *config.Sink) { c.Kubeconfig.Auth = config.AuthToken }},
 		{name: "token", mutate: func(c *config.Sink) { c.Kubeconfig.Auth = config.AuthToken }, deps: sinks.Deps{Kube: fake.NewClientset()}, ok: true},

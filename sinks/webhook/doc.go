@@ -26,7 +26,20 @@
 // CloudEvents SDK's HTTP retry is not used: it ignores Retry-After, has no
 // jitter (many hubs behind one outage would retry in lock step) and does
 // not retry a 500. A 410 Gone disables the sink until it is recreated (for
-// example on a configuration reload): events are then dropped.
+// example on a configuration reload): events are then dropped. The delays
+// are apimachinery's wait.Backoff (200ms doubling up to 30s) with half of
+// each step random; classify holds the whole policy, one verdict per answer.
+//
+// # Health
+//
+// Since Deliver only spools, the fan-out sees every delivery succeed: the
+// sink reports its own status instead (stream.Reporter), from the spool
+// and from the record of the sender's attempts. Its backlog counts as
+// queued (hubsync_sink_queue_depth), its oldest event's spool time is the
+// oldest waiting, and once the endpoint has refused every attempt (any
+// answer but 2xx, or none) for failingAfter (default 1m) the sink is
+// failing (hubsync_sink_up 0, /readyz?verbose) until an attempt succeeds;
+// a 410 makes it failing at once.
 //
 // # Spool
 //

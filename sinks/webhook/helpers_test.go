@@ -25,6 +25,7 @@ import (
 	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 const testSource = "hubsync/test-hub"
@@ -272,15 +273,7 @@ func newToken(t *testing.T) string {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	testutil.Eventually(t, 15*time.Second, 2*time.Millisecond, cond, "timed out waiting for %s", what)
 }
 
 // metric returns the value of the series of name with the given labels in

@@ -5,12 +5,14 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hubsync/hubsync/sinks"
 )
 
 // metrics are the webhook sinks' collectors. Every webhook sink makes its
-// own and registers them; the second sink finds them registered and uses
-// the first one's (prometheus.AlreadyRegisteredError), so the series of all
-// webhook sinks live in one collector per name, labelled by sink.
+// own and registers them with sinks.Register, which hands the second sink
+// the first one's: the series of all webhook sinks live in one collector
+// per name, labelled by sink.
 type metrics struct {
 	requests    *prometheus.CounterVec
 	spoolBytes  *prometheus.GaugeVec
@@ -43,51 +45,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "1 while a webhook sink is disabled because its endpoint answered 410 Gone (until the sink is recreated).",
 		}, []string{"sink"}),
 		delivery: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "hubsync_webhook_delivery_seconds",
+			Name:    "hubsync_webhook_delivery_duration_seconds",
 			Help:    "Time from an event being spooled to its endpoint answering 2xx.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
 		}, []string{"sink"}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	var err error
-	m.requests, err = register(reg, m.requests)
-	if err == nil {
-		m.spoolBytes, err = register(reg, m.spoolBytes)
-	}
-	if err == nil {
-		m.spoolEvents, err = register(reg, m.spoolEvents)
-	}
-	if err == nil {
-		m.dropped, err = register(reg, m.dropped)
-	}
-	if err == nil {
-		m.disabled, err = register(reg, m.disabled)
-	}
-	if err == nil {
-		m.delivery, err = register(reg, m.delivery)
-	}
-	if err != nil {
-		return nil, err
+	var errs [6]error
+	m.requests, errs[0] = sinks.Register(reg, m.requests)
+	m.spoolBytes, errs[1] = sinks.Register(reg, m.spoolBytes)
+	m.spoolEvents, errs[2] = sinks.Register(reg, m.spoolEvents)
+	m.dropped, errs[3] = sinks.Register(reg, m.dropped)
+	m.disabled, errs[4] = sinks.Register(reg, m.disabled)
+	m.delivery, errs[5] = sinks.Register(reg, m.delivery)
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector of the same name that
-// another webhook sink registered before.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, fmt.Errorf("register webhook metrics: %w", err)
 }
 
 // sinkMetrics are one sink's series. They look their children up on every

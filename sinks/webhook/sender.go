@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/hubsync/hubsync/events"
 )
@@ -27,14 +30,15 @@ const warnEvery = 30 * time.Second
 // can be reused; the body itself is never used.
 const maxDrain = 64 << 10
 
-// attempt is the outcome of one POST.
-type attempt struct {
-	// err is nil when the endpoint answered 2xx.
-	err error
-	// gone is set when it answered 410 Gone.
-	gone bool
-	// retryAfter is the endpoint's Retry-After of a 429 or 503, capped.
-	retryAfter time.Duration
+// sendState is the sender's own state between attempts.
+type sendState struct {
+	// backoff gives the delays between failed attempts at one event; it
+	// starts again after a success.
+	backoff   wait.Backoff
+	failures  int       // failed attempts since the last 2xx
+	notBefore time.Time // no attempt before then (backoff, Retry-After)
+	lastWarn  time.Time
+	idleSince time.Time // since when the spool has had nothing to send
 }
 
 // run is the sender: it posts the spooled events one at a time, oldest
@@ -48,52 +52,19 @@ type attempt struct {
 // does not retry a 500.
 func (s *sink) run(ctx context.Context) {
 	defer close(s.done)
-	var (
-		failures  int       // failed attempts since the last 2xx
-		notBefore time.Time // no attempt before then (backoff, Retry-After)
-		lastWarn  time.Time
-		idleSince time.Time // since when the spool has had nothing to send
-	)
+	st := &sendState{backoff: s.opts.newBackoff()}
 	for ctx.Err() == nil {
-		if err := s.saveToldIfDue(false); err != nil {
-			s.log.Warn("cannot save what the webhook endpoint was told; delivered segments stay on disk until it can", "err", err)
-		}
-		if s.attached() && s.spool.endOverflow() {
-			s.log.Info("webhook spool has drained after events were dropped; asking for a resync from the current state")
-			s.requestResync()
-		}
+		s.housekeep()
 		e, ok, err := s.spool.peek()
-		if err != nil {
-			n, derr := s.spool.dropHead()
-			s.log.Error("cannot read the webhook spool's next segment; dropping it, and resyncing the endpoint once the spool has drained",
-				"err", err, "events", n)
-			if derr != nil {
-				s.log.Warn("cannot remove the unreadable segment", "err", derr)
-			}
+		switch {
+		case err != nil:
+			s.dropUnreadable(err)
+			continue
+		case !ok:
+			s.idle(ctx, st)
 			continue
 		}
-		if !ok {
-			// Wake up now and then to save what the endpoint was told, and
-			// once the spool has been idle that long, let its tail segment
-			// go.
-			s.toldMu.Lock()
-			nap := s.toldSaveEvery
-			s.toldMu.Unlock()
-			if s.spool.hasTail() {
-				now := s.opts.now()
-				if idleSince.IsZero() {
-					idleSince = now
-				}
-				if now.Sub(idleSince) >= tailIdle {
-					s.spool.closeIdleTail()
-				} else {
-					nap = min(nap, tailIdle-now.Sub(idleSince))
-				}
-			}
-			s.sleep(ctx, nap)
-			continue
-		}
-		idleSince = time.Time{}
+		st.idleSince = time.Time{}
 		if s.disabled.Load() {
 			n, err := s.spool.dropAll()
 			s.log.Debug("webhook sink disabled (410 Gone); dropped the spooled events", "events", n)
@@ -102,44 +73,93 @@ func (s *sink) run(ctx context.Context) {
 			}
 			continue
 		}
-		if d := notBefore.Sub(s.opts.now()); d > 0 {
+		if d := st.notBefore.Sub(s.opts.now()); d > 0 {
 			s.sleep(ctx, d)
 			continue
 		}
-		res := s.post(ctx, e)
+		s.send(ctx, e, st)
+	}
+}
+
+// housekeep saves what the endpoint was told when that is due, and asks
+// for a resync once the spool has drained after events were dropped.
+func (s *sink) housekeep() {
+	if err := s.saveToldIfDue(false); err != nil {
+		s.log.Warn("cannot save what the webhook endpoint was told; delivered segments stay on disk until it can", "err", err)
+	}
+	if s.attached() && s.spool.endOverflow() {
+		s.log.Info("webhook spool has drained after events were dropped; asking for a resync from the current state")
+		s.requestResync()
+	}
+}
+
+// dropUnreadable drops the spool's head segment, which cannot be read.
+func (s *sink) dropUnreadable(err error) {
+	n, derr := s.spool.dropHead()
+	s.log.Error("cannot read the webhook spool's next segment; dropping it, and resyncing the endpoint once the spool has drained",
+		"err", err, "events", n)
+	if derr != nil {
+		s.log.Warn("cannot remove the unreadable segment", "err", derr)
+	}
+}
+
+// idle waits while the spool has nothing to send: until woken, and now
+// and then to save what the endpoint was told and, once the spool has
+// been idle tailIdle, to let its tail segment go.
+func (s *sink) idle(ctx context.Context, st *sendState) {
+	s.toldMu.Lock()
+	nap := s.toldSaveEvery
+	s.toldMu.Unlock()
+	if s.spool.hasTail() {
 		now := s.opts.now()
-		switch {
-		case res.err == nil:
-			s.m.delivered(now.Sub(time.Unix(0, e.Spooled)).Seconds())
-			if err := s.spool.commit(); err != nil {
-				s.log.Warn("cannot record a delivered event in the spool; it may be sent again after a restart", "id", e.ID, "err", err)
-			}
-			if failures > 0 {
-				s.log.Info("webhook endpoint accepts events again", "failedAttempts", failures)
-			}
-			failures, notBefore = 0, time.Time{}
-		case res.gone:
-			s.disable()
-		default:
-			failures++
-			// The endpoint may want a rotated secret or token already.
-			s.keys.stale()
-			if s.token != nil {
-				s.token.stale()
-			}
-			delay := res.retryAfter
-			if delay <= 0 {
-				delay = s.opts.backoff(failures)
-			}
-			notBefore = now.Add(delay)
-			_, queued := s.spool.size()
-			if failures == 1 || now.Sub(lastWarn) >= warnEvery {
-				s.log.Warn("webhook delivery failed; retrying the same event", "err", res.err, "id", e.ID,
-					"attempts", failures, "retryIn", delay, "spooled", queued)
-				lastWarn = now
-			} else {
-				s.log.Debug("webhook delivery failed; retrying", "err", res.err, "id", e.ID, "attempts", failures, "retryIn", delay)
-			}
+		if st.idleSince.IsZero() {
+			st.idleSince = now
+		}
+		if now.Sub(st.idleSince) >= tailIdle {
+			s.spool.closeIdleTail()
+		} else {
+			nap = min(nap, tailIdle-now.Sub(st.idleSince))
+		}
+	}
+	s.sleep(ctx, nap)
+}
+
+// send makes one attempt at e, records it, and acts on its verdict.
+func (s *sink) send(ctx context.Context, e entry, st *sendState) {
+	a := s.post(ctx, e)
+	now := s.opts.now()
+	s.health.record(a, now)
+	switch classify(a.code) {
+	case delivered:
+		s.m.delivered(now.Sub(time.Unix(0, e.Spooled)).Seconds())
+		if err := s.spool.commit(); err != nil {
+			s.log.Warn("cannot record a delivered event in the spool; it may be sent again after a restart", "id", e.ID, "err", err)
+		}
+		if st.failures > 0 {
+			s.log.Info("webhook endpoint accepts events again", "failedAttempts", st.failures)
+		}
+		st.failures, st.notBefore, st.backoff = 0, time.Time{}, s.opts.newBackoff()
+	case gone:
+		s.disable()
+	default:
+		st.failures++
+		// The endpoint may want a rotated secret or token already.
+		s.keys.stale()
+		if s.token != nil {
+			s.token.stale()
+		}
+		delay := s.opts.delay(&st.backoff)
+		if a.retryAfter > 0 {
+			delay = a.retryAfter
+		}
+		st.notBefore = now.Add(delay)
+		_, queued := s.spool.size()
+		if st.failures == 1 || now.Sub(st.lastWarn) >= warnEvery {
+			s.log.Warn("webhook delivery failed; retrying the same event", "err", a.err, "id", e.ID,
+				"attempts", st.failures, "retryIn", delay, "spooled", queued)
+			st.lastWarn = now
+		} else {
+			s.log.Debug("webhook delivery failed; retrying", "err", a.err, "id", e.ID, "attempts", st.failures, "retryIn", delay)
 		}
 	}
 }
@@ -189,29 +209,9 @@ func (s *sink) disable() {
 func (s *sink) post(ctx context.Context, e entry) attempt {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
-	keys, err := s.keys.keys(ctx)
+	req, err := s.request(ctx, e)
 	if err != nil {
-		return attempt{err: fmt.Errorf("sign event %s: %w", e.ID, err)}
-	}
-	var bearer string
-	if s.token != nil {
-		if bearer, err = s.token.token(); err != nil {
-			return attempt{err: err}
-		}
-	}
-	ts := strconv.FormatInt(s.opts.now().Unix(), 10)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(e.Body))
-	if err != nil {
-		// The URL was checked by New; the error would repeat it unredacted.
-		return attempt{err: fmt.Errorf("POST %s: cannot build the request", s.logURL)}
-	}
-	req.Header.Set("Content-Type", events.ContentType)
-	req.Header.Set("User-Agent", "hubsync-webhook/1")
-	req.Header.Set(HeaderID, e.ID)
-	req.Header.Set(HeaderTimestamp, ts)
-	req.Header.Set(HeaderSignature, signatureHeader(keys, e.ID, ts, e.Body))
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
+		return attempt{result: resultOf(nil), err: err}
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -221,35 +221,66 @@ func (s *sink) post(ctx context.Context, e entry) attempt {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return attempt{err: fmt.Errorf("POST %s: %w", s.logURL, err)}
+		return attempt{result: resultOf(nil), err: fmt.Errorf("POST %s: %w", s.logURL, err)}
 	}
 	defer func() {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 		_ = resp.Body.Close()
 	}()
-	code := resp.StatusCode
-	s.m.request(strconv.Itoa(code))
-	switch {
-	case code >= 200 && code < 300:
-		return attempt{}
-	case code == http.StatusGone:
-		return attempt{gone: true, err: fmt.Errorf("POST %s: %s", s.logURL, resp.Status)}
-	case code >= 300 && code < 400:
+	s.m.request(strconv.Itoa(resp.StatusCode))
+	return s.answer(resp)
+}
+
+// request is e's signed POST, with the bearer token if there is one.
+func (s *sink) request(ctx context.Context, e entry) (*http.Request, error) {
+	keys, err := s.keys.keys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sign event %s: %w", e.ID, err)
+	}
+	var bearer string
+	if s.token != nil {
+		if bearer, err = s.token.token(); err != nil {
+			return nil, err
+		}
+	}
+	ts := strconv.FormatInt(s.opts.now().Unix(), 10)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(e.Body))
+	if err != nil {
+		// The URL was checked by New; the error would repeat it unredacted.
+		return nil, fmt.Errorf("POST %s: cannot build the request", s.logURL)
+	}
+	req.Header.Set("Content-Type", events.ContentType)
+	req.Header.Set("User-Agent", "hubsync-webhook/1")
+	req.Header.Set(HeaderID, e.ID)
+	req.Header.Set(HeaderTimestamp, ts)
+	req.Header.Set(HeaderSignature, signatureHeader(keys, e.ID, ts, e.Body))
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	return req, nil
+}
+
+// answer is the attempt that resp ends.
+func (s *sink) answer(resp *http.Response) attempt {
+	a := attempt{code: resp.StatusCode, result: resultOf(resp)}
+	switch v := classify(a.code); {
+	case v == delivered:
+	case a.code >= 300 && a.code < 400:
 		to := "(no Location)"
 		if loc := resp.Header.Get("Location"); loc != "" {
 			to = redactURL(loc)
 		}
-		return attempt{err: fmt.Errorf("POST %s: endpoint answered %s redirecting to %s: redirects are not followed, configure the final URL",
-			s.logURL, resp.Status, to)}
-	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		err := fmt.Errorf("POST %s: endpoint answered %s", s.logURL, resp.Status)
+		a.err = fmt.Errorf("POST %s: endpoint answered %s redirecting to %s: redirects are not followed, configure the final URL",
+			s.logURL, resp.Status, to)
+	case v == throttled:
+		a.err = fmt.Errorf("POST %s: endpoint answered %s", s.logURL, resp.Status)
 		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), s.opts.now(), s.opts.retryAfterMax); ok {
-			return attempt{err: fmt.Errorf("%w, retry after %s", err, d), retryAfter: d}
+			a.err, a.retryAfter = fmt.Errorf("%w, retry after %s", a.err, d), d
 		}
-		return attempt{err: err}
 	default:
-		return attempt{err: fmt.Errorf("POST %s: endpoint answered %s", s.logURL, resp.Status)}
+		a.err = fmt.Errorf("POST %s: endpoint answered %s", s.logURL, resp.Status)
 	}
+	return a
 }
 
 // parseRetryAfter reads a Retry-After header: delay seconds or an HTTP
@@ -271,16 +302,19 @@ func parseRetryAfter(v string, now time.Time, limit time.Duration) (time.Duratio
 	return 0, false
 }
 
-// backoff is the delay before attempt failures+1: exponential from
-// retryBase up to retryMax, with half of it random ("equal jitter") so
-// that hubs failing together do not retry together, and never less than
-// half the exponential delay.
-func (o options) backoff(failures int) time.Duration {
-	d := o.retryBase
-	for i := 1; i < failures && d < o.retryMax; i++ {
-		d *= 2
-	}
-	d = min(d, o.retryMax)
-	half := d / 2
+// newBackoff is the exponential part of the delays between attempts at
+// one event: from retryBase, doubling after every failed attempt, up to
+// retryMax.
+func (o options) newBackoff() wait.Backoff {
+	return wait.Backoff{Duration: min(o.retryBase, o.retryMax), Factor: 2, Steps: math.MaxInt, Cap: o.retryMax}
+}
+
+// delay is the wait after a failed attempt: b's next step, of which half
+// is random ("equal jitter") so that hubs failing together do not retry
+// together, and never less than half. wait.Backoff's own jitter only adds
+// to a step; this one spreads it, and its randomness comes from options,
+// so that tests can fix it.
+func (o options) delay(b *wait.Backoff) time.Duration {
+	half := b.Step() / 2
 	return half + time.Duration(o.jitter(int64(half)+1))
 }

@@ -58,6 +58,35 @@ type segment struct {
 	// they no longer count against the spool's bound, although they stay
 	// on disk until the segment is closed (at most rollBytes).
 	sent int64
+	// marks say when each of the segment's events was spooled, for the age
+	// of the oldest one not delivered yet, even when the events are only
+	// on disk.
+	marks []mark
+}
+
+// mark is where a run of a segment's events spooled at the same time ends
+// (all events of one write are): the index one past its last event.
+type mark struct {
+	end     int
+	spooled int64 // unix nanoseconds
+}
+
+// addMark records that the events up to end were spooled at spooled.
+func addMark(ms []mark, end int, spooled int64) []mark {
+	if n := len(ms); n > 0 && ms[n-1].spooled == spooled {
+		ms[n-1].end = end
+		return ms
+	}
+	return append(ms, mark{end: end, spooled: spooled})
+}
+
+// marksOf returns the marks of a segment's events.
+func marksOf(entries []entry) []mark {
+	var ms []mark
+	for i, e := range entries {
+		ms = addMark(ms, i+1, e.Spooled)
+	}
+	return ms
 }
 
 // defaultMemMax bounds the bytes of segments whose events are also kept
@@ -206,7 +235,7 @@ func openSpool(dir string, maxBytes int64, log *slog.Logger, replay func(entry))
 			}
 			continue
 		}
-		s.segs = append(s.segs, &segment{seq: seq, size: size, count: len(entries), next: next})
+		s.segs = append(s.segs, &segment{seq: seq, size: size, count: len(entries), next: next, marks: marksOf(entries)})
 		s.bytes += size
 		s.events += len(entries) - next
 	}
@@ -282,6 +311,7 @@ type appended struct {
 	isNew   bool
 	size    int64
 	count   int
+	spooled int64   // when its events were spooled, unix nanoseconds
 	entries []entry // nil unless kept in memory
 }
 
@@ -306,18 +336,11 @@ func (s *spool) write(entries []entry, resync bool) (app *appended, dropped, fir
 			s.wmu.Unlock()
 		}
 	}()
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	// The body must stay byte for byte what events.Encode made.
-	enc.SetEscapeHTML(false)
-	for i, e := range entries {
-		before := buf.Len()
-		if err := enc.Encode(e); err != nil {
-			return nil, false, false, fmt.Errorf("encode spool entry %s: %w", e.ID, err)
-		}
-		entries[i].line = int64(buf.Len() - before)
+	data, err := encodeEntries(entries)
+	if err != nil {
+		return nil, false, false, err
 	}
-	size := int64(buf.Len())
+	size := int64(len(data))
 
 	s.mu.Lock()
 	fits := s.bytes+size <= s.max
@@ -340,12 +363,12 @@ func (s *spool) write(entries []entry, resync bool) (app *appended, dropped, fir
 		s.log.Warn("a resync of the webhook endpoint exceeds the spool's maxBytes; spooling it anyway, but raise maxBytes",
 			"maxBytes", s.max, "resyncBytes", size)
 	}
-	app = &appended{size: size, count: len(entries)}
+	app = &appended{size: size, count: len(entries), spooled: entries[0].Spooled}
 	if inMem {
 		app.entries = entries
 	}
 	if appendable {
-		if _, err := tailFile.Write(buf.Bytes()); err != nil {
+		if _, err := tailFile.Write(data); err != nil {
 			// Part of the batch may be on disk: the segment takes no more,
 			// and the batch comes again (its events may then be sent twice
 			// after a restart, with their ids).
@@ -356,29 +379,56 @@ func (s *spool) write(entries []entry, resync bool) (app *appended, dropped, fir
 		return app, false, false, nil
 	}
 	s.closeTail()
+	if err := s.createSegment(seq, data, inMem); err != nil {
+		return nil, false, false, err
+	}
+	app.seg, app.isNew = &segment{seq: seq}, true
+	return app, false, false, nil
+}
+
+// encodeEntries encodes entries as the lines of a segment, recording each
+// entry's line size.
+func encodeEntries(entries []entry) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	// The body must stay byte for byte what events.Encode made.
+	enc.SetEscapeHTML(false)
+	for i, e := range entries {
+		before := buf.Len()
+		if err := enc.Encode(e); err != nil {
+			return nil, fmt.Errorf("encode spool entry %s: %w", e.ID, err)
+		}
+		entries[i].line = int64(buf.Len() - before)
+	}
+	return buf.Bytes(), nil
+}
+
+// createSegment writes a new segment seq holding data. If its events are
+// kept in memory it becomes the tail, which later batches are appended
+// to; a segment whose events are not in memory is never appended to, so
+// the sender's copy read from its file stays whole.
+func (s *spool) createSegment(seq uint64, data []byte, tail bool) error {
 	path := s.segPath(seq)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, false, false, fmt.Errorf("create spool segment: %w", err)
+		return fmt.Errorf("create spool segment: %w", err)
 	}
-	if _, err := f.Write(buf.Bytes()); err != nil {
+	if _, err := f.Write(data); err != nil {
 		_ = f.Close()
 		_ = os.Remove(path)
-		return nil, false, false, fmt.Errorf("write spool segment: %w", err)
+		return fmt.Errorf("write spool segment: %w", err)
 	}
-	app.seg, app.isNew = &segment{seq: seq}, true
-	if inMem {
-		// The tail: later batches are appended to it. A segment whose
-		// events are not in memory is never appended to, so the sender's
-		// copy read from its file stays whole.
+	if tail {
 		s.mu.Lock()
 		s.tail = f
 		s.mu.Unlock()
-	} else if err := f.Close(); err != nil {
-		_ = os.Remove(path)
-		return nil, false, false, fmt.Errorf("write spool segment: %w", err)
+		return nil
 	}
-	return app, false, false, nil
+	if err := f.Close(); err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("write spool segment: %w", err)
+	}
+	return nil
 }
 
 // closeTail ends appends to the tail segment: it is done once sent.
@@ -433,6 +483,7 @@ func (s *spool) publish(app *appended, resync bool) {
 	switch {
 	case app.isNew:
 		seg.size, seg.count = app.size, app.count
+		seg.marks = addMark(nil, seg.count, app.spooled)
 		if app.entries != nil {
 			seg.entries, seg.open = app.entries, true
 			s.memBytes += app.size
@@ -445,6 +496,7 @@ func (s *spool) publish(app *appended, resync bool) {
 	default:
 		seg.size += app.size
 		seg.count += app.count
+		seg.marks = addMark(seg.marks, seg.count, app.spooled)
 		seg.entries = append(seg.entries, app.entries...)
 		s.memBytes += app.size
 	}
@@ -694,6 +746,24 @@ func (s *spool) endOverflow() bool {
 		return true
 	}
 	return false
+}
+
+// oldest returns when the oldest event not delivered yet was spooled;
+// zero when there is none.
+func (s *spool) oldest() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, seg := range s.segs {
+		if seg.next >= seg.count {
+			continue // the open tail, sent as far as it goes
+		}
+		for _, m := range seg.marks {
+			if m.end > seg.next {
+				return time.Unix(0, m.spooled)
+			}
+		}
+	}
+	return time.Time{}
 }
 
 // size returns the spool's bytes and events.

@@ -19,6 +19,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/sinks"
@@ -42,15 +45,39 @@ type options struct {
 	jitter func(n int64) int64
 }
 
+// defaultOptions is the webhook's delivery policy as hubsync runs it;
+// config holds its values.
 func defaultOptions() options {
 	return options{
-		retryBase:     200 * time.Millisecond,
-		retryMax:      30 * time.Second,
-		retryAfterMax: 5 * time.Minute,
-		secretTTL:     5 * time.Second,
+		retryBase:     config.DefaultWebhookRetryBase,
+		retryMax:      config.DefaultWebhookRetryMax,
+		retryAfterMax: config.DefaultWebhookRetryAfterMax,
+		secretTTL:     config.DefaultWebhookSecretTTL,
 		now:           time.Now,
 		jitter:        rand.Int64N,
 	}
+}
+
+// checkDefaulted refuses a webhook section whose defaults were not filled
+// (a loaded configuration has them): the sink has none of its own.
+func checkDefaulted(w *config.WebhookSink) error {
+	var missing []string
+	if w.Timeout.Duration <= 0 {
+		missing = append(missing, "timeout")
+	}
+	if w.Spool.Directory == "" {
+		missing = append(missing, "spool.directory")
+	}
+	if w.Spool.MaxBytes <= 0 {
+		missing = append(missing, "spool.maxBytes")
+	}
+	if w.SecretRef != nil && w.SecretRef.Key == "" {
+		missing = append(missing, "secretRef.key")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%s not set (the configuration's defaults fill them)", strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // defaultToldSaveEvery is how often what the endpoint was told is saved while it
@@ -104,6 +131,9 @@ type sink struct {
 
 	// disabled is set when the endpoint answered 410 Gone.
 	disabled atomic.Bool
+	// health is the record of the sender's attempts, which the sink's
+	// status is computed from (see Report).
+	health *health
 
 	wake      chan struct{}
 	cancel    context.CancelFunc
@@ -115,6 +145,7 @@ type sink struct {
 var (
 	_ sinks.Sink      = (*sink)(nil)
 	_ stream.Attacher = (*sink)(nil)
+	_ stream.Reporter = (*sink)(nil)
 	_ sinks.Factory   = New
 )
 
@@ -158,91 +189,113 @@ func newSink(cfg config.Sink, deps sinks.Deps, opts options) (*sink, error) {
 		name: cfg.Name, url: w.URL, logURL: redactURL(w.URL), source: deps.Source,
 		timeout: w.Timeout.Duration, types: slices.Clone(cfg.Filter.EventTypes),
 		log: log, opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{}),
-		toldSaveEvery: defaultToldSaveEvery,
+		toldSaveEvery: defaultToldSaveEvery, health: &health{failingAfter: w.FailingAfter.Duration},
 	}
-	if s.timeout <= 0 {
-		s.timeout = config.DefaultWebhookTimeout
+	if err := checkDefaulted(w); err != nil {
+		return fail(err)
 	}
-
-	switch {
-	case w.SecretsFile != "" && w.SecretRef != nil:
-		return fail(errors.New("secretsFile and secretRef are mutually exclusive"))
-	case w.SecretsFile != "":
-		f := &fileSecrets{path: w.SecretsFile, ttl: opts.secretTTL, now: opts.now, log: log}
-		// A bad secrets file is a configuration error: say so now rather
-		// than on every attempt.
-		if _, err := f.keys(context.Background()); err != nil {
-			return fail(err)
-		}
-		s.keys = f
-	case w.SecretRef != nil:
-		if deps.Kube == nil {
-			return fail(errors.New("secretRef needs a hub client"))
-		}
-		ref := *w.SecretRef
-		if ref.Key == "" {
-			ref.Key = "secrets"
-		}
-		s.keys = &refSecrets{kube: deps.Kube, ref: ref, ttl: opts.secretTTL, now: opts.now, log: log}
-	default:
-		return fail(errors.New("no signing secrets: set secretsFile or secretRef"))
-	}
-	if w.BearerTokenFile != "" {
-		s.token = &tokenFile{path: w.BearerTokenFile, ttl: opts.secretTTL, now: opts.now}
-		if _, err := s.token.token(); err != nil {
-			return fail(err)
-		}
+	if err := s.setAuth(w, deps.Kube); err != nil {
+		return fail(err)
 	}
 	if s.client, err = newClient(w.CAFile); err != nil {
 		return fail(err)
 	}
-
-	dir := w.Spool.Directory
-	if dir == "" {
-		dir = filepath.Join(config.DefaultSpoolRoot, cfg.Name)
-	}
-	maxBytes := w.Spool.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = config.DefaultSpoolMaxBytes
-	}
-	if err := sinks.EnsureDir(dir); err != nil {
-		return fail(fmt.Errorf("spool: %w", err))
-	}
-	if s.unlock, err = lockDir(dir); err != nil {
+	if err := s.open(w.Spool, deps.Registerer); err != nil {
 		return fail(err)
 	}
-	ok := false
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.stopping = cancel, ctx.Done()
+	go s.run(ctx)
+	return s, nil
+}
+
+// setAuth sets where the sink's signing secrets and bearer token come
+// from. A secrets or token file that cannot be read is a configuration
+// error: it is reported now rather than on every attempt.
+func (s *sink) setAuth(w *config.WebhookSink, kube kubernetes.Interface) error {
+	opts := s.opts
+	switch {
+	case w.SecretsFile != "" && w.SecretRef != nil:
+		return errors.New("secretsFile and secretRef are mutually exclusive")
+	case w.SecretsFile != "":
+		f := &fileSecrets{path: w.SecretsFile, ttl: opts.secretTTL, now: opts.now, log: s.log}
+		if _, err := f.keys(context.Background()); err != nil {
+			return err
+		}
+		s.keys = f
+	case w.SecretRef != nil:
+		if kube == nil {
+			return errors.New("secretRef needs a hub client")
+		}
+		s.keys = &refSecrets{kube: kube, ref: *w.SecretRef, ttl: opts.secretTTL, now: opts.now, log: s.log}
+	default:
+		return errors.New("no signing secrets: set secretsFile or secretRef")
+	}
+	if w.BearerTokenFile != "" {
+		s.token = &tokenFile{path: w.BearerTokenFile, ttl: opts.secretTTL, now: opts.now}
+		if _, err := s.token.token(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// open locks the spool directory and opens the spool in it, with what the
+// endpoint was told, and the sink's metrics. On error the directory is
+// unlocked.
+func (s *sink) open(sp config.WebhookSpool, reg prometheus.Registerer) (err error) {
+	dir, maxBytes := sp.Directory, sp.MaxBytes
+	if err := sinks.EnsureDir(dir); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	if s.unlock, err = lockDir(dir); err != nil {
+		return err
+	}
 	defer func() {
-		if !ok {
+		if err != nil {
 			_ = s.unlock()
 		}
 	}()
 	s.toldPath = filepath.Join(dir, toldFile)
 	if s.told, err = loadTold(s.toldPath); err != nil {
 		if !errors.Is(err, errToldCorrupt) {
-			return fail(err)
+			return err
 		}
 		// The endpoint gets the whole state on the first resync anyway;
 		// only removals of what it was told before cannot be announced.
-		log.Error("cannot decode what the webhook endpoint was told; starting afresh, so removals that happened meanwhile are not announced",
+		s.log.Error("cannot decode what the webhook endpoint was told; starting afresh, so removals that happened meanwhile are not announced",
 			"file", s.toldPath, "err", err)
 		s.told = stream.Records{}
 	}
-	m, err := newMetrics(deps.Registerer)
+	m, err := newMetrics(reg)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	s.m = m.forSink(cfg.Name)
+	s.m = m.forSink(s.name)
+	if err := s.openSpool(dir, maxBytes); err != nil {
+		return err
+	}
+	s.spool.changed = func(bytes int64, events int) { s.m.state(bytes, events, s.disabled.Load()) }
+	bytes, events := s.spool.size()
+	s.m.state(bytes, events, false)
+	if events > 0 {
+		s.log.Info("webhook spool holds events from before; sending them first", "events", events, "bytes", bytes)
+	}
+	return nil
+}
 
-	// The spool may hold events spooled after told was last saved (a
-	// crash between the two writes): fold them in again, so that what
-	// told says covers everything the endpoint will have received.
+// openSpool opens the spool in dir. The spool may hold events spooled
+// after told was last saved (a crash between the two writes): they are
+// folded in again, so that what told says covers everything the endpoint
+// will have received. Then the segments delivered before the last run
+// stopped, which told now covers, are removed.
+func (s *sink) openSpool(dir string, maxBytes int64) error {
 	replayed := false
-	now := opts.now()
-	s.spool, err = openSpool(dir, maxBytes, log, func(e entry) {
+	now := s.opts.now()
+	sp, err := openSpool(dir, maxBytes, s.log, func(e entry) {
 		c, err := changeOf(e)
 		if err != nil {
-			log.Warn("cannot decode a spooled event", "id", e.ID, "err", err)
+			s.log.Warn("cannot decode a spooled event", "id", e.ID, "err", err)
 			return
 		}
 		if _, touched := s.told.Apply(c, now); touched {
@@ -250,31 +303,16 @@ func newSink(cfg config.Sink, deps sinks.Deps, opts options) (*sink, error) {
 		}
 	})
 	if err != nil {
-		return fail(err)
+		return err
 	}
+	s.spool = sp
 	if replayed {
 		if err := saveTold(s.toldPath, s.told); err != nil {
-			return fail(err)
+			return err
 		}
 	}
-	s.lastToldSave = opts.now()
-	// The told records now cover the segments delivered before the last
-	// run stopped.
-	if err := s.spool.removeFinished(s.spool.finishedSegments()); err != nil {
-		return fail(err)
-	}
-	s.spool.changed = func(bytes int64, events int) { s.m.state(bytes, events, s.disabled.Load()) }
-	bytes, events := s.spool.size()
-	s.m.state(bytes, events, false)
-	if events > 0 {
-		log.Info("webhook spool holds events from before; sending them first", "events", events, "bytes", bytes)
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.stopping = cancel, ctx.Done()
-	go s.run(ctx)
-	ok = true
-	return s, nil
+	s.lastToldSave = s.opts.now()
+	return s.spool.removeFinished(s.spool.finishedSegments())
 }
 
 // newClient makes the HTTP client: TLS verified with caFile's roots if
@@ -323,6 +361,17 @@ func (s *sink) Attach(c stream.Control) {
 	s.mu.Unlock()
 	// A resync may be owed already (a segment lost before a restart).
 	s.signal()
+}
+
+// Report implements stream.Reporter. Deliver only spools, so the fan-out
+// worker sees a sink whose endpoint is down as healthy with nothing
+// queued: the sink's status comes from where its backlog is, the spool,
+// and from the sender's record of attempts.
+func (s *sink) Report() stream.Report {
+	r := s.health.report(s.opts.now())
+	_, r.Backlog = s.spool.size()
+	r.Oldest = s.spool.oldest()
+	return r
 }
 
 // Deliver spools the changes' events and returns once they are on disk;

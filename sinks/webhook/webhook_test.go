@@ -268,7 +268,7 @@ func TestSecretRef(t *testing.T) {
 	})
 	e.deps.Kube = kube
 	e.cfg.Webhook.SecretsFile = ""
-	e.cfg.Webhook.SecretRef = &config.SecretKeyRef{Namespace: "hubsync", Name: "hook"}
+	e.cfg.Webhook.SecretRef = &config.SecretKeyRef{Namespace: "hubsync", Name: "hook", Key: config.DefaultWebhookSecrets}
 	// The sender reads the clock from its own goroutine.
 	var clock atomic.Int64
 	now := time.Now()
@@ -364,7 +364,7 @@ func TestRetriesServerErrorsInOrder(t *testing.T) {
 	if v := e.metric("hubsync_webhook_requests_total", map[string]string{"code": "204"}); v != 3 {
 		t.Errorf("requests_total{code=204} = %v, want 3", v)
 	}
-	if v := e.metric("hubsync_webhook_delivery_seconds", nil); v != 3 {
+	if v := e.metric("hubsync_webhook_delivery_duration_seconds", nil); v != 3 {
 		t.Errorf("delivery_seconds count = %v, want 3", v)
 	}
 }
@@ -424,24 +424,36 @@ func TestParseRetryAfter(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
-	o := defaultOptions()
-	prev := time.Duration(0)
-	for failures := 1; failures <= 20; failures++ {
-		o.jitter = func(int64) int64 { return 0 }
-		lo := o.backoff(failures)
-		o.jitter = func(n int64) int64 { return n - 1 }
-		hi := o.backoff(failures)
-		if lo < prev || hi > o.retryMax || hi != 2*lo {
-			t.Errorf("backoff(%d) spans [%s, %s]", failures, lo, hi)
-		}
-		prev = lo
+	ms := time.Millisecond
+	tests := []struct {
+		name      string
+		base, max time.Duration
+		// jitter is the random part as a fraction of its range, half the
+		// step: 0 gives the least delay, 1 the most.
+		jitter float64
+		want   []time.Duration
+	}{
+		{name: "least: half of each step", base: 200 * ms, max: 1600 * ms, jitter: 0,
+			want: []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, 800 * ms, 800 * ms}},
+		{name: "most: the whole step", base: 200 * ms, max: 1600 * ms, jitter: 1,
+			want: []time.Duration{200 * ms, 400 * ms, 800 * ms, 1600 * ms, 1600 * ms}},
+		{name: "capped between steps", base: 200 * ms, max: 500 * ms, jitter: 0,
+			want: []time.Duration{100 * ms, 200 * ms, 250 * ms, 250 * ms}},
+		{name: "a base above the cap is capped", base: time.Second, max: 400 * ms, jitter: 0,
+			want: []time.Duration{200 * ms, 200 * ms}},
 	}
-	o.jitter = func(int64) int64 { return 0 }
-	if got := o.backoff(1); got != o.retryBase/2 {
-		t.Errorf("first backoff at least %s, want %s", got, o.retryBase/2)
-	}
-	if got := o.backoff(30); got != o.retryMax/2 {
-		t.Errorf("backoff is not capped: %s", got)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := defaultOptions()
+			o.retryBase, o.retryMax = tt.base, tt.max
+			o.jitter = func(n int64) int64 { return int64(float64(n-1) * tt.jitter) }
+			b := o.newBackoff()
+			for i, want := range tt.want {
+				if got := o.delay(&b); got != want {
+					t.Errorf("delay after failure %d = %s, want %s", i+1, got, want)
+				}
+			}
+		})
 	}
 }
 
@@ -952,7 +964,7 @@ func TestMetricsSharedAndForgotten(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"hubsync_webhook_requests_total", "hubsync_webhook_spool_bytes", "hubsync_webhook_spool_events",
-		"hubsync_webhook_disabled", "hubsync_webhook_delivery_seconds"} {
+		"hubsync_webhook_disabled", "hubsync_webhook_delivery_duration_seconds"} {
 		if _, ok := metric(t, e.reg, name, map[string]string{"sink": "hook"}); ok {
 			t.Errorf("%s{sink=hook} still there after Close", name)
 		}

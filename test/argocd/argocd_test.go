@@ -13,7 +13,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -34,11 +33,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/hubsync/hubsync/config"
+	// The type hub below is the test's API server; the package names
+	// hubsync's objects on it.
+	hubnames "github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/sinks/argocd"
 	"github.com/hubsync/hubsync/stream"
-	"github.com/hubsync/hubsync/syncer"
 	"github.com/hubsync/hubsync/test/leak"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 const (
@@ -57,8 +59,9 @@ const (
 
 // kubeAssets returns the directory holding kube-apiserver and etcd:
 // $KUBEBUILDER_ASSETS, else the newest build of
-// test/tools/build-kube-binaries.sh in its cache. It skips the test when
-// there is neither.
+// test/tools/build-kube-binaries.sh in its cache. It fails the test when
+// there is neither: `make argocd-proof` always provides them, so missing
+// binaries are a broken set-up, not a reason to pass without running.
 func kubeAssets(t *testing.T) string {
 	t.Helper()
 	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
@@ -68,7 +71,7 @@ func kubeAssets(t *testing.T) string {
 	if cache == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
-			t.Skipf("KUBEBUILDER_ASSETS is unset and there is no home directory to find the binaries in: %v", err)
+			t.Fatalf("KUBEBUILDER_ASSETS is unset and there is no home directory to find the binaries in: %v", err)
 		}
 		cache = filepath.Join(home, ".cache")
 	}
@@ -80,26 +83,14 @@ func kubeAssets(t *testing.T) string {
 			return dir
 		}
 	}
-	t.Skipf("KUBEBUILDER_ASSETS is unset and no kube-apiserver and etcd are in %s/hubsync/k8s-*: run `bash test/tools/build-kube-binaries.sh` (it prints the directory)", cache)
+	t.Fatalf("KUBEBUILDER_ASSETS is unset and no kube-apiserver and etcd are in %s/hubsync/k8s-*: run `bash test/tools/build-kube-binaries.sh` (it prints the directory)", cache)
 	return ""
 }
 
-// buildHubsync builds the hubsync binary from the main module, which is
-// what Argo CD runs as the exec plugin.
-func buildHubsync(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "hubsync")
-	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/hubsync")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/hubsync in %s: %v\n%s", root, err, out)
-	}
-	return bin
-}
+// TestMain removes the hubsync binary testutil builds (in the main
+// module, with its own dependency versions: it is what Argo CD runs as
+// the exec plugin) once the tests are over.
+func TestMain(m *testing.M) { os.Exit(testutil.Main(m)) }
 
 // hub is the shared API server and what the test made on it.
 type hub struct {
@@ -216,9 +207,9 @@ func (h *hub) putCopy(t *testing.T, token string) {
 	t.Helper()
 	ctx := t.Context()
 	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: consumerNS, Name: syncer.CopyName(clusterName, msaName)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: consumerNS, Name: hubnames.CopyName(clusterName, msaName)},
 		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{syncer.TokenKey: []byte(token)},
+		Data:       map[string][]byte{hubnames.TokenKey: []byte(token)},
 	}
 	cur, err := h.kube.CoreV1().Secrets(consumerNS).Get(ctx, sec.Name, metav1.GetOptions{})
 	switch {
@@ -243,8 +234,8 @@ func (h *hub) snapshot() []stream.Change {
 		}}},
 	}, {
 		Type: stream.CredentialSynced, Namespace: consumerNS, Cluster: clusterName,
-		Name:       syncer.CopyName(clusterName, msaName),
-		Credential: &stream.CredentialSummary{ManagedServiceAccount: msaName, Secret: syncer.CopyName(clusterName, msaName)},
+		Name:       hubnames.CopyName(clusterName, msaName),
+		Credential: &stream.CredentialSummary{ManagedServiceAccount: msaName, Secret: hubnames.CopyName(clusterName, msaName)},
 	}}
 }
 
@@ -355,7 +346,7 @@ func TestArgoCDUsesSinkSecrets(t *testing.T) {
 	h.putCopy(t, first)
 
 	t.Run("exec", func(t *testing.T) {
-		bin := buildHubsync(t)
+		bin := testutil.Hubsync(t)
 		ctx := t.Context()
 		s := h.newSink(t, "proof", "argocd", func(a *config.ArgoCDSink) {
 			a.Auth = config.AuthExec

@@ -15,7 +15,7 @@ import (
 	kubeinformers "k8s.io/client-go/informers"
 
 	"github.com/hubsync/hubsync/config"
-	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
 )
@@ -24,12 +24,12 @@ const msaName = "app"
 
 // credentialPhase measures credential copies on the converged fleet: one
 // synced MSA per cluster, so one copy per profile.
-func credentialPhase(ctx context.Context, cp *controlplane.ControlPlane, hub *fleet.Hub, binary string, conf config.Config, logs io.Writer,
+func credentialPhase(ctx context.Context, cp *controlplane.ControlPlane, fh *fleet.Hub, binary string, conf config.Config, logs io.Writer,
 	nClusters, nNamespaces, floorWorkers, nRotations int) error {
 	copies := nClusters * nNamespaces
 	fmt.Printf("\n== credentials: one synced ManagedServiceAccount per cluster, %d copies\n", copies)
 
-	createFloor, updateFloor, err := secretFloor(ctx, hub, copies, floorWorkers)
+	createFloor, updateFloor, err := secretFloor(ctx, fh, copies, floorWorkers)
 	if err != nil {
 		return err
 	}
@@ -40,10 +40,10 @@ func credentialPhase(ctx context.Context, cp *controlplane.ControlPlane, hub *fl
 	// hub where hubsync replaces the upstream syncer.
 	exp := time.Now().Add(24 * time.Hour)
 	if err := parallel(nClusters, 32, func(i int) error {
-		if _, err := hub.CreateMSA(ctx, clusterName(i), msaName, true); err != nil {
+		if _, err := fh.CreateMSA(ctx, clusterName(i), msaName, true); err != nil {
 			return err
 		}
-		return hub.PutToken(ctx, clusterName(i), msaName, fleet.FakeJWT(exp), nil)
+		return fh.PutToken(ctx, clusterName(i), msaName, fleet.FakeJWT(exp), nil)
 	}); err != nil {
 		return err
 	}
@@ -76,9 +76,9 @@ func credentialPhase(ctx context.Context, cp *controlplane.ControlPlane, hub *fl
 	for i := range nRotations {
 		c := clusterName(i * 7 % nClusters)
 		tok := fleet.FakeJWT(exp)
-		done := w.expect(c, syncer.TokenFingerprint([]byte(tok)))
+		done := w.expect(c, hub.TokenFingerprint([]byte(tok)))
 		t0 := time.Now()
-		if err := hub.PutToken(ctx, c, msaName, tok, nil); err != nil {
+		if err := fh.PutToken(ctx, c, msaName, tok, nil); err != nil {
 			return err
 		}
 		select {
@@ -97,11 +97,11 @@ func credentialPhase(ctx context.Context, cp *controlplane.ControlPlane, hub *fl
 	tokens := make([]string, nClusters)
 	for i := range nClusters {
 		tokens[i] = fleet.FakeJWT(exp)
-		dones[i] = w.expect(clusterName(i), syncer.TokenFingerprint([]byte(tokens[i])))
+		dones[i] = w.expect(clusterName(i), hub.TokenFingerprint([]byte(tokens[i])))
 	}
 	t0 := time.Now()
 	if err := parallel(nClusters, floorWorkers, func(i int) error {
-		return hub.PutToken(ctx, clusterName(i), msaName, tokens[i], nil)
+		return fh.PutToken(ctx, clusterName(i), msaName, tokens[i], nil)
 	}); err != nil {
 		return err
 	}
@@ -132,20 +132,20 @@ func credentialPhase(ctx context.Context, cp *controlplane.ControlPlane, hub *fl
 
 // secretFloor times n raw creates, then n raw updates, of Secrets shaped
 // like copies, from workers goroutines, and deletes them.
-func secretFloor(ctx context.Context, hub *fleet.Hub, n, workers int) (time.Duration, time.Duration, error) {
+func secretFloor(ctx context.Context, fh *fleet.Hub, n, workers int) (time.Duration, time.Duration, error) {
 	const ns = "secret-floor"
-	if err := hub.Namespace(ctx, ns); err != nil {
+	if err := fh.Namespace(ctx, ns); err != nil {
 		return 0, 0, err
 	}
-	client := hub.Kube.CoreV1().Secrets(ns)
+	client := fh.Kube.CoreV1().Secrets(ns)
 	exp := time.Now().Add(time.Hour)
 	secret := func(i int) *corev1.Secret {
 		tok := fleet.FakeJWT(exp)
 		return &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{
 				Name:        fmt.Sprintf("floor-%05d", i),
-				Labels:      map[string]string{syncer.LabelSyncedFrom: "floor"},
-				Annotations: map[string]string{syncer.AnnotationSource: "floor/x", syncer.AnnotationTokenFingerprint: syncer.TokenFingerprint([]byte(tok))},
+				Labels:      map[string]string{hub.LabelSyncedFrom: "floor"},
+				Annotations: map[string]string{hub.AnnotationSource: "floor/x", hub.AnnotationTokenFingerprint: hub.TokenFingerprint([]byte(tok))},
 			},
 			Type: corev1.SecretTypeOpaque,
 			Data: map[string][]byte{"token": []byte(tok), "ca.crt": []byte(strings.Repeat("C", 1100))},
@@ -202,19 +202,19 @@ func parallel(n, workers int, f func(int) error) error {
 // as a consumer in the copies' namespaces would see them; expectations wait
 // for a cluster's token fingerprint in every namespace.
 func newCopyWatcher(ctx context.Context, cp *controlplane.ControlPlane, namespaces int) (*tracker, error) {
-	hub, err := fleet.NewHub(cp.Config)
+	fh, err := fleet.NewHub(cp.Config)
 	if err != nil {
 		return nil, err
 	}
 	t := newTracker(ctx, namespaces)
-	f := kubeinformers.NewSharedInformerFactoryWithOptions(hub.Kube, 0, kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.LabelSelector = syncer.LabelSyncedFrom
+	f := kubeinformers.NewSharedInformerFactoryWithOptions(fh.Kube, 0, kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = hub.LabelSyncedFrom
 	}))
 	inf := f.Core().V1().Secrets().Informer()
 	observe := func(obj any) {
 		if s, ok := obj.(*corev1.Secret); ok {
-			cluster, _, _ := strings.Cut(s.Annotations[syncer.AnnotationSource], "/")
-			t.observe(s.Namespace, s.Name, cluster, s.Annotations[syncer.AnnotationTokenFingerprint], true)
+			cluster, _, _ := strings.Cut(s.Annotations[hub.AnnotationSource], "/")
+			t.observe(s.Namespace, s.Name, cluster, s.Annotations[hub.AnnotationTokenFingerprint], true)
 		}
 	}
 	return t, t.run(f, inf, observe)

@@ -16,6 +16,7 @@ import (
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // converge starts hubsync and waits for every profile to have full status;
@@ -47,7 +48,7 @@ func converge(ctx context.Context, cp *controlplane.ControlPlane, w *tracker, bi
 		fromReady.Seconds()/floor.Seconds(), total.Seconds()/floor.Seconds())
 	if m, err := d.Metrics(); err == nil {
 		fmt.Printf("  hubsync writes: %s\n", metricLines(m, "hubsync_profile_writes_total{", "hubsync_profile_write_errors_total{"))
-		if line := metricLines(m, "hubsync_events_batch_size_sum", "hubsync_events_batch_size_count"); line != "" {
+		if line := metricLines(m, "hubsync_bus_publish_batch_size_sum", "hubsync_bus_publish_batch_size_count"); line != "" {
 			fmt.Printf("  event batches: %s\n", line)
 		}
 	}
@@ -133,17 +134,15 @@ func (c *eventCounter) stats() (int, time.Time, time.Time) {
 
 // waitQuiet waits until no event has arrived for quiet.
 func (c *eventCounter) waitQuiet(quiet time.Duration) error {
-	deadline := time.Now().Add(5 * time.Minute)
-	for time.Now().Before(deadline) {
+	err := testutil.Poll(context.Background(), 5*time.Minute, 100*time.Millisecond, func() bool {
 		c.mu.Lock()
-		idle := c.n > 0 && time.Since(c.last) > quiet
-		c.mu.Unlock()
-		if idle {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+		defer c.mu.Unlock()
+		return c.n > 0 && time.Since(c.last) > quiet
+	})
+	if err != nil {
+		return fmt.Errorf("events never went quiet: %w", err)
 	}
-	return fmt.Errorf("events never went quiet")
+	return nil
 }
 
 // next returns a channel that receives the arrival time of the next event

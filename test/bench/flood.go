@@ -35,6 +35,7 @@ import (
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/pki"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // Flood figures (flags).
@@ -238,7 +239,7 @@ func benchFlood(ctx context.Context, cp *controlplane.ControlPlane, binary strin
 func floodRun(ctx context.Context, hub *fleet.Hub, d *fleet.Daemon, m *controlplane.Managed, addr string, roots *x509.CertPool,
 	get func(context.Context) (time.Duration, error), flooded bool) (floodPhase, error) {
 	p := floodPhase{flooded: flooded, codes: map[int]int{}}
-	metrics, err := d.Metrics()
+	metrics, err := d.Scrape()
 	if err != nil {
 		return p, err
 	}
@@ -305,7 +306,7 @@ func floodRun(ctx context.Context, hub *fleet.Hub, d *fleet.Daemon, m *controlpl
 	if err != nil {
 		return p, fmt.Errorf("burst: %w", err)
 	}
-	if metrics, err = d.Metrics(); err != nil {
+	if metrics, err = d.Scrape(); err != nil {
 		return p, err
 	}
 	p.reviews = hubReviews(metrics) - reviewsBefore
@@ -386,10 +387,10 @@ func forgedTokens(n int, issuer string) ([]string, error) {
 }
 
 // hubReviews is the TokenReviews the daemon's gateway sent the hub.
-func hubReviews(metrics string) float64 {
+func hubReviews(metrics testutil.Metrics) float64 {
 	sum := 0.0
 	for _, r := range []string{"authenticated", "unauthenticated", "error"} {
-		sum += fleet.MetricSum(metrics, `hubsync_gateway_token_reviews_total{result="`+r+`"}`)
+		sum += metrics.Value("hubsync_gateway_token_reviews_total", testutil.Labels{"result": r})
 	}
 	return sum
 }
@@ -472,11 +473,11 @@ func hubsyncIdentity(ctx context.Context, cp *controlplane.ControlPlane) (*rest.
 	if err != nil {
 		return nil, err
 	}
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	root, err := testutil.ModuleDir()
 	if err != nil {
-		return nil, fmt.Errorf("go env GOMOD: %w", err)
+		return nil, err
 	}
-	deploy := filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), "deploy")
+	deploy := filepath.Join(root, "deploy")
 	kube, err := kubernetes.NewForConfig(cp.Config)
 	if err != nil {
 		return nil, err

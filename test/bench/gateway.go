@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -40,6 +39,7 @@ import (
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/pki"
+	"github.com/hubsync/hubsync/test/testutil"
 	"github.com/hubsync/hubsync/tunnel"
 )
 
@@ -454,9 +454,9 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 		fmt.Printf("CPU profile of the bench process (clients and gateways) during the measurements: %s\n", gatewayCPUProfile)
 	}
 
-	hits := metricSum(gwReg, "hubsync_gateway_token_review_cache_hits_total") + metricSum(gwDirectReg, "hubsync_gateway_token_review_cache_hits_total")
-	authenticated := metricSum(gwReg, "hubsync_gateway_token_reviews_total", "result", "authenticated") +
-		metricSum(gwDirectReg, "hubsync_gateway_token_reviews_total", "result", "authenticated")
+	hits := metricSum(gwReg, "hubsync_gateway_token_review_cache_hits_total", nil) + metricSum(gwDirectReg, "hubsync_gateway_token_review_cache_hits_total", nil)
+	authenticated := metricSum(gwReg, "hubsync_gateway_token_reviews_total", testutil.Labels{"result": "authenticated"}) +
+		metricSum(gwDirectReg, "hubsync_gateway_token_reviews_total", testutil.Labels{"result": "authenticated"})
 	fmt.Printf("TokenReview: %.0f gateway requests authenticated, %.0f from the cache (hubsync_gateway_token_review_cache_hits_total), %d TokenReviews sent to the hub\n",
 		authenticated, hits, reviewer.n.Load())
 	fmt.Println("gateway goals in this run (median over repeats; repeats meeting the goal):")
@@ -579,39 +579,22 @@ func percentSpread(f []float64) string {
 	return fmt.Sprintf("%.0f%% [%.0f-%.0f]", median(s), s[0], s[len(s)-1])
 }
 
-// metricSum adds the samples of the named metric in reg, those whose
-// label has the value when label is given.
-func metricSum(reg prometheus.Gatherer, name string, labelValue ...string) float64 {
-	families, err := reg.Gather()
+// metricSum adds the samples of the named metric in reg that carry
+// labels (nil: all of them); 0 when reg cannot be read.
+func metricSum(reg prometheus.Gatherer, name string, labels testutil.Labels) float64 {
+	m, err := testutil.Gather(reg)
 	if err != nil {
 		return 0
 	}
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range f.GetMetric() {
-			for i := 0; i+1 < len(labelValue); i += 2 {
-				found := false
-				for _, l := range m.GetLabel() {
-					found = found || l.GetName() == labelValue[i] && l.GetValue() == labelValue[i+1]
-				}
-				if !found {
-					continue metric
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
+	return m.Value(name, labels)
 }
 
 // startGatewayPool starts a pool that serves the bench's cluster at target
 // through d, and waits until it is ready.
 func startGatewayPool(ctx context.Context, d tunnel.Dialer, transport string, target tunnel.Target) (*tunnel.Pool, func(), error) {
-	p, err := tunnel.New(tunnel.Options{Dialer: d, Transport: transport, ProbeInterval: 10 * time.Second})
+	opts := tunnel.OptionsFor(config.Default().Tunnel)
+	opts.Dialer, opts.Transport = d, transport
+	p, err := tunnel.New(opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -635,20 +618,9 @@ func startGatewayPool(ctx context.Context, d tunnel.Dialer, transport string, ta
 func serveGateway(ctx context.Context, pool *tunnel.Pool, reviewer gateway.Reviewer, keys *gateway.KeySet, certs gateway.CertSource) (string, *prometheus.Registry, func(), error) {
 	gc := config.Default().Gateway
 	reg := prometheus.NewRegistry()
-	g, err := gateway.New(gateway.Options{
-		Pool:               pool,
-		Reviewer:           reviewer,
-		ReviewCacheTTL:     gc.ReviewCacheTTL.Duration,
-		ReviewCacheSize:    gc.ReviewCacheSize,
-		MaxInFlightReviews: gc.MaxInFlightReviews,
-		RefusalCacheTTL:    gc.RefusalCacheTTL.Duration,
-		RefusalsPerSecond:  gc.RefusalsPerSecond,
-		RefusalBurst:       gc.RefusalBurst,
-		HubKeys:            keys,
-		PassThrough:        gc.PassThrough == config.PassThroughJWT,
-		BodyTimeout:        gc.BodyTimeout.Duration,
-		Registerer:         reg,
-	})
+	opts := gateway.OptionsFor(gc)
+	opts.Pool, opts.Reviewer, opts.HubKeys, opts.Registerer = pool, reviewer, keys, reg
+	g, err := gateway.New(opts)
 	if err != nil {
 		return "", nil, nil, err
 	}
@@ -659,9 +631,9 @@ func serveGateway(ctx context.Context, pool *tunnel.Pool, reviewer gateway.Revie
 	sctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() {
-		errc <- gateway.Serve(sctx, ln, g, gateway.ServerOptions{
-			Certs: certs, MaxHeaderBytes: gc.MaxHeaderBytes, ReadHeaderTimeout: gc.ReadHeaderTimeout.Duration, IdleTimeout: gc.IdleTimeout.Duration,
-		})
+		so := gateway.ServerOptionsFor(gc)
+		so.Certs = certs
+		errc <- gateway.Serve(sctx, ln, g, so)
 	}()
 	stop := func() {
 		cancel()
@@ -675,11 +647,11 @@ func serveGateway(ctx context.Context, pool *tunnel.Pool, reviewer gateway.Revie
 // applyGatewayRBAC applies the shipped deploy/gateway/managed-cluster-rbac.yaml
 // and returns the ServiceAccount it grants impersonation to.
 func applyGatewayRBAC(ctx context.Context, kube kubernetes.Interface) (namespace, name string, err error) {
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	root, err := testutil.ModuleDir()
 	if err != nil {
-		return "", "", fmt.Errorf("go env GOMOD: %w", err)
+		return "", "", err
 	}
-	path := filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), "deploy", "gateway", "managed-cluster-rbac.yaml")
+	path := filepath.Join(root, "deploy", "gateway", "managed-cluster-rbac.yaml")
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", "", err

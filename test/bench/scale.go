@@ -6,7 +6,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // Scale and soak modes (flags).
@@ -142,12 +142,12 @@ func benchScale(ctx context.Context, cp *controlplane.ControlPlane, binary strin
 	if err != nil {
 		return fmt.Errorf("the bus never caught up: %w", err)
 	}
-	m, err := d.Metrics()
+	m, err := d.Scrape()
 	if err != nil {
 		return err
 	}
-	published, _ := metricValue(m, `hubsync_sink_delivered_total{sink="nats"}`)
-	dropped, _ := metricValue(m, `hubsync_sink_dropped_total{sink="nats"}`)
+	published := m.Value("hubsync_sink_delivered_total", testutil.Labels{"sink": "nats"})
+	dropped := m.Value("hubsync_sink_dropped_total", testutil.Labels{"sink": "nats"})
 	fmt.Printf("  events: %.0f changes published, the last %s after convergence; %.0f dropped (goal 0)\n", published, idle.Round(time.Millisecond), dropped)
 	cpuUsed, _ := d.CPUTime()
 	fmt.Printf("  CPU time: hubsync %s, kube-apiserver + etcd %s\n", cpuUsed.Round(10*time.Millisecond), (controlPlaneCPU() - cpBefore).Round(10*time.Millisecond))
@@ -198,14 +198,11 @@ func soak(ctx context.Context, d *fleet.Daemon, hub *fleet.Hub) error {
 		if err != nil {
 			return err
 		}
-		m, err := d.Metrics()
+		m, err := d.Scrape()
 		if err != nil {
 			return err
 		}
-		value := func(name string) float64 {
-			v, _ := strconv.ParseFloat(fleet.MetricLine(m, name), 64)
-			return v
-		}
+		value := func(name string) float64 { return m.Value(name, nil) }
 		mb := func(name string) float64 { return value(name) / 1e6 }
 		// The heap the last GC kept (exact after the forced GC of a heap
 		// profile, else including what became garbage during that GC): RSS

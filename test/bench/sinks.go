@@ -12,15 +12,12 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -29,6 +26,7 @@ import (
 	"github.com/hubsync/hubsync/sinks/kubeconfig"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 const (
@@ -121,37 +119,24 @@ func (r *sinkRig) close(ctx context.Context) error {
 // took.
 func waitSinksIdle(ctx context.Context, d *fleet.Daemon, names ...string) (time.Duration, error) {
 	start := time.Now()
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Minute, true, func(context.Context) (bool, error) {
-		m, err := d.Metrics()
+	err := testutil.Poll(ctx, 10*time.Minute, 50*time.Millisecond, func() error {
+		m, err := d.Scrape()
 		if err != nil {
-			return false, nil
+			return err
 		}
 		for _, n := range names {
-			depth, ok1 := metricValue(m, fmt.Sprintf(`hubsync_sink_queue_depth{sink=%q,`, n))
-			last, ok2 := metricValue(m, fmt.Sprintf(`hubsync_sink_last_success_timestamp_seconds{sink=%q,`, n))
+			depth, ok1 := m.Lookup("hubsync_sink_queue_depth", testutil.Labels{"sink": n})
+			last, ok2 := m.Lookup("hubsync_sink_last_success_timestamp_seconds", testutil.Labels{"sink": n})
 			if !ok1 || !ok2 || depth != 0 || last == 0 {
-				return false, nil
+				return fmt.Errorf("sink %s: queue depth %v, last success %v", n, depth, last)
 			}
 		}
-		if v, ok := metricValue(m, fmt.Sprintf(`hubsync_webhook_spool_events{sink=%q}`, sinkHooks)); ok && v != 0 {
-			return false, nil
+		if v := m.Value("hubsync_webhook_spool_events", testutil.Labels{"sink": sinkHooks}); v != 0 {
+			return fmt.Errorf("%v events in the webhook spool", v)
 		}
-		return true, nil
+		return nil
 	})
 	return time.Since(start), err
-}
-
-// metricValue reads the first series whose line starts with prefix.
-func metricValue(metrics, prefix string) (float64, bool) {
-	for _, l := range strings.Split(metrics, "\n") {
-		if !strings.HasPrefix(l, prefix) {
-			continue
-		}
-		f := strings.Fields(l)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		return v, err == nil
-	}
-	return 0, false
 }
 
 // hookReceiver is a webhook endpoint that records when each event

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/konnectivity"
 	"github.com/hubsync/hubsync/tunnel"
@@ -57,7 +58,9 @@ func benchTunnel(ctx context.Context, cp *controlplane.ControlPlane) error {
 		return newPoolWith(kd, maxDials)
 	}
 	newPoolWith = func(d tunnel.Dialer, maxDials int) (*tunnel.Pool, context.CancelFunc, error) {
-		p, err := tunnel.New(tunnel.Options{Dialer: d, Transport: tunnel.TransportKonnectivity, ProbeInterval: 10 * time.Second, MaxDials: maxDials})
+		opts := tunnel.OptionsFor(config.Default().Tunnel)
+		opts.Dialer, opts.Transport, opts.MaxDials = d, tunnel.TransportKonnectivity, maxDials
+		p, err := tunnel.New(opts)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -228,7 +231,7 @@ func benchTunnel(ctx context.Context, cp *controlplane.ControlPlane) error {
 	// Many simulated clusters: entries that share the one agent and API
 	// server, each with its own tunnel, TLS and HTTP/2 connection.
 	n := tunnelClusters
-	fmt.Printf("%d simulated clusters through the one agent, dials bounded at %d:\n", n, tunnel.DefaultMaxDials)
+	fmt.Printf("%d simulated clusters through the one agent, dials bounded at %d:\n", n, config.DefaultTunnelMaxDials)
 	var readyTimes []time.Duration
 	var perEntry []float64
 	var goroutines []float64

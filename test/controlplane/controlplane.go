@@ -1,6 +1,7 @@
 // Package controlplane starts a real etcd and kube-apiserver, built from
 // pinned Go modules by test/tools/build-kube-binaries.sh, with the CRDs hubsync
-// works with installed straight from the pinned API modules.
+// works with installed straight from the pinned API modules, and boots the
+// end-to-end suites on it: Main is every suite's TestMain.
 package controlplane
 
 import (
@@ -15,7 +16,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
 	// The ManagedServiceAccount CRD is installed from this module, so the
@@ -25,6 +25,8 @@ import (
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	cpclient "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // crdFiles are the CRD manifests installed, relative to each module's
@@ -96,18 +98,18 @@ func Start(ctx context.Context) (*ControlPlane, error) {
 func (c *ControlPlane) waitForCRDs(ctx context.Context) error {
 	cc := clusterclient.NewForConfigOrDie(c.Config)
 	pc := cpclient.NewForConfigOrDie(c.Config)
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := testutil.Poll(ctx, 60*time.Second, 100*time.Millisecond, func() error {
 		if _, err := cc.ClusterV1().ManagedClusters().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-			return false, nil
+			return err
 		}
 		if _, err := cc.ClusterV1beta2().ManagedClusterSets().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-			return false, nil
+			return err
 		}
 		if _, err := cc.ClusterV1beta2().ManagedClusterSetBindings("").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-			return false, nil
+			return err
 		}
 		if _, err := pc.ApisV1alpha1().ClusterProfiles("").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-			return false, nil
+			return err
 		}
 		// Creates are held back for a moment after a CRD install; a
 		// dry-run create returns once they are not.
@@ -116,14 +118,18 @@ func (c *ControlPlane) waitForCRDs(ctx context.Context) error {
 			Spec:       cpv1alpha1.ClusterProfileSpec{ClusterManager: cpv1alpha1.ClusterManager{Name: "probe"}},
 		}
 		if _, err := pc.ApisV1alpha1().ClusterProfiles("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-			return false, nil
+			return err
 		}
 		mc := &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}
 		if _, err := cc.ClusterV1().ManagedClusters().Create(ctx, mc, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-			return false, nil
+			return err
 		}
-		return true, nil
+		return nil
 	})
+	if err != nil {
+		return fmt.Errorf("wait for the CRDs to serve: %w", err)
+	}
+	return nil
 }
 
 // Stop stops the API server and etcd and removes their data.
@@ -148,9 +154,9 @@ func ToolDir(env, script string) (string, error) {
 	if dir := os.Getenv(env); dir != "" {
 		return dir, nil
 	}
-	root, err := moduleRoot()
+	root, err := testutil.ModuleDir()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w; or set KUBEBUILDER_ASSETS and KONNECTIVITY_ASSETS", err)
 	}
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command("bash", filepath.Join(root, "test", "tools", script))
@@ -177,25 +183,6 @@ func CRDPaths() ([]string, error) {
 		}
 	}
 	return paths, nil
-}
-
-func moduleRoot() (string, error) {
-	gomod, err := goEnv("GOMOD")
-	if err != nil {
-		return "", err
-	}
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("not inside the hubsync module; set KUBEBUILDER_ASSETS and KONNECTIVITY_ASSETS")
-	}
-	return filepath.Dir(gomod), nil
-}
-
-func goEnv(name string) (string, error) {
-	out, err := exec.Command("go", "env", name).Output()
-	if err != nil {
-		return "", fmt.Errorf("go env %s: %w", name, err)
-	}
-	return strings.TrimSpace(string(out)), nil
 }
 
 func goList(args ...string) (string, error) {

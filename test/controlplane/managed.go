@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/hubsync/hubsync/test/pki"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // EtcdURL is the control plane's etcd, which managed API servers share
@@ -185,35 +186,29 @@ func (m *Managed) waitReady(ctx context.Context, timeout time.Duration) error {
 	pool.AppendCertsFromPEM(m.CA)
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	defer client.CloseIdleConnections()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
+	err := testutil.Poll(ctx, timeout, 100*time.Millisecond, func() error {
 		select {
 		case <-m.done:
-			return fmt.Errorf("managed kube-apiserver %s exited; see %s", m.Name, m.logs.Name())
-		case <-ctx.Done():
-			return ctx.Err()
+			return testutil.Stop(fmt.Errorf("exited; see %s", m.logs.Name()))
 		default:
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+m.Address+"/readyz", nil)
 		req.Header.Set("Authorization", "Bearer "+m.Config.BearerToken)
 		resp, err := client.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("readyz: %s", resp.Status)
+		if err != nil {
+			return err
 		}
-		last = err
-		select {
-		case <-time.After(100 * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz: %s", resp.Status)
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("managed kube-apiserver %s not ready: %w", m.Name, err)
 	}
-	return fmt.Errorf("managed kube-apiserver %s not ready after %s: %v", m.Name, timeout, last)
+	return nil
 }
 
 // Stop stops the API server (SIGTERM, then SIGKILL after 20 s).

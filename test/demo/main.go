@@ -27,6 +27,7 @@ import (
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 func main() {
@@ -244,7 +245,7 @@ func run(ctx context.Context, binary string, keep bool) error {
 	if text, err := d.Metrics(); err == nil {
 		for _, line := range strings.Split(text, "\n") {
 			for _, p := range []string{"hubsync_profile_writes_total{", "hubsync_profile_conflicts ", "hubsync_profiles_managed ",
-				"hubsync_credential_writes_total{", "hubsync_credential_rotations_total ", "hubsync_access_provider_ca_changes_total ", "hubsync_events_published_total{", "hubsync_kv_writes_total{",
+				"hubsync_credential_writes_total{", "hubsync_credential_rotations_total ", "hubsync_access_provider_ca_changes_total ", "hubsync_bus_events_published_total{", "hubsync_bus_kv_writes_total{",
 				"hubsync_sink_delivered_total{"} {
 				if strings.HasPrefix(line, p) {
 					fmt.Println("   " + line)
@@ -329,22 +330,18 @@ func createFleet(ctx context.Context, hub *fleet.Hub, m *model) error {
 // converge waits until every namespace holds exactly the model's profiles,
 // each with status and the model's health.
 func converge(ctx context.Context, hub *fleet.Hub, m *model, d *fleet.Daemon) error {
-	deadline := time.Now().Add(60 * time.Second)
-	var last error
-	for time.Now().Before(deadline) {
+	err := testutil.Poll(ctx, 60*time.Second, 10*time.Millisecond, func() error {
 		select {
 		case err := <-d.Done():
-			return fmt.Errorf("hubsync exited: %v", err)
-		case <-ctx.Done():
-			return ctx.Err()
+			return testutil.Stop(fmt.Errorf("hubsync exited: %v", err))
 		default:
 		}
-		if last = matches(ctx, hub, m); last == nil {
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond)
+		return matches(ctx, hub, m)
+	})
+	if err != nil {
+		return fmt.Errorf("hub did not converge: %w", err)
 	}
-	return fmt.Errorf("hub did not converge within 60s: %w", last)
+	return nil
 }
 
 func matches(ctx context.Context, hub *fleet.Hub, m *model) error {

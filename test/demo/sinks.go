@@ -20,6 +20,7 @@ import (
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/sinks/webhook"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 const (
@@ -101,15 +102,11 @@ func (s *demoSinks) close() { _ = s.srv.Close() }
 func (s *demoSinks) print(ctx context.Context, hub *fleet.Hub, d *fleet.Daemon) error {
 	step("Sinks: the same changes, delivered to a kubeconfig directory, Argo CD cluster Secrets and a signed webhook")
 	// Let the sinks catch up with the last change (they batch for 10 ms).
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		m, err := d.Metrics()
-		if err == nil && !strings.Contains(m, "hubsync_sink_queue_depth{") ||
-			err == nil && !containsNonZero(m, "hubsync_sink_queue_depth{") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	// A demo goes on with what is there after 10 s.
+	_ = testutil.Poll(ctx, 10*time.Second, 50*time.Millisecond, func() bool {
+		m, err := d.Scrape()
+		return err == nil && m.Value("hubsync_sink_queue_depth", nil) == 0
+	})
 	dir := filepath.Join(s.dir, "kubeconfigs")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -158,13 +155,4 @@ func (s *demoSinks) print(ctx context.Context, hub *fleet.Hub, d *fleet.Daemon) 
 		}
 	}
 	return nil
-}
-
-func containsNonZero(metrics, prefix string) bool {
-	for _, l := range strings.Split(metrics, "\n") {
-		if strings.HasPrefix(l, prefix) && !strings.HasSuffix(l, " 0") {
-			return true
-		}
-	}
-	return false
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/konnectivity"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 const (
@@ -128,21 +129,21 @@ func tunnelLines(d *fleet.Daemon) ([]string, error) {
 
 // waitTunnels polls /readyz?verbose until cond holds on its lines.
 func waitTunnels(ctx context.Context, d *fleet.Daemon, within time.Duration, cond func(lines []string) bool) ([]string, error) {
-	deadline := time.Now().Add(within)
-	for {
-		lines, err := tunnelLines(d)
-		if err == nil && cond(lines) {
-			return lines, nil
+	var lines []string
+	err := testutil.Poll(ctx, within, 20*time.Millisecond, func() error {
+		var err error
+		if lines, err = tunnelLines(d); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return lines, fmt.Errorf("tunnels not as expected after %s: %v (%v)", within, lines, err)
+		if !cond(lines) {
+			return fmt.Errorf("%v", lines)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
+		return nil
+	})
+	if err != nil {
+		return lines, fmt.Errorf("tunnels not as expected: %w", err)
 	}
+	return lines, nil
 }
 
 func hasLine(lines []string, prefix string) bool {
@@ -214,6 +215,6 @@ func (t *demoTunnels) show(ctx context.Context, d *fleet.Daemon, m *model, tail 
 			}
 		}
 	}
-	fmt.Fprintln(os.Stdout, "   (per cluster: hubsync_tunnel_state{cluster,state}, hubsync_tunnel_probe_latency_seconds{cluster})")
+	fmt.Fprintln(os.Stdout, "   (per cluster: hubsync_tunnel_state{cluster,state}, hubsync_tunnel_state_since_timestamp_seconds{cluster})")
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/syncer"
 )
 
@@ -141,7 +142,7 @@ func (h *harness) expectProviders(namespaces, clusters []string, proxyNS, proxyC
 				if want := fmt.Sprintf("https://cluster-proxy-addon-user.%s:9092/%s", proxyNS, c); e.Cluster.Server != want {
 					return fmt.Errorf("%s/%s proxy server %q", n, c, e.Cluster.Server)
 				}
-				if len(e.Cluster.Extensions) != 1 || e.Cluster.Extensions[0].Name != syncer.ExecExtensionName ||
+				if len(e.Cluster.Extensions) != 1 || e.Cluster.Extensions[0].Name != hub.ExecExtensionKey ||
 					!bytes.Contains(e.Cluster.Extensions[0].Extension.Raw, []byte(`"clusterName":"`+c+`"`)) {
 					return fmt.Errorf("%s/%s exec extension %+v", n, c, e.Cluster.Extensions)
 				}

@@ -11,9 +11,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 const (
@@ -56,9 +57,9 @@ func installAdmissionPolicy(ctx context.Context, t *testing.T, admin kubernetes.
 	}
 	probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: policyProbe, Namespace: ns}}
 	var last error
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := testutil.Poll(ctx, 30*time.Second, 50*time.Millisecond, func() bool {
 		_, last = asHubsync.CoreV1().Secrets(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return last != nil && strings.Contains(last.Error(), "hubsync may only write"), nil
+		return last != nil && strings.Contains(last.Error(), "hubsync may only write")
 	})
 	if err != nil {
 		t.Fatalf("admission policy not in effect: last dry-run create: %v", last)

@@ -4,20 +4,19 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // TestPriorityAndFairness: with the default hub.qps (no client-side
@@ -105,12 +104,12 @@ func TestPriorityAndFairness(t *testing.T) {
 	})
 	pc, err := rest.HTTPClientFor(probe)
 	admin.must(err)
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err = testutil.Poll(ctx, 30*time.Second, 50*time.Millisecond, func() bool {
 		resp, err := pc.Get(probe.Host + "/api/v1/namespaces?limit=1")
 		if err == nil {
 			resp.Body.Close()
 		}
-		return gotLevel == string(plc.UID), nil
+		return gotLevel == string(plc.UID)
 	})
 	if err != nil {
 		t.Fatalf("the flow schema is not in effect: requests get priority level %q, want %q", gotLevel, plc.UID)
@@ -133,14 +132,14 @@ func TestPriorityAndFairness(t *testing.T) {
 	for _, n := range ns {
 		h.must(h.hub.Bind(h.ctx, n, set, true))
 	}
-	err = wait.PollUntilContextTimeout(h.ctx, 100*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+	err = testutil.Poll(h.ctx, 3*time.Minute, 100*time.Millisecond, func() bool {
 		for _, n := range ns {
 			got, err := h.hub.ProfileNames(h.ctx, n)
 			if err != nil || len(got) != len(names) {
-				return false, nil
+				return false
 			}
 		}
-		return true, nil
+		return true
 	})
 	if err != nil {
 		t.Fatalf("profiles did not converge under Priority and Fairness\n%s", h.logs.String())
@@ -167,15 +166,9 @@ func apfRejected(t *testing.T, level string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sum float64
-	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "apiserver_flowcontrol_rejected_requests_total{") || !strings.Contains(line, `priority_level="`+level+`"`) {
-			continue
-		}
-		var v float64
-		if _, err := fmt.Sscanf(line[strings.LastIndex(line, " ")+1:], "%g", &v); err == nil {
-			sum += v
-		}
+	m, err := testutil.ParseMetrics(string(body))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return sum
+	return m.Value("apiserver_flowcontrol_rejected_requests_total", testutil.Labels{"priority_level": level})
 }

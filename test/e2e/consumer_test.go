@@ -24,9 +24,11 @@ import (
 	"sigs.k8s.io/cluster-inventory-api/pkg/access"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/syncer"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // credentialIDExtra is the user-info extra in which kube-apiserver reports
@@ -48,7 +50,7 @@ const credentialIDExtra = "authentication.kubernetes.io/credential-id"
 // does not make client-go refresh in time.
 func TestConsumerPathSurvivesRotation(t *testing.T) {
 	start := time.Now()
-	bin := buildHubsync(t)
+	bin := testutil.Hubsync(t)
 	t.Logf("hubsync built in %s", time.Since(start).Round(time.Millisecond))
 
 	// The managed cluster: a real kube-apiserver of its own.
@@ -63,7 +65,7 @@ func TestConsumerPathSurvivesRotation(t *testing.T) {
 	ns := h.namespaces("consumer")[0]
 	set := h.name("set")
 	cluster := h.name("managed")
-	copyName := syncer.CopyName(cluster, msaName)
+	copyName := hub.CopyName(cluster, msaName)
 	h.must(h.hub.CreateExclusiveSet(h.ctx, set))
 	h.cluster(cluster, set, nil)
 	h.must(h.hub.UpdateCluster(h.ctx, cluster, func(c *clusterv1.ManagedCluster) {
@@ -77,7 +79,7 @@ func TestConsumerPathSurvivesRotation(t *testing.T) {
 	_, err := h.hub.CreateMSA(h.ctx, cluster, msaName, true)
 	h.must(err)
 	h.must(h.hub.PutToken(h.ctx, cluster, msaName, "", map[string][]byte{
-		syncer.TokenKey: []byte(tokA.token), syncer.CAKey: m.cfg.CAData,
+		hub.TokenKey: []byte(tokA.token), hub.CAKey: m.cfg.CAData,
 	}))
 	// The agent reports the token's expiry in the MSA status, and hubsync
 	// prefers it to the JWT's exp claim. Token A is really valid for ten
@@ -96,7 +98,7 @@ func TestConsumerPathSurvivesRotation(t *testing.T) {
 		if e == nil || e.Cluster.Server != m.cfg.Host || string(e.Cluster.CertificateAuthorityData) != string(m.cfg.CAData) {
 			return fmt.Errorf("access provider %+v", e)
 		}
-		if len(e.Cluster.Extensions) != 1 || e.Cluster.Extensions[0].Name != syncer.ExecExtensionName {
+		if len(e.Cluster.Extensions) != 1 || e.Cluster.Extensions[0].Name != hub.ExecExtensionKey {
 			return fmt.Errorf("exec extension %+v", e.Cluster.Extensions)
 		}
 		return nil
@@ -149,7 +151,7 @@ func TestConsumerPathSurvivesRotation(t *testing.T) {
 	// its expiry into the MSA status.
 	rotated := time.Now()
 	h.must(h.hub.PutToken(h.ctx, cluster, msaName, "", map[string][]byte{
-		syncer.TokenKey: []byte(tokB.token), syncer.CAKey: m.cfg.CAData,
+		hub.TokenKey: []byte(tokB.token), hub.CAKey: m.cfg.CAData,
 	}))
 	expB := time.Now().Add(10 * time.Minute).UTC().Truncate(time.Second)
 	h.must(h.hub.SetMSAExpiration(h.ctx, cluster, msaName, expB))
@@ -159,7 +161,7 @@ func TestConsumerPathSurvivesRotation(t *testing.T) {
 	// The plugin told client-go that token A expires shortly before expA:
 	// by then (with a little slack) the client must have run it again and
 	// got token B.
-	err = pollFor(h.ctx, time.Until(expA.Add(3*time.Second)), func() error {
+	err = testutil.Poll(h.ctx, time.Until(expA.Add(3*time.Second)), 100*time.Millisecond, func() error {
 		if consumer.okWith(tokB.jti) == 0 {
 			return fmt.Errorf("the consumer client made no request with token B %s after token A's declared expiry", time.Since(expA).Round(time.Millisecond))
 		}
@@ -175,7 +177,7 @@ func TestConsumerPathSurvivesRotation(t *testing.T) {
 	// Revoke A: deleting the Secret it is bound to invalidates it.
 	revoked := time.Now()
 	m.revoke(t, tokA)
-	err = pollFor(h.ctx, 20*time.Second, func() error {
+	err = testutil.Poll(h.ctx, 20*time.Second, 100*time.Millisecond, func() error {
 		_, err := staticClient(t, m.cfg, tokA.token).CoreV1().Namespaces().List(h.ctx, metav1.ListOptions{Limit: 1})
 		switch {
 		case apierrors.IsUnauthorized(err):
@@ -197,7 +199,7 @@ func TestConsumerPathSurvivesRotation(t *testing.T) {
 	// rejection seen above. The contrast client held on to token A (no
 	// expiry): it must have hit the revocation, and recovered with B on
 	// the plugin's next run.
-	contrastErr := pollFor(h.ctx, time.Until(revoked.Add(max(12*time.Second, rejectedAfter+2*time.Second)))+10*time.Second, func() error {
+	contrastErr := testutil.Poll(h.ctx, time.Until(revoked.Add(max(12*time.Second, rejectedAfter+2*time.Second)))+10*time.Second, 100*time.Millisecond, func() error {
 		if !consumer.lastSuccess().After(revoked.Add(rejectedAfter + time.Second)) {
 			return fmt.Errorf("the consumer client has not yet run past the rejection")
 		}
@@ -419,37 +421,17 @@ func expectCopy(h *harness, ns, name, token string, exp time.Time) {
 		if err != nil {
 			return err
 		}
-		if got, want := sec.Annotations[syncer.AnnotationTokenFingerprint], syncer.TokenFingerprint([]byte(token)); got != want {
+		if got, want := sec.Annotations[hub.AnnotationTokenFingerprint], hub.TokenFingerprint([]byte(token)); got != want {
 			return fmt.Errorf("fingerprint %s, want %s", got, want)
 		}
-		if got, want := sec.Annotations[syncer.AnnotationTokenExpiration], rfc3339(exp); got != want {
+		if got, want := sec.Annotations[hub.AnnotationTokenExpiration], rfc3339(exp); got != want {
 			return fmt.Errorf("expiration %s, want %s", got, want)
 		}
-		if string(sec.Data[syncer.TokenKey]) != token {
+		if string(sec.Data[hub.TokenKey]) != token {
 			return fmt.Errorf("token data not current")
 		}
 		return nil
 	})
-}
-
-// pollFor polls check every 100 ms until it returns nil or timeout passes,
-// returning the last error then.
-func pollFor(ctx context.Context, timeout time.Duration, check func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // apiProbe lists namespaces on the managed cluster and asks who it is

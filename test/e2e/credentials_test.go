@@ -15,9 +15,11 @@ import (
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/syncer"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/leak"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // withCredentials turns credential copies on with a short coalescing window.
@@ -85,13 +87,13 @@ func (f *credFixture) expectCopies(token, expiry string, namespaces ...string) {
 			if string(sec.Data["token"]) != token || string(sec.Data["ca.crt"]) == "" || sec.Type != corev1.SecretTypeOpaque {
 				return fmt.Errorf("%s: copy data/type not current", n)
 			}
-			if v := sec.Labels["authentication.open-cluster-management.io/synced-from"]; v != syncer.SyncedFromValue(f.cluster, f.msa) {
+			if v := sec.Labels["authentication.open-cluster-management.io/synced-from"]; v != hub.SyncedFromValue(f.cluster, f.msa) {
 				return fmt.Errorf("%s: synced-from %q", n, v)
 			}
-			if v := sec.Annotations[syncer.AnnotationTokenFingerprint]; v != syncer.TokenFingerprint([]byte(token)) {
+			if v := sec.Annotations[hub.AnnotationTokenFingerprint]; v != hub.TokenFingerprint([]byte(token)) {
 				return fmt.Errorf("%s: fingerprint %q", n, v)
 			}
-			if v := sec.Annotations[syncer.AnnotationTokenExpiration]; v != expiry {
+			if v := sec.Annotations[hub.AnnotationTokenExpiration]; v != expiry {
 				return fmt.Errorf("%s: expiration %q, want %q", n, v, expiry)
 			}
 			p := h.profile(n, f.cluster)
@@ -234,7 +236,7 @@ func TestCredentialBadInput(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if string(sec.Data["token"]) != "opaque-token-value" || sec.Annotations[syncer.AnnotationTokenExpiration] != "" {
+		if string(sec.Data["token"]) != "opaque-token-value" || sec.Annotations[hub.AnnotationTokenExpiration] != "" {
 			return fmt.Errorf("copy %v", sec.Annotations)
 		}
 		return nil
@@ -339,7 +341,7 @@ func TestCredentialLongNames(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if v := sec.Labels["authentication.open-cluster-management.io/synced-from"]; len(v) > 63 || v != syncer.SyncedFromValue(c, mid) {
+		if v := sec.Labels["authentication.open-cluster-management.io/synced-from"]; len(v) > 63 || v != hub.SyncedFromValue(c, mid) {
 			return fmt.Errorf("synced-from %q", v)
 		}
 		return nil
@@ -527,7 +529,7 @@ func TestCredentialForgedMarks(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: f.copyName, Namespace: ns,
 			Labels:      map[string]string{"authentication.open-cluster-management.io/synced-from": f.copyName},
-			Annotations: map[string]string{syncer.AnnotationSource: syncer.SourceKey(f.cluster, f.msa)},
+			Annotations: map[string]string{hub.AnnotationSource: hub.SourceKey(f.cluster, f.msa)},
 		},
 		StringData: map[string]string{"token": "theirs"},
 	}
@@ -582,7 +584,7 @@ func TestCredentialForgedMarks(t *testing.T) {
 // MSA of the same cluster is copied as usual, and the daemon, its pool
 // included, keeps running.
 func TestImpersonatorNeverCopied(t *testing.T) {
-	bin := buildHubsync(t)
+	bin := testutil.Hubsync(t)
 	h := newHarnessWithoutSyncer(t)
 	ns := h.namespaces("a", "b")
 	set, cluster := h.name("set"), h.name("c")
@@ -627,10 +629,10 @@ func TestImpersonatorNeverCopied(t *testing.T) {
 		p := h.profile(n, cluster)
 		_, err := h.hub.Kube.CoreV1().Secrets(n).Create(h.ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: copyName, Namespace: n,
-				Labels: map[string]string{"authentication.open-cluster-management.io/synced-from": syncer.SyncedFromValue(cluster, impersonator)},
+				Labels: map[string]string{"authentication.open-cluster-management.io/synced-from": hub.SyncedFromValue(cluster, impersonator)},
 				Annotations: map[string]string{
-					syncer.AnnotationSource:           syncer.SourceKey(cluster, impersonator),
-					syncer.AnnotationTokenFingerprint: syncer.TokenFingerprint([]byte(stale)),
+					hub.AnnotationSource:           hub.SourceKey(cluster, impersonator),
+					hub.AnnotationTokenFingerprint: hub.TokenFingerprint([]byte(stale)),
 				},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "multicluster.x-k8s.io/v1alpha1", Kind: "ClusterProfile",
 					Name: p.Name, UID: p.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
@@ -691,12 +693,12 @@ func TestImpersonatorNeverCopied(t *testing.T) {
 		return errors.New("not yet")
 	})
 	h.eventually("the refusal in /metrics", func() error {
-		m, err := d.Metrics()
+		m, err := d.Scrape()
 		if err != nil {
 			return err
 		}
-		if got := fleet.MetricLine(m, `hubsync_credential_problems{reason="impersonator"}`); got != "1" {
-			return fmt.Errorf("hubsync_credential_problems{reason=\"impersonator\"} = %q", got)
+		if got, ok := m.Lookup("hubsync_credential_problems", testutil.Labels{"reason": "impersonator"}); !ok || got != 1 {
+			return fmt.Errorf("hubsync_credential_problems{reason=\"impersonator\"} = %v (present %v)", got, ok)
 		}
 		return nil
 	})
@@ -731,14 +733,16 @@ func TestImpersonatorNeverCopied(t *testing.T) {
 	if !strings.Contains(logs.String(), "tunnel pool started") {
 		t.Errorf("the tunnel pool did not start")
 	}
-	m, err := d.Metrics()
+	text, err := d.Metrics()
+	h.must(err)
+	m, err := testutil.ParseMetrics(text)
 	h.must(err)
 	for _, r := range []string{"no_token", "invalid_name", "name_conflict"} {
-		if got := fleet.MetricLine(m, `hubsync_credential_problems{reason="`+r+`"}`); got != "0" {
-			t.Errorf("hubsync_credential_problems{reason=%q} = %q, want 0", r, got)
+		if got, ok := m.Lookup("hubsync_credential_problems", testutil.Labels{"reason": r}); !ok || got != 0 {
+			t.Errorf("hubsync_credential_problems{reason=%q} = %v (present %v), want 0", r, got, ok)
 		}
 	}
-	for _, f := range leak.Tokens(m, h.hub.Tokens()) {
+	for _, f := range leak.Tokens(text, h.hub.Tokens()) {
 		t.Errorf("%s appears in /metrics", f)
 	}
 	evs, err := h.hub.Kube.CoreV1().Events("").List(h.ctx, metav1.ListOptions{})

@@ -13,25 +13,15 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/testutil"
 )
-
-// buildHubsync builds the hubsync binary once per test.
-func buildHubsync(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "hubsync")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/hubsync/hubsync/cmd/hubsync").CombinedOutput()
-	if err != nil {
-		t.Fatalf("build hubsync: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // TestDaemonLeaderElection runs the real binary twice with leader election:
 // one replica works, the other stands by, and takes over when the first
 // stops, converging the changes made meanwhile.
 func TestDaemonLeaderElection(t *testing.T) {
 	h := newHarnessWithoutSyncer(t)
-	bin := buildHubsync(t)
+	bin := testutil.Hubsync(t)
 	h.must(h.hub.Namespace(h.ctx, "open-cluster-management-hub"))
 	ns := h.namespaces("consumer")[0]
 	set := h.name("set")
@@ -54,10 +44,13 @@ func TestDaemonLeaderElection(t *testing.T) {
 		t.Fatalf("%v\n%s", err, logs1.String())
 	}
 	h.expectProfiles(ns, a)
-	metrics, err := d1.Metrics()
+	metrics, err := d1.Scrape()
 	h.must(err)
-	for _, want := range []string{`hubsync_profile_writes_total{op="create"} 1`, "hubsync_queue_depth", "go_goroutines", "go_gc_heap_live_bytes", "process_resident_memory_bytes"} {
-		if !strings.Contains(metrics, want) {
+	if got := metrics.Value("hubsync_profile_writes_total", testutil.Labels{"op": "create"}); got != 1 {
+		t.Errorf(`hubsync_profile_writes_total{op="create"} = %v, want 1`, got)
+	}
+	for _, want := range []string{"hubsync_queue_depth", "go_goroutines", "go_gc_heap_live_bytes", "process_resident_memory_bytes"} {
+		if !metrics.Has(want, nil) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
@@ -103,7 +96,7 @@ func TestDaemonLeaderElection(t *testing.T) {
 
 // TestCheckConfigBinary runs the built binary's check-config on bad input.
 func TestCheckConfigBinary(t *testing.T) {
-	bin := buildHubsync(t)
+	bin := testutil.Hubsync(t)
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	h := &harness{t: t}

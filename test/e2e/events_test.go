@@ -19,10 +19,13 @@ import (
 
 	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/events"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/syncer"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/leak"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // event is the part of a CloudEvent the tests read.
@@ -112,7 +115,7 @@ func (f *busFixture) events(ctx context.Context) []event {
 		if err != nil {
 			continue // deleted or expired
 		}
-		if err := bus.ValidateEvent(m.Data); err != nil {
+		if err := events.ValidateEvent(m.Data); err != nil {
 			f.t.Fatalf("event %d does not validate: %v\n%s", seq, err, m.Data)
 		}
 		var e event
@@ -131,7 +134,7 @@ func (f *busFixture) events(ctx context.Context) []event {
 // typesFor lists the event types stored for one (namespace, cluster, kind)
 // subject, in stream order.
 func typesFor(evs []event, prefix, ns, cluster, kind string) []string {
-	subject := bus.Subject(prefix, ns, cluster, kind)
+	subject := events.Subject(prefix, ns, cluster, kind)
 	var out []string
 	for _, e := range evs {
 		if e.subject == subject {
@@ -148,11 +151,11 @@ func (f *busFixture) record(ctx context.Context, ns, cluster string) map[string]
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	e, err := kv.Get(ctx, bus.KVKey(ns, cluster))
+	e, err := kv.Get(ctx, events.KVKey(ns, cluster))
 	if err != nil {
 		return nil
 	}
-	if err := bus.ValidateRecord(e.Value()); err != nil {
+	if err := events.ValidateRecord(e.Value()); err != nil {
 		f.t.Fatalf("record %s/%s does not validate: %v", ns, cluster, err)
 	}
 	var r map[string]any
@@ -259,8 +262,8 @@ func TestEventsAndState(t *testing.T) {
 		return nil
 	})
 	// The dotted cluster's events sit under its escaped subject.
-	if !strings.Contains(bus.Subject(prefix, ns[0], dotted, "profile"), "edge%2Eeu-1") {
-		t.Fatalf("subject does not escape the dot: %s", bus.Subject(prefix, ns[0], dotted, "profile"))
+	if !strings.Contains(events.Subject(prefix, ns[0], dotted, "profile"), "edge%2Eeu-1") {
+		t.Fatalf("subject does not escape the dot: %s", events.Subject(prefix, ns[0], dotted, "profile"))
 	}
 	if got := typesFor(evs, prefix, ns[0], dotted, "profile"); len(got) == 0 || got[0] != "profile.created" {
 		t.Fatalf("dotted cluster's events: %v", got)
@@ -283,7 +286,7 @@ func TestEventsAndState(t *testing.T) {
 		if f := leak.Tokens(string(raw), h.hub.Tokens()); len(f) > 0 {
 			t.Fatalf("%v appear in the KV record", f)
 		}
-		if !strings.Contains(string(raw), syncer.TokenFingerprint([]byte(tokens[1]))) || !strings.Contains(string(raw), blue) {
+		if !strings.Contains(string(raw), hub.TokenFingerprint([]byte(tokens[1]))) || !strings.Contains(string(raw), blue) {
 			return fmt.Errorf("record not current: %s", raw)
 		}
 		if bf.record(h.ctx, ns[1], c) != nil {
@@ -301,7 +304,7 @@ func TestEventsAndState(t *testing.T) {
 	fresh := 0
 	snap := h.syncer.Snapshot()
 	for _, ch := range snap {
-		if !stored[bus.EventID(ch)] {
+		if !stored[events.ID(ch)] {
 			fresh++
 		}
 		bf.fan.Notify(ch)
@@ -318,10 +321,10 @@ func TestEventsAndState(t *testing.T) {
 	}
 
 	// A consumer that subscribes late replays everything, in order.
-	late := replay(t, bf.js, bf.cfg.Stream.Name, prefix+"."+bus.EscapeToken(ns[0])+".>")
+	late := replay(t, bf.js, bf.cfg.Stream.Name, prefix+"."+events.EscapeToken(ns[0])+".>")
 	var mine []event
 	for _, e := range bf.events(h.ctx) {
-		if strings.HasPrefix(e.subject, prefix+"."+bus.EscapeToken(ns[0])+".") {
+		if strings.HasPrefix(e.subject, prefix+"."+events.EscapeToken(ns[0])+".") {
 			mine = append(mine, e)
 		}
 	}
@@ -442,7 +445,7 @@ func TestBusHoldsEventsWhileConverging(t *testing.T) {
 	h.waitIdle()
 	late := h.name("late")
 	updated := make(chan time.Time, 1)
-	sub2, err := bf.nc.Subscribe(bf.cfg.SubjectPrefix+"."+ns+"."+bus.EscapeToken(late)+".>", func(m *nats.Msg) {
+	sub2, err := bf.nc.Subscribe(bf.cfg.SubjectPrefix+"."+ns+"."+events.EscapeToken(late)+".>", func(m *nats.Msg) {
 		select {
 		case updated <- time.Now():
 		default:
@@ -471,7 +474,7 @@ func TestBusHoldsEventsWhileConverging(t *testing.T) {
 // publishing.
 func TestDaemonBusConsumersOnlyRead(t *testing.T) {
 	h := newHarnessWithoutSyncer(t)
-	bin := buildHubsync(t)
+	bin := testutil.Hubsync(t)
 	h.must(h.hub.Namespace(h.ctx, "open-cluster-management-hub"))
 	ns := h.namespaces("consumer")[0]
 	set := h.name("set")
@@ -537,12 +540,12 @@ func TestDaemonBusConsumersOnlyRead(t *testing.T) {
 		Type: stream.ProfileDeleted, Namespace: ns, Cluster: forged, Name: forged, ResourceVersion: "1",
 		Time: time.Now(), Profile: &stream.ProfileSummary{},
 	}
-	forgedEvent, err := bus.Encode(change, "hubsync/forged")
+	forgedEvent, err := events.Encode(change, "hubsync/forged")
 	h.must(err)
-	subject := bus.Subject(cfg.SubjectPrefix, ns, forged, "profile")
+	subject := events.Subject(cfg.SubjectPrefix, ns, forged, "profile")
 	msg := nats.NewMsg(subject)
 	msg.Data = forgedEvent
-	msg.Header.Set("Nats-Msg-Id", bus.EventID(change)) // as hubsync sends it
+	msg.Header.Set("Nats-Msg-Id", events.ID(change)) // as hubsync sends it
 	h.must(nc.PublishMsg(msg))
 	h.must(nc.Flush())
 	kv, err := js.KeyValue(h.ctx, cfg.KVBucket)
@@ -556,11 +559,11 @@ func TestDaemonBusConsumersOnlyRead(t *testing.T) {
 		}
 	}
 	attempt("publish an event through JetStream", func(ctx context.Context) error {
-		_, err := js.Publish(ctx, subject, forgedEvent, jetstream.WithMsgID(bus.EventID(change)))
+		_, err := js.Publish(ctx, subject, forgedEvent, jetstream.WithMsgID(events.ID(change)))
 		return err
 	})
 	attempt("write a record", func(ctx context.Context) error {
-		_, err := kv.Put(ctx, bus.KVKey(ns, forged), forgedEvent)
+		_, err := kv.Put(ctx, events.KVKey(ns, forged), forgedEvent)
 		return err
 	})
 

@@ -12,16 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/syncer"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/leak"
+	"github.com/hubsync/hubsync/test/testutil"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
@@ -172,14 +171,10 @@ func (h *harness) assertNoTokenLeak(tokens []string) {
 		raw, _ := json.Marshal(e)
 		texts[fmt.Sprintf("Event %s/%s", e.Namespace, e.Name)] = string(raw)
 	}
-	if mfs, err := h.reg.Gather(); err == nil {
-		var b strings.Builder
-		for _, mf := range mfs {
-			_, _ = expfmt.MetricFamilyToText(&b, mf)
-		}
-		texts["/metrics"] = b.String()
+	if m, err := testutil.Gather(h.reg); err == nil {
+		texts["/metrics"] = m.Text()
 	} else {
-		h.t.Errorf("gather metrics: %v", err)
+		h.t.Error(err)
 	}
 	for what, text := range texts {
 		for _, f := range leak.Tokens(text, tokens) {
@@ -227,14 +222,7 @@ func (h *harness) must(err error) {
 // sanity limit, not a performance claim.
 func (h *harness) eventually(what string, check func() error) {
 	h.t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(h.ctx, 25*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
-		last = check()
-		return last == nil, nil
-	})
-	if err != nil {
-		h.t.Fatalf("%s: %v (last: %v)", what, err, last)
-	}
+	testutil.Eventually(h.t, 20*time.Second, 25*time.Millisecond, check, "%s", what)
 }
 
 // waitIdle waits until the syncer has nothing queued or in flight.
@@ -311,7 +299,7 @@ func (h *harness) checkProfile(ns, name string) error {
 	}
 	wantLabels := map[string]string{
 		"x-k8s.io/cluster-manager":                manager,
-		"open-cluster-management.io/cluster-name": syncer.ClusterNameLabelValue(name),
+		"open-cluster-management.io/cluster-name": hub.ClusterNameLabelValue(name),
 		"multicluster.x-k8s.io/clusterset":        c.Labels["cluster.open-cluster-management.io/clusterset"],
 	}
 	for k, v := range wantLabels {
@@ -359,45 +347,13 @@ func findCondition(cs []metav1.Condition, t string) *metav1.Condition {
 	return nil
 }
 
-// metric returns the value of a counter or gauge with the given labels.
+// metric returns the sum of the in-process syncer's series of name that
+// carry the given labels.
 func (h *harness) metric(name string, labels map[string]string) float64 {
 	h.t.Helper()
-	mfs, err := h.reg.Gather()
+	m, err := testutil.Gather(h.reg)
 	h.must(err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		var sum float64
-		for _, m := range mf.GetMetric() {
-			if !labelsMatch(m, labels) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				sum += m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				sum += m.GetGauge().GetValue()
-			}
-		}
-		return sum
-	}
-	return 0
-}
-
-func labelsMatch(m *dto.Metric, want map[string]string) bool {
-	for k, v := range want {
-		found := false
-		for _, lp := range m.GetLabel() {
-			if lp.GetName() == k && lp.GetValue() == v {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
+	return m.Value(name, labels)
 }
 
 // writes is the number of profile writes hubsync has sent.

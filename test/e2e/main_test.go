@@ -3,10 +3,8 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/hubsync/hubsync/test/controlplane"
 	"k8s.io/client-go/rest"
@@ -16,24 +14,8 @@ import (
 var hubConfig *rest.Config
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	start := time.Now()
-	cp, err := controlplane.Start(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: cannot start the control plane:", err)
-		return 1
-	}
-	fmt.Printf("e2e: kube-apiserver and etcd ready with CRDs in %s\n", time.Since(start).Round(time.Millisecond))
-	defer func() {
-		if err := cp.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e:", err)
-		}
-	}()
-	hubConfig = cp.Config
-	return m.Run()
+	os.Exit(controlplane.Main(m, "e2e", func(_ context.Context, s *controlplane.Suite) error {
+		hubConfig = s.Hub.Config
+		return nil
+	}))
 }

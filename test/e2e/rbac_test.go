@@ -51,8 +51,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/syncer"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // The identity deploy/ gives hubsync.
@@ -495,7 +497,7 @@ func TestRBAC(t *testing.T) {
 	c1, c2 := h.name("c1"), h.name("c2")
 	// A profile of another manager blocks c2's in the red namespace.
 	_, err = h.hub.Profiles.ApisV1alpha1().ClusterProfiles(ns[0]).Create(h.ctx, &cpv1alpha1.ClusterProfile{
-		ObjectMeta: metav1.ObjectMeta{Name: c2, Namespace: ns[0], Labels: map[string]string{syncer.LabelClusterManager: "someone-else"}},
+		ObjectMeta: metav1.ObjectMeta{Name: c2, Namespace: ns[0], Labels: map[string]string{hub.LabelClusterManager: "someone-else"}},
 		Spec:       cpv1alpha1.ClusterProfileSpec{DisplayName: "theirs", ClusterManager: cpv1alpha1.ClusterManager{Name: "someone-else"}},
 	}, metav1.CreateOptions{})
 	h.must(err)
@@ -610,7 +612,7 @@ func TestRBAC(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if len(ps) != 1 || ps[c2] == nil || syncer.IsOwned(ps[c2], manager) {
+		if len(ps) != 1 || ps[c2] == nil || hub.IsOwned(ps[c2], manager) {
 			return fmt.Errorf("profiles %v", ps)
 		}
 		return nil
@@ -839,22 +841,19 @@ func installRBAC(ctx context.Context, t *testing.T, admin kubernetes.Interface, 
 		})
 	}
 	// The authorizer reads RBAC objects from its own informers.
-	deadline := time.Now().Add(20 * time.Second)
+	start := time.Now()
 	for _, g := range d.grants(t) {
 		a := g.attributes(g.rule.Verbs[0], g.rule.Resources[0])
-		for {
+		testutil.Eventually(t, 20*time.Second-time.Since(start), 50*time.Millisecond, func() error {
 			allowed, err := reviewAccess(ctx, admin, a)
 			if err != nil {
-				t.Fatal(err)
+				return testutil.Stop(err)
 			}
-			if allowed {
-				break
+			if !allowed {
+				return fmt.Errorf("%+v is still denied", a)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not in effect: %+v is still denied", g.source, a)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		}, "%s not in effect", g.source)
 	}
 }
 
@@ -1452,7 +1451,7 @@ func TestRBACDaemon(t *testing.T) {
 	h.must(h.hub.CreateExclusiveSet(h.ctx, set))
 	a, b := h.name("a"), h.name("b")
 	_, err = h.hub.Profiles.ApisV1alpha1().ClusterProfiles(ns).Create(h.ctx, &cpv1alpha1.ClusterProfile{
-		ObjectMeta: metav1.ObjectMeta{Name: b, Namespace: ns, Labels: map[string]string{syncer.LabelClusterManager: "someone-else"}},
+		ObjectMeta: metav1.ObjectMeta{Name: b, Namespace: ns, Labels: map[string]string{hub.LabelClusterManager: "someone-else"}},
 		Spec:       cpv1alpha1.ClusterProfileSpec{DisplayName: "theirs", ClusterManager: cpv1alpha1.ClusterManager{Name: "someone-else"}},
 	}, metav1.CreateOptions{})
 	h.must(err)
@@ -1461,7 +1460,7 @@ func TestRBACDaemon(t *testing.T) {
 	h.must(h.hub.Bind(h.ctx, ns, set, true))
 
 	var logs fleet.LogBuffer
-	daemon, err := fleet.StartDaemon(h.ctx, buildHubsync(t), asHubsync, *conf, &logs)
+	daemon, err := fleet.StartDaemon(h.ctx, testutil.Hubsync(t), asHubsync, *conf, &logs)
 	h.must(err)
 	h.watchLog("the daemon's log", &logs)
 	stopped := false

@@ -18,9 +18,10 @@ import (
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 
 	"github.com/hubsync/hubsync/config"
-	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/leak"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // kubeconfigFiles lists the kubeconfig files a sink keeps in dir (its
@@ -112,7 +113,7 @@ func whoami(ctx context.Context, kube kubernetes.Interface) (string, error) {
 // with the new token. Files are 0600 in 0700 directories, and leave with
 // the profile.
 func TestKubeconfigSinkThroughRotation(t *testing.T) {
-	bin := buildHubsync(t)
+	bin := testutil.Hubsync(t)
 	m := startManagedCluster(t)
 	h := newHarnessWithoutSyncer(t)
 	const msa = "kueue"
@@ -127,7 +128,7 @@ func TestKubeconfigSinkThroughRotation(t *testing.T) {
 	tokA, tokB := m.mintToken(t, "token-a"), m.mintToken(t, "token-b")
 	_, err := h.hub.CreateMSA(h.ctx, cluster, msa, true)
 	h.must(err)
-	h.must(h.hub.PutToken(h.ctx, cluster, msa, "", map[string][]byte{syncer.TokenKey: []byte(tokA.token), syncer.CAKey: m.cfg.CAData}))
+	h.must(h.hub.PutToken(h.ctx, cluster, msa, "", map[string][]byte{hub.TokenKey: []byte(tokA.token), hub.CAKey: m.cfg.CAData}))
 	// A short declared expiry makes client-go run the plugin again during
 	// the test (see TestConsumerPathSurvivesRotation).
 	expA := time.Now().Add(8 * time.Second).UTC().Truncate(time.Second)
@@ -223,7 +224,7 @@ func TestKubeconfigSinkThroughRotation(t *testing.T) {
 	}
 
 	// Rotate as the agent does, then revoke token A.
-	h.must(h.hub.PutToken(h.ctx, cluster, msa, "", map[string][]byte{syncer.TokenKey: []byte(tokB.token), syncer.CAKey: m.cfg.CAData}))
+	h.must(h.hub.PutToken(h.ctx, cluster, msa, "", map[string][]byte{hub.TokenKey: []byte(tokB.token), hub.CAKey: m.cfg.CAData}))
 	h.must(h.hub.SetMSAExpiration(h.ctx, cluster, msa, time.Now().Add(10*time.Minute)))
 	h.eventually("the token-mode file holds token B", func() error {
 		data, err := os.ReadFile(tokenFile)
@@ -317,7 +318,7 @@ func TestKubeconfigSinkThroughRotation(t *testing.T) {
 // changed and removed with no restart; a broken edit is rejected with
 // every field-path error while the running sinks keep delivering.
 func TestSinksHotReload(t *testing.T) {
-	bin := buildHubsync(t)
+	bin := testutil.Hubsync(t)
 	h := newHarnessWithoutSyncer(t)
 	ns := h.namespaces("tools")[0]
 	set := h.name("set")
@@ -363,15 +364,17 @@ func TestSinksHotReload(t *testing.T) {
 			return nil
 		})
 	}
-	metric := func(prefix, want string) {
+	// metric waits until name's series with labels has the value want,
+	// or, with present false, until there is no such series.
+	metric := func(name string, labels testutil.Labels, want float64, present bool) {
 		t.Helper()
-		h.eventually(prefix+" "+want, func() error {
-			m, err := d.Metrics()
+		h.eventually(fmt.Sprintf("%s%v = %v (present %v)", name, labels, want, present), func() error {
+			m, err := d.Scrape()
 			if err != nil {
 				return err
 			}
-			if got := fleet.MetricLine(m, prefix); got != want {
-				return fmt.Errorf("%s = %q", prefix, got)
+			if got, ok := m.Lookup(name, labels); ok != present || got != want {
+				return fmt.Errorf("%s%v = %v (present %v)", name, labels, got, ok)
 			}
 			return nil
 		})
@@ -382,26 +385,23 @@ func TestSinksHotReload(t *testing.T) {
 	conf.Sinks = append(conf.Sinks, sink("two", dirTwo))
 	h.must(d.WriteConfig(cm, conf))
 	files(dirTwo, 1)
-	metric(`hubsync_sink_up{sink="two",type="kubeconfig"}`, "1")
-	metric(`hubsync_config_reloads_total{result="applied"}`, "1")
+	metric("hubsync_sink_up", testutil.Labels{"sink": "two", "type": "kubeconfig"}, 1, true)
+	metric("hubsync_config_reloads_total", testutil.Labels{"result": "applied"}, 1, true)
 
 	// Changed: the sink starts anew in its new directory.
 	conf.Sinks[1] = sink("two", dirThree)
 	h.must(d.WriteConfig(cm, conf))
 	files(dirThree, 1)
-	metric(`hubsync_config_reloads_total{result="applied"}`, "2")
+	metric("hubsync_config_reloads_total", testutil.Labels{"result": "applied"}, 2, true)
 
 	// Broken: rejected with every problem, and delivery goes on.
 	h.must(cm.Write([]byte("sinks:\n- name: two\n  type: kubeconfig\n  kubeconfig: {directory: relative}\n  retries: 3\n")))
-	metric("hubsync_config_last_reload_successful", "0")
+	metric("hubsync_config_last_reload_successful", nil, 0, true)
 	for _, want := range []string{"configuration reload rejected", "sinks[0].retries", "sinks[0].kubeconfig.directory", "sinks[0].kubeconfig.accessProvider"} {
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(logs.String(), want) {
-			if time.Now().After(deadline) {
-				t.Errorf("log lacks %q", want)
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
+		if err := testutil.Poll(h.ctx, 10*time.Second, 10*time.Millisecond, func() bool {
+			return strings.Contains(logs.String(), want)
+		}); err != nil {
+			t.Errorf("log lacks %q", want)
 		}
 	}
 	addCluster(h.name("c2"))
@@ -411,8 +411,8 @@ func TestSinksHotReload(t *testing.T) {
 	// Removed: it stops, leaving its files as they are.
 	conf.Sinks = conf.Sinks[:1]
 	h.must(d.WriteConfig(cm, conf))
-	metric("hubsync_config_last_reload_successful", "1")
-	metric(`hubsync_sink_up{sink="two",type="kubeconfig"}`, "")
+	metric("hubsync_config_last_reload_successful", nil, 1, true)
+	metric("hubsync_sink_up", testutil.Labels{"sink": "two", "type": "kubeconfig"}, 0, false)
 	addCluster(h.name("c3"))
 	files(dirOne, 3)
 	if got, err := kubeconfigFiles(dirThree); err != nil || len(got) != 2 {

@@ -15,10 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/sinks/webhook"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // receiver is a webhook endpoint that verifies every request's signature
@@ -34,7 +35,7 @@ type receiver struct {
 	last429   time.Time
 	early     []time.Duration // requests that came before a Retry-After ran out
 	rejected  []string        // signature failures
-	accepted  []bus.Event
+	accepted  []events.Event
 	byID      map[string]int
 	lastReqAt time.Time
 }
@@ -74,12 +75,12 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "content type", http.StatusUnsupportedMediaType)
 		return
 	}
-	if err := bus.ValidateEvent(body); err != nil {
+	if err := events.ValidateEvent(body); err != nil {
 		r.rejected = append(r.rejected, err.Error())
 		http.Error(w, "invalid event", http.StatusBadRequest)
 		return
 	}
-	e, err := bus.Decode(body)
+	e, err := events.Decode(body)
 	if err != nil || e.ID != id {
 		r.rejected = append(r.rejected, fmt.Sprintf("event id %q, webhook-id %q, %v", e.ID, id, err))
 		http.Error(w, "id", http.StatusBadRequest)
@@ -140,7 +141,7 @@ func (r *receiver) serve(t *testing.T, addr string, cert *tls.Certificate) *http
 // reaches the flaky receiver, none is lost, duplicates only ever repeat an
 // id, Retry-After is honoured, and every signature verifies.
 func TestWebhookSinkSurvivesOutagesAndRestart(t *testing.T) {
-	bin := buildHubsync(t)
+	bin := testutil.Hubsync(t)
 	h := newHarnessWithoutSyncer(t)
 	ns := h.namespaces("hooks")[0]
 	set := h.name("set")

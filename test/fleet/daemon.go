@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/test/testutil"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -183,27 +184,26 @@ func (d *Daemon) Done() <-chan error { return d.done }
 
 // WaitReady waits until /readyz answers 200.
 func (d *Daemon) WaitReady(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	err := testutil.Poll(ctx, timeout, 50*time.Millisecond, func() error {
 		select {
 		case err := <-d.done:
-			return fmt.Errorf("hubsync exited before it was ready: %v", err)
+			return testutil.Stop(fmt.Errorf("hubsync exited before it was ready: %v", err))
 		default:
 		}
 		resp, err := http.Get("http://" + d.Address + "/readyz")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("hubsync not ready: %w", err)
 	}
-	return errors.New("hubsync not ready in time")
+	return nil
 }
 
 // ReadyAt polls /readyz every 10 ms in the background and returns a
@@ -226,7 +226,13 @@ func (d *Daemon) ReadyAt(ctx context.Context) <-chan time.Time {
 	return ch
 }
 
-// Metrics returns the daemon's /metrics text.
+// Scrape reads the daemon's metrics.
+func (d *Daemon) Scrape() (testutil.Metrics, error) {
+	return testutil.Scrape("http://" + d.Address + "/metrics")
+}
+
+// Metrics returns the daemon's /metrics text, for printing it or looking
+// for what must not be in it; Scrape reads values.
 func (d *Daemon) Metrics() (string, error) {
 	resp, err := http.Get("http://" + d.Address + "/metrics")
 	if err != nil {
@@ -305,36 +311,10 @@ func (d *Daemon) Stop() error {
 	}
 }
 
-// MetricLine returns the value text of the first series in a /metrics text
-// whose line starts with prefix (name and labels), or "" if there is none.
-func MetricLine(metrics, prefix string) string {
-	for _, l := range strings.Split(metrics, "\n") {
-		if rest, ok := strings.CutPrefix(l, prefix); ok && strings.HasPrefix(rest, " ") {
-			return strings.TrimSpace(rest)
-		}
-	}
-	return ""
-}
-
-// MetricSum adds up every series of a metric in a /metrics text.
-func MetricSum(metrics, name string) float64 {
-	var sum float64
-	for _, l := range strings.Split(metrics, "\n") {
-		rest, ok := strings.CutPrefix(l, name)
-		if !ok || (!strings.HasPrefix(rest, "{") && !strings.HasPrefix(rest, " ")) {
-			continue
-		}
-		if v, err := strconv.ParseFloat(rest[strings.LastIndex(rest, " ")+1:], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum
-}
-
 // Leading reports whether the daemon says it holds the leader lease.
 func (d *Daemon) Leading() bool {
-	m, err := d.Metrics()
-	return err == nil && MetricLine(m, "hubsync_leader") == "1"
+	m, err := d.Scrape()
+	return err == nil && m.Value("hubsync_leader", nil) == 1
 }
 
 // Kill ends the daemon with SIGKILL, as a node failure or the OOM killer

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -15,8 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/hubsync/hubsync/config"
 	gw "github.com/hubsync/hubsync/gateway"
 	"github.com/hubsync/hubsync/test/pki"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // TestServingCertificateRotation serves the gateway's TLS from files and
@@ -95,7 +98,9 @@ func TestServingCertificateRotation(t *testing.T) {
 			sctx, stop := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() {
-				done <- gw.Serve(sctx, ln, http.NotFoundHandler(), gw.ServerOptions{Certs: src.certs, ReadHeaderTimeout: time.Second})
+				so := gw.ServerOptionsFor(config.Default().Gateway)
+				so.Certs, so.ReadHeaderTimeout = src.certs, time.Second
+				done <- gw.Serve(sctx, ln, http.NotFoundHandler(), so)
 			}()
 			defer func() { stop(); <-done }()
 			served := func() (*x509.Certificate, error) {
@@ -114,17 +119,16 @@ func TestServingCertificateRotation(t *testing.T) {
 				t.Fatalf("serves %v, %v; want the first certificate", cert.SerialNumber, err)
 			}
 			src.rotate()
-			deadline := time.Now().Add(30 * time.Second)
-			for {
+			testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
 				cert, err := served()
-				if err == nil && cert.SerialNumber.String() == want(second) {
-					break
+				if err != nil {
+					return err
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("still serving %v (%v) 30s after the rotation", cert.SerialNumber, err)
+				if cert.SerialNumber.String() != want(second) {
+					return fmt.Errorf("still serving %v", cert.SerialNumber)
 				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return nil
+			}, "the rotated certificate")
 		})
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +36,7 @@ import (
 	"github.com/hubsync/hubsync/test/kubelet"
 	"github.com/hubsync/hubsync/test/leak"
 	"github.com/hubsync/hubsync/test/pki"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 const (
@@ -182,7 +182,7 @@ func start(t *testing.T, ctx context.Context) *setup {
 		t.Fatal(err)
 	}
 	// Ready when a request goes through.
-	s.eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
 		code, body := s.get(t, "/"+cluster+"/api/v1/namespaces/apps/configmaps", "Bearer "+s.userToken, nil)
 		if code != http.StatusOK {
 			return fmt.Errorf("%d: %s", code, body)
@@ -303,21 +303,6 @@ func (s *setup) get(t *testing.T, path, auth string, extra http.Header) (int, st
 func pathOnly(p string) string  { before, _, _ := strings.Cut(p, "?"); return before }
 func queryOnly(p string) string { _, after, _ := strings.Cut(p, "?"); return after }
 
-func (s *setup) eventually(t *testing.T, within time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %v", within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // kubectl runs the real kubectl with args and returns its output.
 func kubectl(ctx context.Context, kubeconfig string, args ...string) (string, string, error) {
 	cmd := exec.CommandContext(ctx, env.kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
@@ -363,33 +348,11 @@ func (s *setup) gatewayKubeconfig(t *testing.T, ctx context.Context) string {
 	return kc
 }
 
-// metric returns the sum of the samples of name whose labels contain
-// every one of match.
-func (s *setup) metric(t *testing.T, name string, match ...string) float64 {
+// metric returns the sum of the daemon's series of name that carry
+// labels.
+func (s *setup) metric(t *testing.T, name string, labels testutil.Labels) float64 {
 	t.Helper()
-	text, err := s.d.Metrics()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, line := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		ok := true
-		for _, m := range match {
-			ok = ok && strings.Contains(line, m)
-		}
-		if !ok {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			sum += v
-		}
-	}
-	return sum
+	return testutil.Metric(t, "http://"+s.d.Address+"/metrics", name, labels)
 }
 
 // TestKubectlThroughGateway runs the real kubectl through a kubeconfig
@@ -530,7 +493,7 @@ current-context: gw
 	// The profile's gateway access provider leads a consumer there: its
 	// server and CA, with the hub identity's token, reach the cluster.
 	var provider *cpv1alpha1.AccessProvider
-	s.eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
 		profiles, err := s.h.ProfilesIn(ctx, consumerNS)
 		if err != nil {
 			return err
@@ -556,10 +519,10 @@ current-context: gw
 	if cms, err := consumer.CoreV1().ConfigMaps("apps").List(ctx, metav1.ListOptions{}); err != nil || len(cms.Items) < 7 {
 		t.Fatalf("list through the profile's provider: %v", err)
 	}
-	if v := s.metric(t, "hubsync_gateway_requests_total", `mode="passthrough"`); v < 2 {
+	if v := s.metric(t, "hubsync_gateway_requests_total", testutil.Labels{"mode": "passthrough"}); v < 2 {
 		t.Errorf("hubsync_gateway_requests_total{mode=passthrough} = %v; want ≥ 2", v)
 	}
-	if v := s.metric(t, "hubsync_gateway_requests_total", `cluster="`+cluster+`"`, `code="403"`, `mode="impersonate"`); v < 4 {
+	if v := s.metric(t, "hubsync_gateway_requests_total", testutil.Labels{"cluster": cluster, "code": "403", "mode": "impersonate"}); v < 4 {
 		t.Errorf("hubsync_gateway_requests_total{code=403,mode=impersonate} = %v; want ≥ 4", v)
 	}
 }
@@ -582,7 +545,7 @@ func TestGatewayRefusesAttacks(t *testing.T) {
 	s := start(t, ctx)
 	good := "Bearer " + s.userToken
 	base := "/" + cluster + "/api/v1/namespaces/apps/configmaps"
-	forwarded := func() float64 { return s.metric(t, "hubsync_tunnel_requests_total") }
+	forwarded := func() float64 { return s.metric(t, "hubsync_tunnel_requests_total", nil) }
 
 	// An expired hub token: signed with the hub's own key.
 	keyFile, issuer := env.hub.ServiceAccountSigner()
@@ -603,7 +566,7 @@ func TestGatewayRefusesAttacks(t *testing.T) {
 	}
 	// Refused once the cached review expires (reviewCacheTTL 1s here).
 	revokedAt := time.Now()
-	s.eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
 		if code, _ := s.get(t, base, "Bearer "+revoked, nil); code != http.StatusUnauthorized {
 			tr, err := s.hubKube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: revoked}}, metav1.CreateOptions{})
 			return fmt.Errorf("revoked token: %d (hub says %+v %v)", code, tr.Status, err)
@@ -679,14 +642,14 @@ func TestGatewayRefusesAttacks(t *testing.T) {
 			if err := env.agent.Start(); err != nil {
 				t.Fatal(err)
 			}
-			s.eventually(t, 30*time.Second, func() error {
+			testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
 				if code, body := s.get(t, base, good, nil); code != 200 {
 					return fmt.Errorf("%d %s", code, body)
 				}
 				return nil
 			})
 		}()
-		s.eventually(t, 20*time.Second, func() error {
+		testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
 			start := time.Now()
 			req, _ := http.NewRequest(http.MethodGet, s.url+base, nil)
 			req.Header.Set("Authorization", good)
@@ -706,7 +669,7 @@ func TestGatewayRefusesAttacks(t *testing.T) {
 		})
 	})
 
-	if v := s.metric(t, "hubsync_gateway_refused_total", `reason="hub_token_refused"`); v < 2 {
+	if v := s.metric(t, "hubsync_gateway_refused_total", testutil.Labels{"reason": "hub_token_refused"}); v < 2 {
 		t.Errorf("hubsync_gateway_refused_total{reason=hub_token_refused} = %v; want ≥ 2", v)
 	}
 	if strings.Contains(s.logs.String(), expired) || strings.Contains(s.logs.String(), revoked) {
@@ -765,15 +728,15 @@ func TestStreamingThroughGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	kc := s.gatewayKubeconfig(t, ctx)
-	before := s.metric(t, "hubsync_gateway_requests_total", `code="101"`)
+	before := s.metric(t, "hubsync_gateway_requests_total", testutil.Labels{"code": "101"})
 	kubelet.Suite(ctx, t, k, &kubelet.Kubectl{Bin: env.kubectl, Kubeconfig: kc, Home: s.dir, Namespace: pod.Namespace}, pod)
 	// Exec, attach and port-forward over two transports: 12 upgrades
 	// (port-forward's two connections share one).
-	if n := s.metric(t, "hubsync_gateway_requests_total", `code="101"`) - before; n < 12 {
+	if n := s.metric(t, "hubsync_gateway_requests_total", testutil.Labels{"code": "101"}) - before; n < 12 {
 		t.Errorf("%v upgraded requests through the gateway; want ≥ 12", n)
 	}
-	s.eventually(t, 10*time.Second, func() error {
-		if v := s.metric(t, "hubsync_gateway_upgraded_connections"); v != 0 {
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if v := s.metric(t, "hubsync_gateway_upgraded_connections", nil); v != 0 {
 			return fmt.Errorf("%v upgraded connections still open after kubectl exited", v)
 		}
 		return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/leak"
 	"github.com/hubsync/hubsync/test/pki"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // The identities a managed cluster can see through the gateway.
@@ -49,7 +50,7 @@ func (s *setup) seen(t *testing.T, marker string) []string {
 		t.Fatalf("sentinel: %d %s", code, body)
 	}
 	var events []controlplane.AuditEvent
-	s.eventually(t, 20*time.Second, func() error {
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
 		got, err := env.managed.AuditEvents(sentinel)
 		if err != nil || len(got) == 0 {
 			return fmt.Errorf("no audit event for the sentinel yet (%v)", err)
@@ -225,8 +226,8 @@ func TestSelfSignedTokensCostNothing(t *testing.T) {
 	if code, body := s.get(t, "/"+cluster+"/api/v1/namespaces/apps/configmaps", "Bearer "+own, nil); code != http.StatusForbidden {
 		t.Fatalf("a cluster's own token: %d %s; want the cluster's 403 for what it may not read", code, body)
 	}
-	requests := s.metric(t, "hubsync_tunnel_requests_total")
-	dials := s.metric(t, "hubsync_tunnel_upgrade_dials_total")
+	requests := s.metric(t, "hubsync_tunnel_requests_total", nil)
+	dials := s.metric(t, "hubsync_tunnel_upgrade_dials_total", nil)
 	addr := strings.TrimPrefix(s.url, "https://")
 	var bodies []string
 	for _, c := range []string{cluster, "no-such-cluster"} {
@@ -249,10 +250,10 @@ func TestSelfSignedTokensCostNothing(t *testing.T) {
 	if bodies[0] != bodies[2] {
 		t.Errorf("the answers tell an existing cluster from another:\n%s\n%s", bodies[0], bodies[2])
 	}
-	if n := s.metric(t, "hubsync_tunnel_requests_total") - requests; n != 0 {
+	if n := s.metric(t, "hubsync_tunnel_requests_total", nil) - requests; n != 0 {
 		t.Errorf("%v requests went through the pool for self-signed tokens (the key set was fetched before: none expected)", n)
 	}
-	if n := s.metric(t, "hubsync_tunnel_upgrade_dials_total") - dials; n != 0 {
+	if n := s.metric(t, "hubsync_tunnel_upgrade_dials_total", nil) - dials; n != 0 {
 		t.Errorf("%v upgrade dials for self-signed tokens", n)
 	}
 }
@@ -284,11 +285,11 @@ func TestClusterKeyRotation(t *testing.T) {
 	if err := passes(old); err != nil {
 		t.Fatalf("a token of the cluster's key: %v", err)
 	}
-	fetches := s.metric(t, "hubsync_gateway_key_fetches_total", `keys="cluster"`, `result="ok"`)
+	fetches := s.metric(t, "hubsync_gateway_key_fetches_total", testutil.Labels{"keys": "cluster", "result": "ok"})
 	if err := env.managed.RotateServiceAccountKey(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s.eventually(t, time.Minute, func() error {
+	testutil.Eventually(t, time.Minute, 50*time.Millisecond, func() error {
 		if code, body := s.get(t, path, "Bearer "+s.userToken, nil); code != http.StatusOK {
 			return fmt.Errorf("the cluster is not served again: %d %s", code, body)
 		}
@@ -304,8 +305,8 @@ func TestClusterKeyRotation(t *testing.T) {
 	}
 	// The key set is fetched again at most every 30 s: within a minute
 	// the new key's tokens pass.
-	s.eventually(t, time.Minute, func() error { return passes(rotated) })
-	if n := s.metric(t, "hubsync_gateway_key_fetches_total", `keys="cluster"`, `result="ok"`) - fetches; n < 1 {
+	testutil.Eventually(t, time.Minute, 50*time.Millisecond, func() error { return passes(rotated) })
+	if n := s.metric(t, "hubsync_gateway_key_fetches_total", testutil.Labels{"keys": "cluster", "result": "ok"}) - fetches; n < 1 {
 		t.Fatalf("the cluster's keys were not fetched again (%v fetches)", n)
 	}
 }

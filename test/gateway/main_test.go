@@ -8,13 +8,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/konnectivity"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // env is what the package's tests share.
@@ -32,46 +30,31 @@ var env struct {
 const managedIP = "127.0.0.21"
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(controlplane.Main(m, "gateway e2e", boot))
 }
 
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	start := time.Now()
-	fail := func(what string, err error) int {
-		fmt.Fprintf(os.Stderr, "gateway e2e: %s: %v\n", what, err)
-		return 1
-	}
+// boot starts the proxy-server, the managed kube-apiserver and its agent
+// beside the suite's hub, and finds kubectl and the hubsync binary.
+func boot(ctx context.Context, s *controlplane.Suite) error {
+	env.hub = s.Hub
 	var err error
 	if env.kubectl, err = controlplane.KubectlPath(); err != nil {
-		return fail("kubectl", err)
+		return fmt.Errorf("kubectl: %w", err)
 	}
-	dir, err := os.MkdirTemp("", "hubsync-gateway-e2e-")
-	if err != nil {
-		return fail("temp dir", err)
+	if env.hubsync, err = testutil.HubsyncPath(); err != nil {
+		return fmt.Errorf("hubsync: %w", err)
 	}
-	defer os.RemoveAll(dir)
-	env.hubsync = filepath.Join(dir, "hubsync")
-	if out, err := exec.Command("go", "build", "-o", env.hubsync, "github.com/hubsync/hubsync/cmd/hubsync").CombinedOutput(); err != nil {
-		return fail("build hubsync", fmt.Errorf("%w\n%s", err, out))
+	if env.server, err = konnectivity.StartServer(ctx, s.Dir); err != nil {
+		return fmt.Errorf("cannot start the proxy-server: %w", err)
 	}
-	if env.hub, err = controlplane.Start(ctx); err != nil {
-		return fail("cannot start the hub", err)
-	}
-	defer func() { _ = env.hub.Stop() }()
-	if env.server, err = konnectivity.StartServer(ctx, dir); err != nil {
-		return fail("cannot start the proxy-server", err)
-	}
-	defer env.server.Kill()
+	s.Defer(env.server.Kill)
 	if env.managed, err = controlplane.StartManaged(ctx, env.hub.EtcdURL(), "gwmanaged", managedIP); err != nil {
-		return fail("cannot start the managed kube-apiserver", err)
+		return fmt.Errorf("cannot start the managed kube-apiserver: %w", err)
 	}
-	defer env.managed.Close()
+	s.Defer(func() { _ = env.managed.Close() })
 	if env.agent, err = env.server.StartAgent("gw-agent", managedIP); err != nil {
-		return fail("cannot start the agent", err)
+		return fmt.Errorf("cannot start the agent: %w", err)
 	}
-	defer env.agent.Kill()
-	fmt.Printf("gateway e2e: hub, proxy-server, managed kube-apiserver and agent ready in %s\n", time.Since(start).Round(time.Millisecond))
-	return m.Run()
+	s.Defer(env.agent.Kill)
+	return nil
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	gw "github.com/hubsync/hubsync/gateway"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // TestHubRBAC installs deploy/gateway/hub-rbac.yaml on the real hub and
@@ -62,17 +64,13 @@ func TestHubRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
 		id, ok, err := (gw.TokenReviewer{Kube: kube}).Review(ctx, tr.Status.Token)
-		if err == nil && ok && id.Username == "system:serviceaccount:default:rbac-probe" {
-			break
+		if err != nil || !ok || id.Username != "system:serviceaccount:default:rbac-probe" {
+			return fmt.Errorf("%+v %v %v", id, ok, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("TokenReview as %s: %+v %v %v", user, id, ok, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	}, "TokenReview as %s", user)
 	keys := &gw.KeySet{Fetch: func(ctx context.Context) ([]byte, error) {
 		return kube.CoreV1().RESTClient().Get().AbsPath("/openid/v1/jwks").DoRaw(ctx)
 	}}
@@ -165,13 +163,9 @@ func TestHubFlowControl(t *testing.T) {
 	}
 	review := `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":"x"}}`
 	// The API server takes up a new schema within moments.
-	deadline := time.Now().Add(30 * time.Second)
-	for levelOf(http.MethodPost, "/apis/authentication.k8s.io/v1/tokenreviews", review) != string(created.UID) {
-		if time.Now().After(deadline) {
-			t.Fatalf("hubsync's TokenReviews are not in priority level %s", level.Name)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, 100*time.Millisecond, func() bool {
+		return levelOf(http.MethodPost, "/apis/authentication.k8s.io/v1/tokenreviews", review) == string(created.UID)
+	}, "hubsync's TokenReviews are not in priority level %s", level.Name)
 	if got := levelOf(http.MethodGet, "/openid/v1/jwks", ""); got != string(created.UID) {
 		t.Errorf("hubsync's reads of the hub's keys are in priority level %s; want %s", got, created.UID)
 	}

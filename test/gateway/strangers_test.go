@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // TestStrangersCostLittle floods the running gateway with forged tokens
@@ -24,9 +26,9 @@ func TestStrangersCostLittle(t *testing.T) {
 	const conns, perConn = 20, 20
 	const flood = conns * perConn
 	reviews := func() float64 {
-		return s.metric(t, "hubsync_gateway_token_reviews_total", `result="authenticated"`) +
-			s.metric(t, "hubsync_gateway_token_reviews_total", `result="unauthenticated"`) +
-			s.metric(t, "hubsync_gateway_token_reviews_total", `result="error"`)
+		return s.metric(t, "hubsync_gateway_token_reviews_total", testutil.Labels{"result": "authenticated"}) +
+			s.metric(t, "hubsync_gateway_token_reviews_total", testutil.Labels{"result": "unauthenticated"}) +
+			s.metric(t, "hubsync_gateway_token_reviews_total", testutil.Labels{"result": "error"})
 	}
 	before := reviews()
 	jwts := make([]string, flood)

@@ -24,6 +24,7 @@ import (
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/pki"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // BinDir returns the directory holding proxy-server and proxy-agent:
@@ -229,24 +230,22 @@ func (a *Agent) Running() bool { return a.proc.running() }
 
 // waitListening waits until every address accepts TCP connections.
 func waitListening(ctx context.Context, p process, addrs ...string) error {
-	deadline := time.Now().Add(60 * time.Second)
+	start := time.Now()
 	for _, addr := range addrs {
-		for {
-			c, err := net.DialTimeout("tcp", addr, time.Second)
-			if err == nil {
-				_ = c.Close()
-				break
-			}
+		err := testutil.Poll(ctx, 60*time.Second-time.Since(start), 50*time.Millisecond, func() error {
 			select {
 			case <-p.done:
-				return fmt.Errorf("%s exited; see %s", p.name, p.log)
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(50 * time.Millisecond):
+				return testutil.Stop(fmt.Errorf("%s exited; see %s", p.name, p.log))
+			default:
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s does not listen on %s; see %s", p.name, addr, p.log)
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err != nil {
+				return err
 			}
+			return c.Close()
+		})
+		if err != nil {
+			return fmt.Errorf("%s does not listen on %s (see %s): %w", p.name, addr, p.log, err)
 		}
 	}
 	return nil

@@ -128,7 +128,7 @@ func TestImportRules(t *testing.T) {
 		}
 	}
 	for rel := range allowed {
-		if !seen[rel] && rel != "daemon" {
+		if !seen[rel] {
 			t.Errorf("the import table names %s, which no longer exists", rel)
 		}
 	}

@@ -3,36 +3,36 @@
 package leak
 
 import (
+	"context"
 	"os"
 	"runtime"
 	"time"
+
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // Baseline returns the goroutine count once it has stopped changing
-// (goroutines that are ending need a moment), or after 10 s.
+// (goroutines that are ending need a moment): the same in two samples
+// 200 ms apart, or the last sample after 10 s.
 func Baseline() int {
-	deadline := time.Now().Add(10 * time.Second)
-	n := runtime.NumGoroutine()
-	for time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
+	n := -1 // the first sample only sets the count to compare with
+	_ = testutil.Poll(context.Background(), 10*time.Second, 200*time.Millisecond, func() bool {
 		m := runtime.NumGoroutine()
-		if m == n {
-			return n
-		}
+		stable := m == n
 		n = m
-	}
+		return stable
+	})
 	return n
 }
 
 // Goroutines polls until at most atMost goroutines run, or 10 s pass,
 // and returns the count.
 func Goroutines(atMost int) int {
-	deadline := time.Now().Add(10 * time.Second)
-	n := runtime.NumGoroutine()
-	for n > atMost && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	var n int
+	_ = testutil.Poll(context.Background(), 10*time.Second, 20*time.Millisecond, func() bool {
 		n = runtime.NumGoroutine()
-	}
+		return n <= atMost
+	})
 	return n
 }
 

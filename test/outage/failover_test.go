@@ -11,11 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // TestFailover runs two replicas with leader election on the real API
@@ -56,16 +56,16 @@ func TestFailover(t *testing.T) {
 		}
 	}
 	leader, standby := -1, -1
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err = testutil.Poll(ctx, 30*time.Second, 50*time.Millisecond, func() bool {
 		switch {
 		case ds[0].Leading() && !ds[1].Leading():
 			leader, standby = 0, 1
 		case ds[1].Leading() && !ds[0].Leading():
 			leader, standby = 1, 0
 		default:
-			return false, nil
+			return false
 		}
-		return strings.Contains(logs[standby].String(), "another replica leads; standing by"), nil
+		return strings.Contains(logs[standby].String(), "another replica leads; standing by")
 	})
 	if err != nil {
 		t.Fatalf("no single leader with a standby\n%s\n%s", logs[0].String(), logs[1].String())
@@ -104,8 +104,8 @@ func TestFailover(t *testing.T) {
 		close(errs)
 		burst <- <-errs
 	}()
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		return profiles() >= total/4, nil
+	err = testutil.Poll(ctx, 2*time.Minute, 100*time.Millisecond, func() bool {
+		return profiles() >= total/4
 	})
 	must(err)
 	must(ds[leader].Kill())
@@ -118,8 +118,8 @@ func TestFailover(t *testing.T) {
 
 	// The standby takes over within the lease duration (plus a retry
 	// period and slack: a sanity bound, the figure is logged).
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*lease, true, func(context.Context) (bool, error) {
-		return ds[standby].Leading(), nil
+	err = testutil.Poll(ctx, 2*lease, 50*time.Millisecond, func() bool {
+		return ds[standby].Leading()
 	})
 	if err != nil {
 		t.Fatalf("the standby did not take over within %s\n%s", 2*lease, logs[standby].String())
@@ -132,17 +132,17 @@ func TestFailover(t *testing.T) {
 	must(<-burst)
 
 	// The hub converges: every profile, each with its status.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+	err = testutil.Poll(ctx, 3*time.Minute, 200*time.Millisecond, func() bool {
 		ps, err := hub.ProfilesIn(ctx, "team-a")
 		if err != nil || len(ps) != total {
-			return false, nil
+			return false
 		}
 		for _, p := range ps {
 			if len(p.Status.Conditions) == 0 || p.Status.Version.Kubernetes == "" {
-				return false, nil
+				return false
 			}
 		}
-		return true, nil
+		return true
 	})
 	if err != nil {
 		t.Fatalf("the hub did not converge after the failover: %d profiles\n%s", profiles(), logs[standby].String())
@@ -159,14 +159,14 @@ func TestFailover(t *testing.T) {
 	created := map[string]map[string]bool{} // subject -> ids
 	types := map[string][]string{}          // subject -> event types, in order
 	var deleted []string
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	err = testutil.Poll(ctx, time.Minute, 500*time.Millisecond, func() error {
 		st, err := js.Stream(ctx, def.Stream.Name)
 		if err != nil {
-			return false, nil
+			return err
 		}
 		info, err := st.Info(ctx)
 		if err != nil {
-			return false, nil
+			return err
 		}
 		created, deleted, types = map[string]map[string]bool{}, nil, map[string][]string{}
 		for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
@@ -174,14 +174,14 @@ func TestFailover(t *testing.T) {
 			if err != nil {
 				continue
 			}
-			if err := bus.ValidateEvent(m.Data); err != nil {
-				return false, err
+			if err := events.ValidateEvent(m.Data); err != nil {
+				return testutil.Stop(err)
 			}
 			var e struct {
 				ID, Type, Subject string
 			}
 			if err := json.Unmarshal(m.Data, &e); err != nil {
-				return false, err
+				return testutil.Stop(err)
 			}
 			types[e.Subject] = append(types[e.Subject], strings.TrimPrefix(e.Type, "io.hubsync."))
 			switch e.Type {
@@ -194,10 +194,13 @@ func TestFailover(t *testing.T) {
 				deleted = append(deleted, e.Subject)
 			}
 		}
-		return len(created) >= total, nil
+		if len(created) < total {
+			return fmt.Errorf("creation events for %d of %d profiles in the stream", len(created), total)
+		}
+		return nil
 	})
 	if err != nil {
-		t.Errorf("creation events for %d of %d profiles in the stream", len(created), total)
+		t.Errorf("reading the stream: %v", err)
 	}
 	for subject, ids := range created {
 		if len(ids) != 1 {

@@ -17,12 +17,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // natsProcess is a nats-server binary (built from the pinned module) run
@@ -49,12 +49,12 @@ func (n *natsProcess) start(t *testing.T) {
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+	err := testutil.Poll(context.Background(), 20*time.Second, 50*time.Millisecond, func() error {
 		c, err := net.Dial("tcp", n.addr)
 		if err == nil {
 			c.Close()
 		}
-		return err == nil, nil
+		return err
 	})
 	if err != nil {
 		t.Fatalf("nats-server did not start: %v\n%s", err, n.logs.String())
@@ -75,15 +75,6 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-func build(t *testing.T, out, pkg string) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), out)
-	if b, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", pkg, err, b)
-	}
-	return bin
 }
 
 // TestNATSOutage kills an external NATS in the middle of a burst of
@@ -108,8 +99,8 @@ func newNATSRig(ctx context.Context, t *testing.T, namespaces ...string) *natsRi
 			t.Fatal(err)
 		}
 	}
-	r := &natsRig{hubsyncBin: build(t, "hubsync", "github.com/hubsync/hubsync/cmd/hubsync")}
-	r.ns = &natsProcess{bin: build(t, "nats-server", "github.com/nats-io/nats-server/v2"), dir: t.TempDir(), addr: freeAddr(t)}
+	r := &natsRig{hubsyncBin: testutil.Hubsync(t)}
+	r.ns = &natsProcess{bin: testutil.Binary(t, "github.com/nats-io/nats-server/v2"), dir: t.TempDir(), addr: freeAddr(t)}
 	r.ns.start(t)
 	t.Cleanup(r.ns.kill)
 	cp, err := controlplane.Start(ctx)
@@ -148,14 +139,14 @@ func TestNATSOutage(t *testing.T) {
 
 	expectProfiles := func(what string, n int) {
 		t.Helper()
-		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := testutil.Poll(ctx, 60*time.Second, 50*time.Millisecond, func() bool {
 			for _, nsName := range []string{"team-a", "team-b"} {
 				names, err := hub.ProfileNames(ctx, nsName)
 				if err != nil || len(names) != n {
-					return false, nil
+					return false
 				}
 			}
-			return true, nil
+			return true
 		})
 		if err != nil {
 			t.Fatalf("%s: profiles did not converge to %d per namespace\n%s", what, n, logs.String())
@@ -163,11 +154,11 @@ func TestNATSOutage(t *testing.T) {
 	}
 
 	published := func() float64 {
-		m, err := d.Metrics()
+		m, err := d.Scrape()
 		if err != nil {
 			return -1
 		}
-		return fleet.MetricSum(m, "hubsync_events_published_total")
+		return m.Value("hubsync_bus_events_published_total", nil)
 	}
 
 	// A burst of 40 clusters (80 profiles). NATS is killed in its middle:
@@ -186,8 +177,8 @@ func TestNATSOutage(t *testing.T) {
 		}
 		burstDone <- nil
 	}()
-	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		return published() >= 10, nil
+	err = testutil.Poll(ctx, 60*time.Second, 5*time.Millisecond, func() bool {
+		return published() >= 10
 	})
 	must(err)
 	ns.kill()
@@ -201,9 +192,13 @@ func TestNATSOutage(t *testing.T) {
 	must(hub.Relabel(ctx, "c04", "tier", "gold"))
 	expectProfiles("while NATS is down", total-1)
 	// hubsync says NATS is gone and keeps running.
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		m, err := d.Metrics()
-		return err == nil && strings.Contains(m, "\nhubsync_bus_connected 0\n") && strings.Contains(logs.String(), "disconnected from NATS"), nil
+	err = testutil.Poll(ctx, 60*time.Second, 50*time.Millisecond, func() bool {
+		m, err := d.Scrape()
+		if err != nil {
+			return false
+		}
+		connected, ok := m.Lookup("hubsync_bus_connected", nil)
+		return ok && connected == 0 && strings.Contains(logs.String(), "disconnected from NATS")
 	})
 	if err != nil {
 		t.Fatalf("the NATS outage was not reported\n%s", logs.String())
@@ -228,20 +223,17 @@ func TestNATSOutage(t *testing.T) {
 		names, err := hub.ProfileNames(ctx, nsName)
 		must(err)
 		for _, n := range names {
-			want[bus.KVKey(nsName, n)] = true
+			want[events.KVKey(nsName, n)] = true
 		}
 	}
-	var lastErr error
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = testutil.Poll(ctx, 60*time.Second, 200*time.Millisecond, func() error {
 		kv, err := js.KeyValue(ctx, def.KVBucket)
 		if err != nil {
-			lastErr = err
-			return false, nil
+			return err
 		}
 		keys, err := kv.Keys(ctx)
 		if err != nil {
-			lastErr = err
-			return false, nil
+			return err
 		}
 		sort.Strings(keys)
 		got := map[string]bool{}
@@ -250,20 +242,18 @@ func TestNATSOutage(t *testing.T) {
 		}
 		for k := range want {
 			if !got[k] {
-				lastErr = fmt.Errorf("KV lacks %s", k)
-				return false, nil
+				return fmt.Errorf("KV lacks %s", k)
 			}
 		}
 		for k := range got {
 			if !want[k] {
-				lastErr = fmt.Errorf("KV has stale %s", k)
-				return false, nil
+				return fmt.Errorf("KV has stale %s", k)
 			}
 		}
-		return true, nil
+		return nil
 	})
 	if err != nil {
-		t.Fatalf("KV never matched the hub: %v\n%s", lastErr, logs.String())
+		t.Fatalf("KV never matched the hub: %v\n%s", err, logs.String())
 	}
 
 	// Every profile's creation is in the stream, those made before the kill
@@ -279,7 +269,7 @@ func TestNATSOutage(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		must(bus.ValidateEvent(m.Data))
+		must(events.ValidateEvent(m.Data))
 		var e struct {
 			Type    string `json:"type"`
 			Subject string `json:"subject"`

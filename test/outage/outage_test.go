@@ -6,20 +6,18 @@ package outage
 import (
 	"context"
 	"net/url"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 func TestAPIServerOutage(t *testing.T) {
@@ -40,10 +38,7 @@ func TestAPIServerOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bin := filepath.Join(t.TempDir(), "hubsync")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/hubsync/hubsync/cmd/hubsync").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := testutil.Hubsync(t)
 
 	must(hub.Namespace(ctx, "consumer"))
 	must(hub.CreateExclusiveSet(ctx, "red"))
@@ -71,9 +66,9 @@ func TestAPIServerOutage(t *testing.T) {
 	defer d.Stop()
 	expect := func(what string, want ...string) {
 		t.Helper()
-		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := testutil.Poll(ctx, 90*time.Second, 50*time.Millisecond, func() bool {
 			got, err := hub.ProfileNames(ctx, "consumer")
-			return err == nil && strings.Join(got, ",") == strings.Join(want, ","), nil
+			return err == nil && strings.Join(got, ",") == strings.Join(want, ",")
 		})
 		if err != nil {
 			got, _ := hub.ProfileNames(ctx, "consumer")
@@ -88,10 +83,13 @@ func TestAPIServerOutage(t *testing.T) {
 	_, err = hub.CreateCluster(ctx, fleet.ClusterSpec{Name: "c3", Labels: fleet.ExclusiveSetLabels("red", nil)})
 	must(err)
 	// hubsync notices, says so (log and metric), and keeps running.
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		m, err := d.Metrics()
-		return err == nil && strings.Contains(m, "\nhubsync_hub_reachable 0\n") &&
-			strings.Contains(logs.String(), "hub API server unreachable"), nil
+	err = testutil.Poll(ctx, 60*time.Second, 50*time.Millisecond, func() bool {
+		m, err := d.Scrape()
+		if err != nil {
+			return false
+		}
+		reachable, ok := m.Lookup("hubsync_hub_reachable", nil)
+		return ok && reachable == 0 && strings.Contains(logs.String(), "hub API server unreachable")
 	})
 	if err != nil {
 		t.Fatalf("the outage was not reported (hubsync_hub_reachable 0 and a log line)\n%s", logs.String())
@@ -115,8 +113,8 @@ func TestAPIServerOutage(t *testing.T) {
 		t.Fatalf("c1 clusterset label %q", p.Labels["multicluster.x-k8s.io/clusterset"])
 	}
 	for _, want := range []string{"hub API server unreachable", "connection refused", "hub API server reachable again"} {
-		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			return strings.Contains(logs.String(), want), nil
+		err := testutil.Poll(ctx, 30*time.Second, 50*time.Millisecond, func() bool {
+			return strings.Contains(logs.String(), want)
 		})
 		if err != nil {
 			t.Errorf("hubsync did not log %q:\n%s", want, logs.String())

@@ -2,11 +2,10 @@ package tunnel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,11 +15,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/events"
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/leak"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // TestDaemonPublishesTunnelState runs the real binary with the pool on:
@@ -35,10 +35,7 @@ func TestDaemonPublishesTunnelState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "hubsync")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/hubsync/hubsync/cmd/hubsync").CombinedOutput(); err != nil {
-		t.Fatalf("build hubsync: %v\n%s", err, out)
-	}
+	bin := testutil.Hubsync(t)
 	// Names unique to the run, so the test can run again in one process.
 	run := runSeq.Add(1)
 	set, ns := fmt.Sprintf("tunnel-daemon-%d", run), fmt.Sprintf("team-tunnel-%d", run)
@@ -86,55 +83,38 @@ func TestDaemonPublishesTunnelState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, err := js.Stream(ctx, conf.Bus.Stream.Name); err != nil; _, err = js.Stream(ctx, conf.Bus.Stream.Name) {
-		if time.Now().After(deadline) {
-			t.Fatalf("stream %s: %v", conf.Bus.Stream.Name, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		_, err := js.Stream(ctx, conf.Bus.Stream.Name)
+		return err
+	}, "stream %s", conf.Bus.Stream.Name)
 	cons, err := js.OrderedConsumer(ctx, conf.Bus.Stream.Name, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{conf.Bus.SubjectPrefix + "." + ns + ".*.tunnel"}, DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := make(chan bus.Event, 64)
+	var got testutil.Recorder[events.Event]
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if err := bus.ValidateEvent(m.Data()); err != nil {
+		if err := events.ValidateEvent(m.Data()); err != nil {
 			t.Errorf("event fails the schema: %v\n%s", err, m.Data())
 		}
-		e, err := bus.Decode(m.Data())
+		e, err := events.Decode(m.Data())
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		events <- e
+		got.Notify(e)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Stop()
-	var seen []bus.Event
 	// await returns the first event of typ for cluster not awaited yet.
-	used := map[int]bool{}
-	await := func(typ, cluster string) bus.Event {
+	await := func(typ, cluster string) events.Event {
 		t.Helper()
-		timeout := time.After(60 * time.Second)
-		for {
-			for i, e := range seen {
-				if !used[i] && e.Type == typ && e.Data.Cluster == cluster {
-					used[i] = true
-					return e
-				}
-			}
-			select {
-			case e := <-events:
-				seen = append(seen, e)
-			case <-timeout:
-				t.Fatalf("no %s event for %s; saw %d events", typ, cluster, len(seen))
-			}
-		}
+		return got.Take(t, 60*time.Second, func(e events.Event) bool {
+			return e.Type == typ && e.Data.Cluster == cluster
+		}, "no %s event for %s", typ, cluster)
 	}
 	for _, c := range []string{d1, d2} {
 		e := await(stream.TunnelReady, c)
@@ -148,13 +128,24 @@ func TestDaemonPublishesTunnelState(t *testing.T) {
 			t.Fatalf("/readyz?verbose lacks %q:\n%s", want, body)
 		}
 	}
-	metrics, err := d.Metrics()
+	metrics, err := d.Scrape()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(metrics, `hubsync_tunnel_state{cluster="`+d2+`",state="ready"} 1`) {
-		t.Fatalf("metrics lack the tunnel state of %s", d2)
+	if v := metrics.Value("hubsync_tunnel_state", testutil.Labels{"cluster": d2, "state": "ready"}); v != 1 {
+		t.Fatalf(`hubsync_tunnel_state{cluster=%q,state="ready"} = %v, want 1`, d2, v)
 	}
+	// since is when each cluster's entry entered its state: it moves with
+	// the state only, not with every scrape.
+	since := func(m testutil.Metrics, cluster string) float64 {
+		t.Helper()
+		v, ok := m.Lookup("hubsync_tunnel_state_since_timestamp_seconds", testutil.Labels{"cluster": cluster})
+		if !ok || v <= 0 || v > float64(time.Now().Unix()+1) {
+			t.Fatalf("hubsync_tunnel_state_since_timestamp_seconds{cluster=%q} = %v (found: %v), want when it became ready", cluster, v, ok)
+		}
+		return v
+	}
+	readySince := map[string]float64{d1: since(metrics, d1), d2: since(metrics, d2)}
 
 	env.agents[0].Kill()
 	e := await(stream.TunnelFailing, d1)
@@ -162,29 +153,44 @@ func TestDaemonPublishesTunnelState(t *testing.T) {
 		t.Fatalf("failing event without a reason: %+v", e.Data)
 	}
 	// Operators see it on the ManagedCluster too.
-	deadline = time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
 		evs, err := h.Kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + d1 + ",reason=TunnelFailing"})
-		if err == nil && len(evs.Items) > 0 {
-			if ev := evs.Items[0]; ev.InvolvedObject.Kind != "ManagedCluster" || ev.InvolvedObject.UID == "" {
-				t.Fatalf("event on %+v, want the ManagedCluster with its uid", ev.InvolvedObject)
-			}
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no TunnelFailing Event for %s: %v", d1, err)
+		if len(evs.Items) == 0 {
+			return errors.New("none yet")
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		if ev := evs.Items[0]; ev.InvolvedObject.Kind != "ManagedCluster" || ev.InvolvedObject.UID == "" {
+			return testutil.Stop(fmt.Errorf("event on %+v, want the ManagedCluster with its uid", ev.InvolvedObject))
+		}
+		return nil
+	}, "TunnelFailing Event for %s", d1)
 	if err := env.agents[0].Start(); err != nil {
 		t.Fatal(err)
 	}
 	await(stream.TunnelReady, d1)
-	for i, e := range seen {
-		if e.Data.Cluster == d2 && !used[i] {
+	for _, e := range got.Untaken() {
+		if e.Data.Cluster == d2 {
 			t.Fatalf("the other cluster's tunnel changed: %s", e.Type)
 		}
 	}
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		m, err := d.Scrape()
+		if err != nil {
+			return err
+		}
+		if m.Value("hubsync_tunnel_state", testutil.Labels{"cluster": d1, "state": "ready"}) != 1 {
+			return errors.New("not ready in /metrics yet")
+		}
+		if s := since(m, d1); s <= readySince[d1] {
+			return testutil.Stop(fmt.Errorf("%s failed and came back, but its state is still since %v", d1, s))
+		}
+		if s := since(m, d2); s != readySince[d2] {
+			return testutil.Stop(fmt.Errorf("%s stayed ready, but its since timestamp moved from %v to %v", d2, readySince[d2], s))
+		}
+		return nil
+	}, "%s ready again in /metrics", d1)
 }
 
 var runSeq atomic.Int32

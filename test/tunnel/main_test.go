@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -30,52 +29,36 @@ var env struct {
 var managedIPs = []string{"127.0.0.11", "127.0.0.12"}
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(controlplane.Main(m, "tunnel e2e", boot))
 }
 
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	start := time.Now()
-	cp, err := controlplane.Start(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "tunnel e2e: cannot start the hub:", err)
-		return 1
+// boot starts the proxy-server and, beside the suite's hub, a managed
+// kube-apiserver and an agent for each of managedIPs.
+func boot(ctx context.Context, s *controlplane.Suite) error {
+	env.hub = s.Hub.Config
+	var err error
+	if env.server, err = konnectivity.StartServer(ctx, s.Dir); err != nil {
+		return fmt.Errorf("cannot start the proxy-server: %w", err)
 	}
-	defer func() { _ = cp.Stop() }()
-	env.hub = cp.Config
-	dir, err := os.MkdirTemp("", "hubsync-konnectivity-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if env.server, err = konnectivity.StartServer(ctx, dir); err != nil {
-		fmt.Fprintln(os.Stderr, "tunnel e2e: cannot start the proxy-server:", err)
-		return 1
-	}
-	defer env.server.Kill()
-	for i, ip := range managedIPs {
-		mc, err := controlplane.StartManaged(ctx, cp.EtcdURL(), fmt.Sprintf("managed%d", i+1), ip)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "tunnel e2e: cannot start a managed kube-apiserver:", err)
-			return 1
+	s.Defer(env.server.Kill)
+	s.Defer(func() {
+		if s.Failed() {
+			fmt.Fprintf(os.Stderr, "tunnel e2e: proxy-server log: %s\n", env.server.Log())
 		}
-		defer mc.Close()
+	})
+	for i, ip := range managedIPs {
+		mc, err := controlplane.StartManaged(ctx, s.Hub.EtcdURL(), fmt.Sprintf("managed%d", i+1), ip)
+		if err != nil {
+			return fmt.Errorf("cannot start a managed kube-apiserver: %w", err)
+		}
+		s.Defer(func() { _ = mc.Close() })
 		env.managed = append(env.managed, mc)
 		a, err := env.server.StartAgent(fmt.Sprintf("agent%d", i+1), ip)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "tunnel e2e: cannot start an agent:", err)
-			return 1
+			return fmt.Errorf("cannot start an agent: %w", err)
 		}
-		defer a.Kill()
+		s.Defer(a.Kill)
 		env.agents = append(env.agents, a)
 	}
-	fmt.Printf("tunnel e2e: hub, proxy-server, %d managed kube-apiservers and agents ready in %s\n",
-		len(env.managed), time.Since(start).Round(time.Millisecond))
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "tunnel e2e: proxy-server log: %s\n", env.server.Log())
-	}
-	return code
+	return nil
 }

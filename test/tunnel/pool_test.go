@@ -23,10 +23,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 
+	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/leak"
+	"github.com/hubsync/hubsync/test/testutil"
 	"github.com/hubsync/hubsync/tunnel"
 )
 
@@ -61,30 +63,6 @@ type trackedConn struct {
 func (c *trackedConn) Close() error {
 	c.once.Do(func() { c.d.open.Add(-1) })
 	return c.Conn.Close()
-}
-
-// recorder collects the pool's changes.
-type recorder struct {
-	mu      sync.Mutex
-	changes []stream.Change
-}
-
-func (r *recorder) Notify(c stream.Change) {
-	r.mu.Lock()
-	r.changes = append(r.changes, c)
-	r.mu.Unlock()
-}
-
-func (r *recorder) count(typ, cluster string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, c := range r.changes {
-		if c.Type == typ && c.Cluster == cluster {
-			n++
-		}
-	}
-	return n
 }
 
 // joinCluster makes hub cluster name stand for managed API server m: a
@@ -161,19 +139,16 @@ func identity(ctx context.Context, p *tunnel.Pool, cluster string) (string, erro
 	return cm.Data["cluster"], nil
 }
 
+// waitState waits until the pool has cluster in state want, and returns
+// how long that took.
 func waitState(t *testing.T, p *tunnel.Pool, cluster string, want tunnel.State, within time.Duration) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for {
-		st, ok := p.Status(cluster)
-		if ok && st.State == want {
-			return time.Since(start)
+	return testutil.Eventually(t, within, 10*time.Millisecond, func() error {
+		if st, ok := p.Status(cluster); !ok || st.State != want {
+			return fmt.Errorf("%+v (present %v)", st, ok)
 		}
-		if time.Since(start) > within {
-			t.Fatalf("cluster %s: %+v (present %v) after %s, want %s", cluster, st, ok, within, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	}, "cluster %s, want %s", cluster, want)
 }
 
 func testLog(t *testing.T) *slog.Logger {
@@ -206,14 +181,13 @@ func TestPoolThroughKonnectivity(t *testing.T) {
 		t.Fatal(err)
 	}
 	dialer := &trackingDialer{Dialer: kd}
-	rec := &recorder{}
+	rec := &testutil.Recorder[stream.Change]{}
 	const probeInterval = time.Second
-	pool, err := tunnel.New(tunnel.Options{
-		Dialer: dialer, Transport: tunnel.TransportKonnectivity,
-		ProbeInterval: probeInterval, ProbeTimeout: 900 * time.Millisecond, DialTimeout: 5 * time.Second,
-		BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second, RetireGrace: time.Second,
-		Notifier: rec, Log: testLog(t),
-	})
+	opts := tunnel.OptionsFor(config.Default().Tunnel)
+	opts.Dialer, opts.Transport, opts.Notifier, opts.Log = dialer, tunnel.TransportKonnectivity, rec, testLog(t)
+	opts.ProbeInterval, opts.ProbeTimeout, opts.DialTimeout = probeInterval, 900*time.Millisecond, 5*time.Second
+	opts.BackoffBase, opts.BackoffMax, opts.RetireGrace = 100*time.Millisecond, time.Second, time.Second
+	pool, err := tunnel.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +267,10 @@ func TestPoolThroughKonnectivity(t *testing.T) {
 	if st, _ := pool.Status(c2); st.State != tunnel.StateReady || !st.Since.Equal(c2Before.Since) || st.Dials != c2Before.Dials {
 		t.Fatalf("other cluster disturbed: %+v, was %+v", st, c2Before)
 	}
-	if rec.count(stream.TunnelFailing, c1) != 1 || rec.count(stream.TunnelFailing, c2) != 0 {
+	failing := func(cluster string) int {
+		return rec.Count(func(c stream.Change) bool { return c.Type == stream.TunnelFailing && c.Cluster == cluster })
+	}
+	if failing(c1) != 1 || failing(c2) != 0 {
 		t.Fatal("want one tunnel.failing change, for the killed agent's cluster only")
 	}
 
@@ -339,13 +316,10 @@ func TestPoolThroughKonnectivity(t *testing.T) {
 	if err := h.PutToken(ctx, c1, msaName, token, map[string][]byte{"token": []byte(token), "ca.crt": env.managed[0].CA}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for st, _ := pool.Status(c1); st.Credential == before.Credential; st, _ = pool.Status(c1) {
-		if time.Now().After(deadline) {
-			t.Fatal("the rotated token never reached the pool")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		st, _ := pool.Status(c1)
+		return st.Credential != before.Credential
+	}, "the rotated token never reached the pool")
 	if got, err := identity(ctx, pool, c1); err != nil || got != env.managed[0].Name {
 		t.Fatalf("with the rotated token: %q, %v", got, err)
 	}
@@ -359,13 +333,12 @@ func TestPoolThroughKonnectivity(t *testing.T) {
 	}
 	// Only c1's connection stays open (a connection c1 replaced earlier
 	// closes within RetireGrace).
-	deadline = time.Now().Add(10 * time.Second)
-	for _, ok := pool.Status(c2); ok || dialer.open.Load() != 1; _, ok = pool.Status(c2) {
-		if time.Now().After(deadline) {
-			t.Fatalf("entry still there (%v) or connections still open (%d, want c1's only)", ok, dialer.open.Load())
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if _, ok := pool.Status(c2); ok || dialer.open.Load() != 1 {
+			return fmt.Errorf("entry still there (%v) or connections still open (%d, want c1's only)", ok, dialer.open.Load())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 
 	step("100 up/down cycles through the hub: goroutines and file descriptors back to their baseline")
 	cycle := func() {
@@ -377,13 +350,12 @@ func TestPoolThroughKonnectivity(t *testing.T) {
 		if err := pool.Deliver(ctx, []stream.Change{del}); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for _, ok := pool.Status(c1); ok || dialer.open.Load() != 0; _, ok = pool.Status(c1) {
-			if time.Now().After(deadline) {
-				t.Fatalf("cluster still in the pool or a connection open (%d)", dialer.open.Load())
+		testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+			if _, ok := pool.Status(c1); ok || dialer.open.Load() != 0 {
+				return fmt.Errorf("cluster still in the pool (%v) or a connection open (%d)", ok, dialer.open.Load())
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 		if err := h.Relabel(ctx, c1, "tunnel-test", "pool"); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"github.com/hubsync/hubsync/config"
@@ -8,8 +8,10 @@ import (
 	"github.com/hubsync/hubsync/sinks/webhook"
 )
 
-// sinkFactories returns the sink types this binary can run, by config type.
-func sinkFactories() map[string]sinks.Factory {
+// Sinks returns every built-in sink type, by configuration type: an
+// explicit map rather than registration in init functions, so that what a
+// daemon can run is visible here.
+func Sinks() map[string]sinks.Factory {
 	return map[string]sinks.Factory{
 		config.SinkKubeconfig: kubeconfig.New,
 		config.SinkArgoCD:     argocd.New,

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -22,9 +22,12 @@ import (
 // reloader re-reads the configuration file when it changes and applies
 // what can change live (the sinks). It watches the file's directory, not
 // the file, so that the symlink swap a ConfigMap volume makes
-// (..data -> ..2026_11_23_...) is seen; SIGHUP forces a reload; and a
-// periodic checksum catches whatever a watch misses (network filesystems,
-// a watch that could not be set up).
+// (..data -> ..2026_11_23_...) is seen, and reacts to the events of two
+// names only: the file's, and "..data". Anything else written in the
+// directory (a log file beside the configuration) costs nothing. SIGHUP
+// forces a reload; and a periodic checksum catches whatever a watch misses
+// (network filesystems, a file that is a symlink out of the directory, a
+// watch that could not be set up).
 type reloader struct {
 	path     string
 	override func(*config.Config) // flags that override the file
@@ -101,12 +104,14 @@ func (r *reloader) run(ctx context.Context) {
 			r.check(true)
 		case <-tick.C:
 			r.check(false)
-		case _, ok := <-fsEvents:
+		case ev, ok := <-fsEvents:
 			if !ok {
 				fsEvents = nil
 				continue
 			}
-			settle.Reset(100 * time.Millisecond)
+			if r.concerns(ev) {
+				settle.Reset(100 * time.Millisecond)
+			}
 		case err, ok := <-fsErrors:
 			if !ok {
 				fsErrors = nil
@@ -117,6 +122,18 @@ func (r *reloader) run(ctx context.Context) {
 			r.check(false)
 		}
 	}
+}
+
+// configMapData is the symlink a ConfigMap volume swaps, in one rename,
+// to publish every file of a new version at once.
+const configMapData = "..data"
+
+// concerns reports whether a file event in the watched directory may have
+// changed the configuration: an event of the file itself, or the swap of
+// a ConfigMap volume's ..data link that the file points through.
+func (r *reloader) concerns(ev fsnotify.Event) bool {
+	name := filepath.Base(ev.Name)
+	return name == filepath.Base(r.path) || name == configMapData
 }
 
 // check reloads the file if its content changed (or force is set).
@@ -165,7 +182,7 @@ func (r *reloader) check(force bool) {
 
 func (r *reloader) reject(err error) {
 	// The log first: whoever sees the metric change finds the reason.
-	r.log.Error("configuration reload rejected; the running configuration stays", "err", describe(err))
+	r.log.Error("configuration reload rejected; the running configuration stays", "err", err)
 	r.successful.Set(0)
 	r.reloads.WithLabelValues("rejected").Inc()
 }

@@ -1,0 +1,112 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+var subjectToken = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+func (c *Config) validateBus() field.ErrorList {
+	b := c.Bus
+	path := field.NewPath("bus")
+	errs := validateBusURLs(path, b)
+	errs = append(errs, validateBusClient(path, b)...)
+	errs = append(errs, validateBusStream(path, b)...)
+	if len(b.URLs) == 0 {
+		errs = append(errs, validateEmbedded(path.Child("embedded"), b.Embedded)...)
+	} else if b.Embedded.TLS != (BusEmbeddedTLS{}) || b.Embedded.AuthTokenFile != "" {
+		errs = append(errs, field.Forbidden(path.Child("embedded"), "tls and authTokenFile apply to the embedded server, which does not run when bus.urls is set"))
+	}
+	return errs
+}
+
+// validateBusURLs checks the external NATS URLs. A URL may carry a
+// password or token, so errors show it redacted.
+func validateBusURLs(path *field.Path, b Bus) field.ErrorList {
+	var errs field.ErrorList
+	for i, u := range b.URLs {
+		p, err := url.Parse(u)
+		switch {
+		case err != nil:
+			// url's errors quote the URL, credentials included.
+			errs = append(errs, field.Invalid(path.Child("urls").Index(i), "<not shown>", "is not a URL"))
+		case p.Host == "" || !slices.Contains([]string{"nats", "tls", "ws", "wss"}, p.Scheme):
+			errs = append(errs, field.Invalid(path.Child("urls").Index(i), RedactURL(u), "must be nats://, tls://, ws:// or wss:// host:port"))
+		case b.RequireTLS && p.Scheme == "ws":
+			errs = append(errs, field.Invalid(path.Child("urls").Index(i), RedactURL(u), "requireTLS: ws:// cannot carry TLS; use wss://"))
+		}
+	}
+	return errs
+}
+
+// validateBusClient checks how hubsync authenticates to an external NATS.
+func validateBusClient(path *field.Path, b Bus) field.ErrorList {
+	var errs field.ErrorList
+	if b.CredsFile != "" && b.NKeySeedFile != "" {
+		errs = append(errs, field.Forbidden(path, "credsFile and nkeySeedFile are mutually exclusive"))
+	}
+	errs = append(errs, together(path.Child("tls"), b.TLS.CertFile, b.TLS.KeyFile)...)
+	if len(b.URLs) == 0 && (b.CredsFile != "" || b.NKeySeedFile != "" || b.TLS != (BusTLS{}) || b.RequireTLS) {
+		errs = append(errs, field.Forbidden(path, "credsFile, nkeySeedFile, tls and requireTLS apply to an external NATS: set bus.urls"))
+	}
+	return errs
+}
+
+// validateBusStream checks the names and bounds of what the bus keeps:
+// subjects, the stream, the KV bucket and the queue of events waiting.
+func validateBusStream(path *field.Path, b Bus) field.ErrorList {
+	var errs field.ErrorList
+	for _, prefix := range strings.Split(b.SubjectPrefix, ".") {
+		if !subjectToken.MatchString(prefix) {
+			errs = append(errs, field.Invalid(path.Child("subjectPrefix"), b.SubjectPrefix, "must be dot-separated tokens of letters, digits, - and _"))
+			break
+		}
+	}
+	if !subjectToken.MatchString(b.Stream.Name) {
+		errs = append(errs, field.Invalid(path.Child("stream", "name"), b.Stream.Name, "must be letters, digits, - and _"))
+	}
+	if !subjectToken.MatchString(b.KVBucket) {
+		errs = append(errs, field.Invalid(path.Child("kvBucket"), b.KVBucket, "must be letters, digits, - and _"))
+	}
+	if b.Stream.MaxBytes < 0 {
+		errs = append(errs, field.Invalid(path.Child("stream", "maxBytes"), b.Stream.MaxBytes, "must not be negative (0 is unlimited)"))
+	}
+	errs = append(errs, between(path.Child("stream", "replicas"), b.Stream.Replicas, 1, 5)...)
+	if b.Stream.DuplicateWindow.Duration < 0 || b.Stream.MaxAge.Duration < 0 {
+		errs = append(errs, field.Invalid(path.Child("stream"), "", "durations must not be negative"))
+	}
+	if b.BufferSize < 0 {
+		errs = append(errs, field.Invalid(path.Child("bufferSize"), b.BufferSize, "must not be negative"))
+	}
+	if w := b.BatchWindow; w != nil && (w.Duration < 0 || w.Duration > MaxBatchWindow) {
+		errs = append(errs, field.Invalid(path.Child("batchWindow"), w.Duration.String(), fmt.Sprintf("must be 0 to %s", MaxBatchWindow)))
+	}
+	if y := b.YieldMax; y != nil && (y.Duration < 0 || y.Duration > MaxBusYieldMax) {
+		errs = append(errs, field.Invalid(path.Child("yieldMax"), y.Duration.String(), fmt.Sprintf("must be 0 (never hold events) to %s", MaxBusYieldMax)))
+	}
+	return errs
+}
+
+// validateEmbedded checks the embedded server, which serves every event to
+// whoever reaches its listener.
+func validateEmbedded(ep *field.Path, e BusEmbedded) field.ErrorList {
+	var errs field.ErrorList
+	if err := validateHostPort(e.Listen); err != nil {
+		errs = append(errs, field.Invalid(ep.Child("listen"), e.Listen, err.Error()))
+	} else if !IsLoopback(e.Listen) && (e.TLS.CertFile == "" || !e.ClientAuth()) {
+		errs = append(errs, field.Forbidden(ep.Child("listen"), fmt.Sprintf(
+			"%q is not a loopback address: the embedded NATS server would serve every event to anyone who can reach it; "+
+				"set bus.embedded.tls (certFile, keyFile) and client authentication (tls.clientCAFile or authTokenFile), or listen on 127.0.0.1", e.Listen)))
+	}
+	errs = append(errs, together(ep.Child("tls"), e.TLS.CertFile, e.TLS.KeyFile)...)
+	if e.TLS.ClientCAFile != "" && e.TLS.CertFile == "" {
+		errs = append(errs, field.Required(ep.Child("tls", "certFile"), "clientCAFile needs the server's own certFile and keyFile"))
+	}
+	return errs
+}

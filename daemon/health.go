@@ -1,0 +1,146 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"regexp"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/tunnel"
+)
+
+// newRegistry is the daemon's metrics registry, with the Go runtime's and
+// the process's collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(
+		// go_gc_heap_live_bytes, the heap the last GC kept: what the
+		// daemon holds, where RSS also counts the garbage the next GC
+		// frees and free pages not yet returned to the OS.
+		collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)}),
+	), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// newServer makes the health and metrics server and its listener.
+func newServer(addr string, withPprof bool, reg *prometheus.Registry, sinkStatuses func() []stream.Status,
+	tunnelStatuses func() []tunnel.Status, ready func() (bool, string)) (*http.Server, net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ok, why := ready()
+		code := http.StatusOK
+		if !ok {
+			code = http.StatusServiceUnavailable
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(code)
+		_, _ = io.WriteString(w, why+"\n")
+		if !r.URL.Query().Has("verbose") {
+			return
+		}
+		// A sink that is failing never makes hubsync unready (restarting
+		// it would not help the sink): it is only reported here.
+		if sinkStatuses != nil {
+			writeSinkStatuses(w, sinkStatuses())
+		}
+		// Nor does a cluster that cannot be reached.
+		if tunnelStatuses != nil {
+			writeTunnelStatuses(w, tunnelStatuses(), time.Now())
+		}
+	})
+	if withPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln, nil
+}
+
+// serve serves srv on ln until ctx ends, then shuts it down, giving
+// requests a few seconds to finish, and returns once Serve has.
+func serve(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("metrics server: %w", err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		_ = srv.Close()
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics server: %w", err)
+	}
+	return nil
+}
+
+// writeSinkStatuses writes a line per sink (see stream.Status.Summary):
+// its state, what waits for it and how old the oldest is, and its last
+// attempt at its target.
+func writeSinkStatuses(w io.Writer, sts []stream.Status) {
+	now := time.Now()
+	for _, s := range sts {
+		fmt.Fprintln(w, s.Summary(now))
+	}
+}
+
+// maxTunnelLines bounds the clusters /readyz?verbose lists one by one.
+const maxTunnelLines = 100
+
+// writeTunnelStatuses writes the pool's summary and the entries that are
+// not ready (ready ones too while there are few).
+func writeTunnelStatuses(w io.Writer, sts []tunnel.Status, now time.Time) {
+	counts := map[tunnel.State]int{}
+	for _, s := range sts {
+		counts[s.State]++
+	}
+	fmt.Fprintf(w, "tunnels: %d ready, %d failing, %d connecting\n",
+		counts[tunnel.StateReady], counts[tunnel.StateFailing], counts[tunnel.StateConnecting])
+	lines := 0
+	for _, s := range sts {
+		if s.State == tunnel.StateReady && len(sts) > maxTunnelLines {
+			continue
+		}
+		if lines == maxTunnelLines {
+			fmt.Fprintf(w, "tunnel ...: more entries not listed; see the hubsync_tunnel_state metric\n")
+			return
+		}
+		lines++
+		in := now.Sub(s.Since).Round(time.Second)
+		switch s.State {
+		case tunnel.StateReady:
+			more := ""
+			if s.Connections > 1 {
+				more = fmt.Sprintf(", %d connections (every stream of one was busy)", s.Connections)
+			}
+			fmt.Fprintf(w, "tunnel %s: ready for %s, probe %s%s\n", s.Cluster, in, s.ProbeLatency.Round(time.Microsecond), more)
+		case tunnel.StateFailing:
+			fmt.Fprintf(w, "tunnel %s: failing for %s: %s\n", s.Cluster, in, s.Reason)
+		default:
+			fmt.Fprintf(w, "tunnel %s: %s for %s\n", s.Cluster, s.State, in)
+		}
+	}
+}

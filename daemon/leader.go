@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/hubsync/hubsync/config"
+)
+
+// errLeaseLost ends the daemon when this replica stops leading without
+// being asked to: the process restarts and rejoins the election with
+// clean caches.
+var errLeaseLost = errors.New("leader election lost")
+
+// runLeaderElected runs fn while this replica holds the lease, and returns
+// once fn has returned and the election has stopped. When ctx ends, fn's
+// context is cancelled, and the lease is released only after fn has
+// returned, so that a new leader never writes alongside this one's last
+// writes. A lease lost while ctx is live cancels fn's context too and is
+// errLeaseLost.
+func runLeaderElected(ctx context.Context, c config.LeaderElection, kube kubernetes.Interface, log *slog.Logger, fn func(context.Context) error) error {
+	host, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("leader election identity: %w", err)
+	}
+	// The suffix keeps two processes on one host (or a restarted pod that
+	// kept its name) from both believing they hold the lease.
+	id := host + "_" + string(uuid.NewUUID())
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, c.Namespace, c.Name,
+		kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
+	if err != nil {
+		return fmt.Errorf("leader election lock: %w", err)
+	}
+	lease := c.Namespace + "/" + c.Name
+	// client-go runs OnStartedLeading on a goroutine of its own and does
+	// not wait for it; fn runs here instead, handed the leader's context.
+	leading := make(chan context.Context, 1)
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   c.LeaseDuration.Duration,
+		RenewDeadline:   c.RenewDeadline.Duration,
+		RetryPeriod:     c.RetryPeriod.Duration,
+		ReleaseOnCancel: true,
+		Name:            c.Name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				log.Info("became leader", "lease", lease, "identity", id)
+				leading <- ctx
+			},
+			OnStoppedLeading: func() { log.Info("stopped leading", "lease", lease) },
+			OnNewLeader: func(leader string) {
+				if leader != id {
+					log.Info("another replica leads; standing by", "lease", lease, "leader", leader)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	// The election runs on a context of its own: cancelling it releases
+	// the lease, which must wait for fn.
+	electionCtx, stopElection := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElection()
+	elected := make(chan struct{})
+	go func() { defer close(elected); le.Run(electionCtx) }()
+	defer func() { stopElection(); <-elected }()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-elected:
+		return errLeaseLost // ended without leading: cannot happen while ctx is live
+	case leaderCtx := <-leading:
+		work, cancel := context.WithCancel(leaderCtx)
+		defer cancel()
+		stop := context.AfterFunc(ctx, cancel)
+		defer stop()
+		if err := fn(work); err != nil || ctx.Err() != nil {
+			return err
+		}
+		return errLeaseLost
+	}
+}

@@ -1,0 +1,237 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
+	cpclient "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
+
+	"github.com/hubsync/hubsync/bus"
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/sinks"
+	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/syncer"
+	"github.com/hubsync/hubsync/tunnel"
+)
+
+// The start steps, in the order Run calls them. Each builds or starts one
+// part and leaves what shutdown needs to stop it in the daemon.
+
+// connect makes the hub clients and the recorder of Kubernetes events.
+func (d *daemon) connect(ctx context.Context) error {
+	var err error
+	if d.restCfg, err = restConfig(d.cfg.Hub, d.opts.Version); err != nil {
+		return err
+	}
+	if d.kube, err = kubernetes.NewForConfig(d.restCfg); err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	if d.clusters, err = clusterclient.NewForConfig(d.restCfg); err != nil {
+		return fmt.Errorf("cluster client: %w", err)
+	}
+	if d.profiles, err = cpclient.NewForConfig(d.restCfg); err != nil {
+		return fmt.Errorf("cluster profile client: %w", err)
+	}
+	scheme, err := syncer.NewScheme()
+	if err != nil {
+		return err
+	}
+	d.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
+	d.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.kube.CoreV1().Events("")})
+	d.recorder = d.broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "hubsync"})
+	d.leader = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "hubsync_leader",
+		Help: "1 while this replica holds the leader lease (always 1 without leader election).",
+	})
+	return d.reg.Register(d.leader)
+}
+
+// buildConsumers makes the change stream and its consumers: the tunnel
+// pool (profiles say which clusters to keep warm; it also produces tunnel
+// changes), the bus and the sinks. Nothing is delivered until the work
+// starts the fan-out.
+func (d *daemon) buildConsumers(context.Context) error {
+	var err error
+	if d.fan, err = stream.NewFanout(d.log.With("component", "stream"), d.reg); err != nil {
+		return err
+	}
+	if d.cfg.Tunnel.Enabled {
+		d.pool, d.poolSrc, err = newTunnelPool(d.cfg, d.clusters, d.kube, d.fan, d.recorder, d.log.With("component", "tunnel"), d.reg)
+		if err != nil {
+			return err
+		}
+		if err := d.fan.Add(d.pool.ConsumerOptions(), d.pool); err != nil {
+			return err
+		}
+	}
+	source := "hubsync/" + d.cfg.ClusterManager
+	if d.cfg.BusEnabled() {
+		if d.events, err = bus.New(d.cfg.Bus, source, d.log.With("component", "bus"), d.reg); err != nil {
+			return err
+		}
+		if err := d.fan.Add(d.events.ConsumerOptions(), d.events); err != nil {
+			return err
+		}
+	}
+	d.manager = sinks.NewManager(d.fan, sinks.Deps{Kube: d.kube, Source: source, Log: d.log.With("component", "sinks"), Registerer: d.reg,
+		ResyncPeriod: d.cfg.ResyncPeriod.Duration}, d.opts.Sinks)
+	if res, err := d.manager.Apply(d.cfg.Sinks); err != nil {
+		// The configuration is valid, so this is the environment (a
+		// directory that cannot be created, say): report it, run the rest,
+		// and try again at the next reload.
+		d.log.Error("some sinks could not start; the others run", "failed", res.Failed, "err", err)
+	}
+	return nil
+}
+
+// serveHealth serves /healthz, /readyz and /metrics, unless turned off.
+func (d *daemon) serveHealth(ctx context.Context) error {
+	if d.cfg.Server.Address == config.ServerOff {
+		return nil
+	}
+	var tunnels func() []tunnel.Status
+	if d.pool != nil {
+		tunnels = d.pool.Statuses
+	}
+	srv, ln, err := newServer(d.cfg.Server.Address, d.cfg.Server.Pprof, d.reg, d.fan.Statuses, tunnels, d.ready)
+	if err != nil {
+		return err
+	}
+	d.log.Info("serving metrics and health", "address", ln.Addr().String())
+	d.health = newTask(ctx)
+	d.goRun(d.health, "metrics server", func(ctx context.Context) error {
+		return serve(ctx, srv, ln)
+	})
+	return nil
+}
+
+// ready is /readyz's answer.
+func (d *daemon) ready() (bool, string) {
+	s := d.current.Load()
+	switch {
+	case s == nil:
+		return false, "waiting for the hub's APIs"
+	case s.Ready():
+		return true, "ok"
+	case d.cfg.LeaderElection.Enabled && !d.leading.Load():
+		// A healthy standby is ready, so that rolling updates and several
+		// replicas work; hubsync_leader tells who leads.
+		return true, "standby"
+	default:
+		return false, "caches not synced yet"
+	}
+}
+
+// waitForHub waits until the hub serves every API hubsync needs.
+func (d *daemon) waitForHub(ctx context.Context) error {
+	d.log.Info("hubsync starting", "version", d.opts.Version, "host", d.restCfg.Host, "clusterManager", d.cfg.ClusterManager,
+		"workers", d.cfg.Workers.Topology, "qps", d.cfg.Hub.QPS, "burst", d.cfg.Hub.Burst)
+	return waitForAPIs(ctx, d.kube, requiredAPIs, d.log)
+}
+
+// startProbe probes the hub's /readyz in the background.
+func (d *daemon) startProbe(ctx context.Context) error {
+	p, err := newHubProbe(d.kube, probeInterval, d.log, d.reg)
+	if err != nil {
+		return err
+	}
+	d.probe = newTask(ctx)
+	d.goRun(d.probe, "hub probe", p.run)
+	return nil
+}
+
+// newSyncer builds the syncer; the work runs it.
+func (d *daemon) newSyncer(context.Context) error {
+	creds, err := credentialOptions(d.cfg, d.restCfg, d.kube, d.log)
+	if err != nil {
+		return err
+	}
+	c := d.cfg
+	s, err := syncer.New(syncer.Clients{Kube: d.kube, Cluster: d.clusters, Profiles: d.profiles}, syncer.Options{
+		ClusterManager:  c.ClusterManager,
+		Workers:         c.Workers.Topology,
+		ResyncPeriod:    c.ResyncPeriod.Duration,
+		RetryBase:       c.Retry.BaseDelay.Duration,
+		RetryMax:        c.Retry.MaxDelay.Duration,
+		RequestTimeout:  c.Hub.Timeout.Duration,
+		AccessProviders: c.AccessProviders,
+		Credentials:     creds,
+		Notifier:        d.fan,
+	}, d.log, d.reg, d.recorder)
+	if err != nil {
+		return err
+	}
+	d.current.Store(s)
+	return nil
+}
+
+// startReloader follows the configuration file, when there is one.
+func (d *daemon) startReloader(ctx context.Context) error {
+	if d.opts.ConfigPath == "" {
+		return nil
+	}
+	r := newReloader(d.opts.ConfigPath, d.cfg, d.opts.Override, d.manager, d.log.With("component", "config"), d.reg)
+	d.reloader = newTask(ctx)
+	d.goRun(d.reloader, "configuration reloader", func(ctx context.Context) error {
+		r.run(ctx)
+		return nil
+	})
+	return nil
+}
+
+// startWork runs the work: under the leader lease with leader election,
+// else at once.
+func (d *daemon) startWork(ctx context.Context) error {
+	d.work = newTask(ctx)
+	if !d.cfg.LeaderElection.Enabled {
+		d.goRun(d.work, "the syncer", d.lead)
+		return nil
+	}
+	d.goRun(d.work, "leader election", func(ctx context.Context) error {
+		return runLeaderElected(ctx, d.cfg.LeaderElection, d.kube, d.log, d.lead)
+	})
+	return nil
+}
+
+// lead is what runs while this replica leads: the bus (only the leader
+// publishes and writes the KV bucket), the fan-out to every consumer, the
+// tunnel pool and the syncer. It returns once the syncer and the pool, the
+// producers of changes, have stopped. The consumers outlive it: they run
+// on a context of their own and stop in shutdown, after delivering what
+// the producers notified.
+func (d *daemon) lead(ctx context.Context) error {
+	d.leading.Store(true)
+	d.leader.Set(1)
+	defer func() { d.leading.Store(false); d.leader.Set(0) }()
+	s := d.current.Load()
+	consumers := context.WithoutCancel(ctx)
+	if d.events != nil {
+		if err := d.events.Start(consumers); err != nil {
+			return fmt.Errorf("event bus: %w", err)
+		}
+		d.log.Info("event bus started", "url", bus.RedactURLs([]string{d.events.ClientURL()}), "stream", d.cfg.Bus.Stream.Name,
+			"kvBucket", d.cfg.Bus.KVBucket)
+	}
+	d.fan.SetBusy(s.Busy)
+	if err := d.fan.Start(consumers, s.Snapshot); err != nil {
+		return err
+	}
+	if d.pool != nil {
+		defer d.pool.Close()
+		if err := d.poolSrc.Run(ctx); err != nil {
+			return err
+		}
+		d.pool.Start(ctx)
+		d.poolRunning.Store(true)
+		defer d.poolRunning.Store(false)
+		d.log.Info("tunnel pool started", "transport", d.cfg.Tunnel.Transport, "managedServiceAccount", d.cfg.Tunnel.ManagedServiceAccount,
+			"probeInterval", d.cfg.Tunnel.ProbeInterval.Duration)
+	}
+	return s.Run(ctx)
+}

@@ -1,0 +1,58 @@
+package daemon
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
+
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/tunnel"
+)
+
+// newTunnelPool builds the tunnel pool and the source of its targets from
+// the configuration.
+func newTunnelPool(cfg *config.Config, clusters clusterclient.Interface, kube kubernetes.Interface, notifier stream.Notifier,
+	recorder record.EventRecorder, log *slog.Logger, reg prometheus.Registerer) (*tunnel.Pool, *tunnel.Source, error) {
+	tc := cfg.Tunnel
+	var dialer tunnel.Dialer
+	switch tc.Transport {
+	case config.TunnelDirect:
+		dialer = &tunnel.DirectDialer{}
+	default:
+		k := tc.Konnectivity
+		d, err := tunnel.NewKonnectivityDialer(tunnel.KonnectivityConfig{
+			Address: k.Address, CAFile: k.CAFile, CertFile: k.CertFile, KeyFile: k.KeyFile, ServerName: k.ServerName,
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("tunnel: %w", err)
+		}
+		dialer = d
+	}
+	opts := tunnel.OptionsFor(tc)
+	opts.Dialer, opts.Notifier, opts.Recorder, opts.Log, opts.Registerer = dialer, notifier, recorder, log, reg
+	pool, err := tunnel.New(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	var selector labels.Selector
+	if tc.ClusterSelector != nil {
+		if selector, err = metav1.LabelSelectorAsSelector(tc.ClusterSelector); err != nil {
+			return nil, nil, fmt.Errorf("tunnel.clusterSelector: %w", err)
+		}
+	}
+	src, err := tunnel.NewSource(clusters, kube, tunnel.SourceOptions{
+		Transport: tc.Transport, DialAddress: tc.Konnectivity.DialAddress, ServerName: tc.ServerName,
+		ManagedServiceAccount: tc.ManagedServiceAccount, Selector: selector, ResyncPeriod: cfg.ResyncPeriod.Duration,
+	}, pool, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pool, src, nil
+}

@@ -1,0 +1,40 @@
+package syncer
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// hubsync_queue_depth is one family with a series per tracked queue, each
+// read from its queue when scraped.
+func TestQueueDepth(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := newMetrics(reg)
+	topology, credentials := 3, 0
+	m.queueDepth.track("topology", func() int { return topology })
+	m.queueDepth.track("credentials", func() int { return credentials })
+	for _, tc := range []struct {
+		name                  string
+		topology, credentials int
+	}{
+		{"as tracked", 3, 0},
+		{"read again at the next scrape", 0, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topology, credentials = tc.topology, tc.credentials
+			want := `
+# HELP hubsync_queue_depth Keys waiting in a work queue, by queue (topology, credentials).
+# TYPE hubsync_queue_depth gauge
+hubsync_queue_depth{queue="credentials"} ` + strconv.Itoa(tc.credentials) + `
+hubsync_queue_depth{queue="topology"} ` + strconv.Itoa(tc.topology) + `
+`
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "hubsync_queue_depth"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
