@@ -2,14 +2,14 @@
 // JetStream and keeps a KV bucket with the current access record of every
 // (namespace, cluster). It is the change stream's consumer named "nats".
 //
-// The contract (versioned; docs/events.md, schemas in schema/):
+// The contract (versioned; docs/events.md, schemas in package events):
 //   - Each change is one CloudEvents 1.0 JSON event (structured mode) on
-//     subject <prefix>.<namespace>.<cluster>.<kind> (EscapeToken escapes the
+//     subject <prefix>.<namespace>.<cluster>.<kind> (events.EscapeToken escapes the
 //     names), with Nats-Msg-Id = the event id, so JetStream stores a change
 //     republished within the stream's duplicate window once.
 //   - The stream keeps events for replay; per subject they are in the order
 //     the changes happened.
-//   - The KV bucket holds one Record per (namespace, cluster) under KVKey.
+//   - The KV bucket holds one Record per (namespace, cluster) under events.KVKey.
 //   - No event or record ever carries a token or key.
 //
 // Reconciliation never waits for NATS: the stream's fan-out queues changes
@@ -21,6 +21,8 @@
 // Client is the other side: a read-only connection made the way any
 // consumer makes one (hubsync events and hubsync state use it), with the
 // same connection options and KV reader as the bus (client.go).
+//
+// May import config, stream, events and hub; only daemon and cmd import it.
 package bus
 
 import (

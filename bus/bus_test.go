@@ -946,21 +946,9 @@ func TestRedactURLs(t *testing.T) {
 // sinkMetric reads the bus's series of a per-sink counter.
 func sinkMetric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	m, err := testutil.Gather(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "sink" && l.GetValue() == Name {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return m.Value(name, map[string]string{"sink": Name})
 }

@@ -1,5 +1,10 @@
 // Package config holds hubsync's configuration file schema, its defaults and
 // its validation.
+//
+// Owns: the schema, every default (defaults.go, defined once: the packages
+// that receive options never fill them again), pure validation with field
+// paths (validate.go) and the file checks made at load (files.go). May
+// import stream and hub only.
 package config
 
 import (

@@ -74,7 +74,7 @@ func waitForAPIs(ctx context.Context, kube kubernetes.Interface, required map[st
 		case err != nil:
 			log.Warn("cannot reach the hub API server; retrying", "err", err)
 		case len(missing) > 0:
-			log.Warn("the hub does not serve resources hubsync needs; install the CRDs (see README); retrying",
+			log.Warn("the hub does not serve resources hubsync needs; install the CRDs (see docs/operations.md, Prerequisites); retrying",
 				"missing", strings.Join(missing, ", "))
 		}
 		return err == nil && len(missing) == 0, nil

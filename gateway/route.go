@@ -3,6 +3,8 @@
 // through the cluster's warm tunnel, authenticated on the hub and
 // impersonated on the managed cluster with a prefix. Every header, token
 // and path a client sends is treated as hostile.
+//
+// May import tunnel, config and hub; never syncer or bus.
 package gateway
 
 import (

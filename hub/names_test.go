@@ -156,6 +156,9 @@ func TestJWTExpiry(t *testing.T) {
 		{"float exp", jwt(`{"exp":1700000000.5}`), time.Unix(1700000000, 0).UTC(), true},
 		{"no exp", jwt(`{"sub":"x"}`), time.Time{}, false},
 		{"zero exp", jwt(`{"exp":0}`), time.Time{}, false},
+		{"padded payload", []byte(base64URL(`{"alg":"none"}`) + "." + base64URL(`{"exp":1700000000}`) + ".sig"), time.Unix(1700000000, 0).UTC(), true},
+		{"string exp", jwt(`{"exp":"soon"}`), time.Time{}, false},
+		{"payload not JSON", jwt(`nope`), time.Time{}, false},
 		{"not a JWT", []byte("opaque-token"), time.Time{}, false},
 		{"bad payload", []byte("a.!!!.c"), time.Time{}, false},
 	}
@@ -170,3 +173,29 @@ func TestJWTExpiry(t *testing.T) {
 }
 
 func base64URL(s string) string { return base64.URLEncoding.EncodeToString([]byte(s)) }
+
+func TestCopyExpiry(t *testing.T) {
+	exp := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	token := []byte(strings.TrimRight(base64URL(`{"alg":"none"}`), "=") + "." + strings.TrimRight(base64URL(`{"exp":1700000000}`), "=") + ".sig")
+	claim := time.Unix(1700000000, 0).UTC()
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		token       []byte
+		want        time.Time
+		wantErr     bool
+	}{
+		{"annotation wins", map[string]string{AnnotationTokenExpiration: exp.Format(time.RFC3339)}, token, exp, false},
+		{"no annotation: the JWT's claim", nil, token, claim, false},
+		{"bad annotation: the JWT's claim and an error", map[string]string{AnnotationTokenExpiration: "tomorrow"}, token, claim, true},
+		{"neither: unknown", nil, []byte("opaque"), time.Time{}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := CopyExpiry(tc.annotations, tc.token)
+			if !got.Equal(tc.want) || (err != nil) != tc.wantErr {
+				t.Errorf("CopyExpiry = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -39,4 +40,21 @@ func JWTExpiry(token []byte) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return time.Unix(int64(sec), 0).UTC(), true
+}
+
+// CopyExpiry is when a credential copy's token expires: its
+// AnnotationTokenExpiration, else the token's JWT exp claim, else zero
+// (unknown). The error reports an annotation that is not an RFC 3339 time;
+// the JWT's claim is used then.
+func CopyExpiry(annotations map[string]string, token []byte) (time.Time, error) {
+	var err error
+	if v, ok := annotations[AnnotationTokenExpiration]; ok {
+		t, perr := time.Parse(time.RFC3339, strings.TrimSpace(v))
+		if perr == nil {
+			return t, nil
+		}
+		err = fmt.Errorf("annotation %s=%q is not an RFC 3339 time; using the token's exp claim", AnnotationTokenExpiration, v)
+	}
+	exp, _ := JWTExpiry(token)
+	return exp, err
 }

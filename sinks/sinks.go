@@ -7,6 +7,8 @@
 // The sink types live in sub-packages (sinks/kubeconfig, sinks/argocd,
 // sinks/webhook); the binary hands Manager a Factory per type, so this
 // package knows none of them.
+//
+// May import config, stream and hub; never syncer or bus.
 package sinks
 
 import (

@@ -8,6 +8,9 @@
 // with backoff and its own resync from a snapshot of the current state, so
 // a slow, failing or dead consumer never delays the producer or another
 // consumer. Producers do not know which consumers exist.
+//
+// It imports no other hubsync package: producers and consumers both depend
+// on it, never on each other (docs/architecture.md; TestImportRules).
 package stream
 
 import (

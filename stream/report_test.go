@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	poll "github.com/hubsync/hubsync/test/testutil"
 )
 
 func TestStatusWithReport(t *testing.T) {
@@ -155,22 +157,13 @@ func TestStatusesAndMetricsReadTheConsumersReport(t *testing.T) {
 // fails t if there is none.
 func sinkGauge(t *testing.T, reg *prometheus.Registry, name, sink string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	m, err := poll.Gather(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "sink" && l.GetValue() == sink {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
+	v, ok := m.Lookup(name, map[string]string{"sink": sink})
+	if !ok {
+		t.Fatalf("no %s series for sink %s", name, sink)
 	}
-	t.Fatalf("no series %s{sink=%q}", name, sink)
-	return 0
+	return v
 }

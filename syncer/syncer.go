@@ -4,6 +4,11 @@
 // It is level-based: informer events only name the cluster to look at; a
 // worker recomputes that cluster's desired profiles from the informer caches
 // and converges the hub to them, writing only what differs.
+//
+// Owns: the informers, the work queues and the one worker loop, the pure
+// plans (desired.go, credentials_plan.go) and the thin writers that apply
+// them, and the Changes it emits. It knows no consumer. May import config,
+// stream and hub only; no consumer imports it.
 package syncer
 
 import (

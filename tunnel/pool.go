@@ -10,6 +10,9 @@
 // reports its state (connecting, ready, failing) through metrics, Statuses
 // and tunnel events on the change stream. Code inside hubsync reaches a
 // cluster through RoundTripper and waits for it with WaitReady.
+//
+// May import config, stream and hub; never syncer or bus. The gateway
+// imports it for its round trippers and token source.
 package tunnel
 
 import (

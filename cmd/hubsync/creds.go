@@ -165,7 +165,7 @@ func (o *credsOptions) credential(ctx context.Context, execInfo string, kube kub
 		return nil, fmt.Errorf("secret %s/%s has an empty %q key", namespace, name, hub.TokenKey)
 	}
 
-	expiry, err := secretTokenExpiry(secret.Annotations, string(token))
+	expiry, err := hub.CopyExpiry(secret.Annotations, token)
 	if err != nil && o.stderr != nil {
 		fmt.Fprintf(o.stderr, "hubsync creds: warning: secret %s/%s: %v\n", namespace, name, err)
 	}
@@ -304,30 +304,6 @@ func hubClient() (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("hub client: %w", err)
 	}
 	return kube, nil
-}
-
-// secretTokenExpiry is when the token expires: the hubsync.io/token-expiration
-// annotation, else the token's JWT exp claim, else zero (unknown). The error
-// reports an unreadable annotation; the JWT is used then.
-func secretTokenExpiry(annotations map[string]string, token string) (time.Time, error) {
-	var err error
-	if v, ok := annotations[hub.AnnotationTokenExpiration]; ok {
-		t, perr := time.Parse(time.RFC3339, strings.TrimSpace(v))
-		if perr == nil {
-			return t, nil
-		}
-		err = fmt.Errorf("annotation %s=%q is not an RFC 3339 time; using the token's exp claim", hub.AnnotationTokenExpiration, v)
-	}
-	return jwtExpiry(token), err
-}
-
-// jwtExpiry reads a JWT's exp claim (unverified); zero when there is none.
-func jwtExpiry(token string) time.Time {
-	exp, ok := hub.JWTExpiry([]byte(token))
-	if !ok {
-		return time.Time{}
-	}
-	return exp
 }
 
 // credentialExpiration is the expirationTimestamp to give client-go for a

@@ -174,32 +174,6 @@ func TestCredentialExpiration(t *testing.T) {
 	}
 }
 
-func TestJWTExpiry(t *testing.T) {
-	exp := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
-	good := unsignedJWT(t, map[string]any{"exp": exp.Unix()})
-	parts := strings.Split(good, ".")
-	for _, tc := range []struct {
-		name  string
-		token string
-		want  time.Time
-	}{
-		{name: "jwt", token: good, want: exp},
-		{name: "padded payload", token: parts[0] + "." + parts[1] + strings.Repeat("=", (4-len(parts[1])%4)%4) + ".sig", want: exp},
-		{name: "float exp", token: unsignedJWT(t, map[string]any{"exp": float64(exp.Unix()) + 0.5}), want: exp},
-		{name: "no exp", token: unsignedJWT(t, map[string]any{"sub": "x"})},
-		{name: "string exp", token: unsignedJWT(t, map[string]any{"exp": "soon"})},
-		{name: "opaque", token: testToken},
-		{name: "bad base64", token: "a.!!!.c"},
-		{name: "not json", token: "a." + base64.RawURLEncoding.EncodeToString([]byte("nope")) + ".c"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := jwtExpiry(tc.token); !got.Equal(tc.want) {
-				t.Fatalf("jwtExpiry = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
 func TestCredsNamespace(t *testing.T) {
 	dir := t.TempDir()
 	saFile := writeFile(t, dir, "namespace", "podns\n")

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -85,36 +84,6 @@ func (b *busFlags) dial() (*bus.Client, config.Bus, error) {
 	return c, bc, err
 }
 
-// parseType reads --type: a full type (io.hubsync.profile.updated), a short
-// one (profile.updated) or a kind (profile, credential, accessprovider,
-// tunnel), of the change types the stream defines. It returns the subject
-// kind and the full type ("" for a whole kind).
-func parseType(s string) (kind, full string, err error) {
-	if s == "" {
-		return "", "", nil
-	}
-	short := strings.TrimPrefix(s, events.TypePrefix)
-	var kinds, types []string
-	for _, t := range stream.Types {
-		k, err := events.Kind(t)
-		if err != nil {
-			return "", "", err
-		}
-		switch {
-		case t == events.TypePrefix+short:
-			return k, t, nil
-		case k == short:
-			return k, "", nil
-		}
-		if !slices.Contains(kinds, k) {
-			kinds = append(kinds, k)
-		}
-		types = append(types, strings.TrimPrefix(t, events.TypePrefix))
-	}
-	return "", "", fmt.Errorf("unknown --type %q: want a kind (%s) or a type (%s), with or without %q",
-		s, strings.Join(kinds, ", "), strings.Join(types, ", "), events.TypePrefix)
-}
-
 // parseSince reads --since: 0 (everything kept), a duration back from now,
 // or an RFC 3339 time. A zero time means from the beginning of the stream.
 func parseSince(s string, now time.Time) (time.Time, error) {
@@ -168,12 +137,12 @@ func eventsCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	problem := ""
-	kind, full, err := parseType(o.typ)
+	kind, full, err := events.ParseType(o.typ)
 	switch {
 	case fs.NArg() != 0:
 		problem = fmt.Sprintf("unexpected arguments %v", fs.Args())
 	case err != nil:
-		problem = err.Error()
+		problem = "--type: " + err.Error()
 	case o.output != "text" && o.output != "json":
 		problem = fmt.Sprintf("-o %q: want text or json", o.output)
 	case o.all && o.since != "" && o.since != "0":
@@ -234,79 +203,10 @@ func (o *eventsOptions) print(data []byte, subject, fullType string, stdout, std
 		}
 		line = b.Bytes()
 	} else {
-		line = []byte(formatEvent(&ev))
+		line = []byte(events.Line(&ev))
 	}
 	_, err = stdout.Write(append(line, '\n'))
 	return err
-}
-
-// formatEvent is the text line of one event:
-//
-//	2026-11-21T04:00:00Z profile.created        team-ml/eu-prod-01  v1.35.4 healthy=True providers=open-cluster-management
-//	2026-11-21T04:00:00Z credential.rotated     team-ml/eu-prod-01  secret=eu-prod-01-kueue fp=sha256:… expires=…
-//	2026-11-21T04:00:00Z tunnel.failing         team-ml/eu-prod-01  state=failing transport=konnectivity reason="…" since=…
-func formatEvent(ev *events.Event) string {
-	when := "-"
-	if t, err := time.Parse(time.RFC3339Nano, ev.Time); err == nil {
-		when = t.UTC().Truncate(time.Second).Format(time.RFC3339)
-	}
-	where := ev.Subject
-	if ev.Data.Namespace != "" || ev.Data.Cluster != "" {
-		where = ev.Data.Namespace + "/" + ev.Data.Cluster
-	}
-	var details []string
-	if p := ev.Data.Profile; p != nil {
-		if p.KubernetesVersion != "" {
-			details = append(details, p.KubernetesVersion)
-		}
-		if p.Healthy != "" {
-			details = append(details, "healthy="+p.Healthy)
-		}
-		if len(p.AccessProviders) > 0 {
-			details = append(details, "providers="+providerNames(p.AccessProviders))
-		}
-	}
-	if c := ev.Data.Credential; c != nil {
-		details = append(details, "secret="+c.Secret)
-		if c.Fingerprint != "" {
-			details = append(details, "fp="+c.Fingerprint)
-		}
-		if c.Expiration != nil {
-			details = append(details, "expires="+c.Expiration.UTC().Format(time.RFC3339))
-		}
-	}
-	if tn := ev.Data.Tunnel; tn != nil {
-		details = append(details, tunnelDetails(tn)...)
-	}
-	return strings.TrimRight(fmt.Sprintf("%s %-22s %s  %s", when, strings.TrimPrefix(ev.Type, events.TypePrefix), where, strings.Join(details, " ")), " ")
-}
-
-// tunnelDetails are a tunnel event's fields: its state, transport, probe
-// round trip (ready) or reason (failing, quoted: it is a sentence), and
-// since when.
-func tunnelDetails(tn *stream.TunnelSummary) []string {
-	details := []string{"state=" + tn.State}
-	if tn.Transport != "" {
-		details = append(details, "transport="+tn.Transport)
-	}
-	if tn.ProbeMillis > 0 {
-		details = append(details, "probe="+strconv.FormatFloat(tn.ProbeMillis, 'f', -1, 64)+"ms")
-	}
-	if tn.Reason != "" {
-		details = append(details, "reason="+strconv.Quote(tn.Reason))
-	}
-	if !tn.Since.IsZero() {
-		details = append(details, "since="+tn.Since.UTC().Format(time.RFC3339))
-	}
-	return details
-}
-
-func providerNames(ps []stream.AccessProviderSummary) string {
-	names := make([]string, len(ps))
-	for i, p := range ps {
-		names[i] = p.Name
-	}
-	return strings.Join(names, ",")
 }
 
 type stateOptions struct {
@@ -392,7 +292,7 @@ func writeStateTable(w io.Writer, records []bus.Record) error {
 		if p := r.Profile; p != nil {
 			k8s, healthy = cmp.Or(p.KubernetesVersion, "-"), cmp.Or(p.Healthy, "-")
 			if len(p.AccessProviders) > 0 {
-				providers = providerNames(p.AccessProviders)
+				providers = events.ProviderNames(p.AccessProviders)
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Cluster, k8s, healthy, providers, credentialsCell(r.Credentials))

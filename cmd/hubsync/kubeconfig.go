@@ -22,6 +22,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/sinks"
 )
 
@@ -219,7 +220,8 @@ func hubTokenCommand(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	status := &clientauthenticationv1.ExecCredentialStatus{Token: token}
-	if exp := credentialExpiration(jwtExpiry(token), time.Now(), defaultMaxCacheDuration); !exp.IsZero() {
+	jwtExp, _ := hub.JWTExpiry([]byte(token))
+	if exp := credentialExpiration(jwtExp, time.Now(), defaultMaxCacheDuration); !exp.IsZero() {
 		t := metav1.NewTime(exp)
 		status.ExpirationTimestamp = &t
 	}

@@ -1,4 +1,8 @@
 // Command hubsync is the hubsync daemon and its helper commands.
+//
+// It holds flags and command wiring only: the daemon is package daemon,
+// events and their text form package events, NATS access bus.Client.
+// Nothing imports it.
 package main
 
 import (

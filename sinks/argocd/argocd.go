@@ -14,6 +14,8 @@
 // hubsync does not own is left to it. Both are reported (log lines and the
 // hubsync_argocd_conflicts gauge), not retried as errors. The sink never
 // changes or deletes a Secret that lacks its ownership labels.
+//
+// May import sinks, config, stream and hub; never syncer or bus.
 package argocd
 
 import (

@@ -42,6 +42,8 @@
 // in the same directory renamed over the target, which is what Kueue's
 // watch of the parent directory reacts to), and only when their bytes
 // change, so watchers are not woken for nothing.
+//
+// May import sinks, config, stream and hub; never syncer or bus.
 package kubeconfig
 
 import (

@@ -93,4 +93,9 @@
 // or from a key of a hub Secret, and the bearer token from a file; each is
 // read again every few seconds and after every failed attempt, not for
 // every event. They and the bearer token never appear in logs or errors.
+//
+// # Imports
+//
+// May import sinks, config, stream, hub and events (the event contract, not
+// the NATS transport); never syncer or bus.
 package webhook

@@ -281,29 +281,11 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // whether it exists.
 func metric(t testing.TB, reg *prometheus.Registry, name string, labels map[string]string) (float64, bool) {
 	t.Helper()
-	mfs, err := reg.Gather()
+	m, err := testutil.Gather(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			for k, v := range labels {
-				if got[k] != v {
-					continue next
-				}
-			}
-			return value(m), true
-		}
-	}
-	return 0, false
+	return m.Lookup(name, labels)
 }
 
 func value(m *dto.Metric) float64 {

@@ -1,6 +1,7 @@
 // Package streamtest holds fixtures for unit tests of the change stream's
 // producers and consumers: changes shaped as the syncer emits them, so the
-// bus, the event contract and the sinks test against one definition.
+// bus, the event contract and the sinks test against one definition. It
+// may import stream and hub only.
 package streamtest
 
 import (
