@@ -312,9 +312,6 @@ func TestCredsMain(t *testing.T) {
 	if err := os.WriteFile(kubeconfig, []byte(kubeconfigYAML(srv.URL, "ctxns")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, saErr := os.Stat(defaultServiceAccountNamespaceFile)
-	inPod := saErr == nil
-
 	v1beta1 := strings.Replace(execInfo("c1"), "client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1", 1)
 	for _, tc := range []struct {
 		name        string
@@ -322,7 +319,6 @@ func TestCredsMain(t *testing.T) {
 		execInfo    string
 		namespace   string // NAMESPACE
 		kubeconfig  string // KUBECONFIG; the fake hub's unless set
-		skipInPod   bool
 		wantCode    int
 		wantToken   string
 		wantExpiry  time.Time // approximate
@@ -335,7 +331,7 @@ func TestCredsMain(t *testing.T) {
 		{name: "default cap", args: []string{"--managed-serviceaccount", "msa"},
 			execInfo: execInfo("c1"), namespace: "hubns", wantCode: 0, wantToken: testToken,
 			wantExpiry: time.Now().Add(10 * time.Minute), emptyStderr: true},
-		{name: "namespace from the kubeconfig context", args: []string{"--managed-serviceaccount=msa"}, skipInPod: true,
+		{name: "namespace from the kubeconfig context", args: []string{"--managed-serviceaccount=msa"},
 			execInfo: execInfo("c1"), wantCode: 0, wantToken: testToken + "-ctx",
 			wantExpiry: time.Now().Add(10 * time.Minute), emptyStderr: true},
 		{name: "no KUBERNETES_EXEC_INFO", args: []string{"--managed-serviceaccount=msa"}, namespace: "hubns",
@@ -393,9 +389,6 @@ func TestCredsMain(t *testing.T) {
 			kubeconfig: filepath.Join(dir, "missing"), wantCode: 1, wantStderr: []string{"hub client: not running in a cluster, and no kubeconfig in KUBECONFIG " + filepath.Join(dir, "missing")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.skipInPod && inPod {
-				t.Skipf("%s exists: the pod's namespace wins over the kubeconfig's", defaultServiceAccountNamespaceFile)
-			}
 			t.Setenv("KUBERNETES_SERVICE_HOST", "")
 			t.Setenv("KUBERNETES_EXEC_INFO", tc.execInfo)
 			t.Setenv("NAMESPACE", tc.namespace)
@@ -404,7 +397,11 @@ func TestCredsMain(t *testing.T) {
 			}
 			t.Setenv("KUBECONFIG", tc.kubeconfig)
 			var stdout, stderr bytes.Buffer
-			code := Main(context.Background(), append([]string{"creds"}, tc.args...), &stdout, &stderr)
+			// The pod's namespace file is a temp path that does not exist, so
+			// the test runs the same inside a pod.
+			o := defaultCredsOptions(&stderr)
+			o.serviceAccountNamespaceFile = filepath.Join(dir, "no-pod-namespace")
+			code := exitCode(o.command(context.Background(), tc.args, &stdout, &stderr), &stderr)
 			if code != tc.wantCode {
 				t.Fatalf("exit code %d, want %d\nstdout: %s\nstderr: %s", code, tc.wantCode, stdout.String(), stderr.String())
 			}

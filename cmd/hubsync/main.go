@@ -76,10 +76,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hubsync: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
+	return exitCode(err, stderr)
+}
+
+// exitCode is the process exit code of a command's error: 0 for none or a
+// help request, 2 for a usage error (already explained), else 1 with the
+// error on stderr.
+func exitCode(err error, stderr io.Writer) int {
 	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
+	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
