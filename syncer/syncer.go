@@ -13,9 +13,9 @@ package syncer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,10 +121,10 @@ type Syncer struct {
 
 // New builds a syncer and its informers; Run starts them.
 func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registerer, recorder record.EventRecorder) (*Syncer, error) {
-	if opts.ClusterManager == "" {
-		return nil, errors.New("syncer: cluster manager name is required")
+	opts, err := checkOptions(opts)
+	if err != nil {
+		return nil, err
 	}
-	opts = withDefaults(opts)
 	s := &Syncer{
 		clients:     clients,
 		opts:        opts,
@@ -164,24 +164,29 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 	return s, nil
 }
 
-// withDefaults fills the options left unset.
-func withDefaults(opts Options) Options {
+// checkOptions refuses options config did not fill (config owns every
+// default) and makes a nil Notifier one that drops changes.
+func checkOptions(opts Options) (Options, error) {
+	var missing []string
+	if opts.ClusterManager == "" {
+		missing = append(missing, "ClusterManager")
+	}
 	if opts.Workers <= 0 {
-		opts.Workers = 1
+		missing = append(missing, "Workers")
 	}
-	if opts.RetryBase <= 0 {
-		opts.RetryBase = 100 * time.Millisecond
+	if opts.RetryBase <= 0 || opts.RetryMax < opts.RetryBase {
+		missing = append(missing, "RetryBase, RetryMax")
 	}
-	if opts.RetryMax < opts.RetryBase {
-		opts.RetryMax = 5 * time.Minute
+	if opts.RequestTimeout <= 0 {
+		missing = append(missing, "RequestTimeout")
+	}
+	if len(missing) > 0 {
+		return opts, fmt.Errorf("syncer: %s not set (config.SetDefaults fills them)", strings.Join(missing, ", "))
 	}
 	if opts.Notifier == nil {
 		opts.Notifier = stream.Nop{}
 	}
-	if opts.RequestTimeout <= 0 {
-		opts.RequestTimeout = 30 * time.Second
-	}
-	return opts
+	return opts, nil
 }
 
 // newInformers builds the informer factories, adds the indexes the

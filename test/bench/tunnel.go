@@ -59,7 +59,10 @@ func benchTunnel(ctx context.Context, cp *controlplane.ControlPlane) error {
 	}
 	newPoolWith = func(d tunnel.Dialer, maxDials int) (*tunnel.Pool, context.CancelFunc, error) {
 		opts := tunnel.OptionsFor(config.Default().Tunnel)
-		opts.Dialer, opts.Transport, opts.MaxDials = d, tunnel.TransportKonnectivity, maxDials
+		opts.Dialer, opts.Transport = d, tunnel.TransportKonnectivity
+		if maxDials > 0 { // 0: the configuration's default
+			opts.MaxDials = maxDials
+		}
 		p, err := tunnel.New(opts)
 		if err != nil {
 			return nil, nil, err

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/syncer"
 	"github.com/hubsync/hubsync/test/fleet"
@@ -106,9 +107,10 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		ClusterManager: manager,
 		Workers:        4,
 		// Far beyond any test: every reaction must come from an event.
-		ResyncPeriod: time.Hour,
-		RetryBase:    50 * time.Millisecond,
-		RetryMax:     2 * time.Second,
+		ResyncPeriod:   time.Hour,
+		RetryBase:      50 * time.Millisecond,
+		RetryMax:       2 * time.Second,
+		RequestTimeout: config.Default().Hub.Timeout.Duration,
 	}
 	for _, f := range o.tune {
 		f(&sopts)
