@@ -20,6 +20,7 @@ import (
 	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // startNATS runs a real nats-server with JetStream on a random loopback
@@ -256,39 +257,12 @@ func TestEventsFollow(t *testing.T) {
 	createBus(t, js)
 	publish(t, js, profileChange(stream.ProfileCreated, "team-ml", "old", 0))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr fleet.LogBuffer
-	done := make(chan int, 1)
 	// The default: new events only, following until interrupted.
-	go func() { done <- Main(ctx, []string{"events", "--server", url, "--type", "profile"}, &stdout, &stderr) }()
-
-	// The consumer exists once the command is waiting; until then a
-	// published event may predate it, so publish until one arrives.
-	deadline := time.Now().Add(10 * time.Second)
-	for minute := 1; !strings.Contains(stdout.String(), "team-ml/new"); minute++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("no event printed\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("exited early with %d: %s", code, stderr.String())
-		default:
-		}
+	out := follow(t, []string{"events", "--server", url, "--type", "profile"}, "team-ml/new", func(minute int) {
 		publish(t, js, credentialChange(stream.CredentialSynced, "team-ml", "new", "", minute)) // filtered out
 		publish(t, js, profileChange(stream.ProfileUpdated, "team-ml", "new", minute))
-		time.Sleep(50 * time.Millisecond)
-	}
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("exit code %d after interrupt: %s", code, stderr.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("did not stop when interrupted")
-	}
-	if out := stdout.String(); strings.Contains(out, "team-ml/old") || strings.Contains(out, "credential") {
+	})
+	if strings.Contains(out, "team-ml/old") || strings.Contains(out, "credential") {
 		t.Errorf("printed an old or filtered event:\n%s", out)
 	}
 }
@@ -624,39 +598,11 @@ func TestEventsFollowAsConsumer(t *testing.T) {
 	b := runBus(t, cfg)
 	b.publish(t, profileChange(stream.ProfileCreated, "team-ml", "old", 0)) // creates the stream
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr fleet.LogBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- Main(ctx, []string{"events", "--server", b.url, "--token-file", tokenFile, "--namespace", "team-ml"}, &stdout, &stderr)
-	}()
-	// The consumer exists once the command is waiting; until then a
-	// published event may predate it, so publish until one arrives.
-	deadline := time.Now().Add(10 * time.Second)
-	for minute := 0; !strings.Contains(stdout.String(), "team-ml/live"); minute++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("no event printed\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("exited early with %d: %s", code, stderr.String())
-		default:
-		}
+	out := follow(t, []string{"events", "--server", b.url, "--token-file", tokenFile, "--namespace", "team-ml"}, "team-ml/live", func(minute int) {
 		b.publish(t, profileChange(stream.ProfileUpdated, "team-ml", "live", minute))
-		time.Sleep(50 * time.Millisecond)
-	}
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("exit code %d after interrupt: %s", code, stderr.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("did not stop when interrupted")
-	}
-	if strings.Contains(stdout.String(), "team-ml/old") {
-		t.Errorf("printed an event from before the command started:\n%s", stdout.String())
+	})
+	if strings.Contains(out, "team-ml/old") {
+		t.Errorf("printed an event from before the command started:\n%s", out)
 	}
 }
 
@@ -686,4 +632,42 @@ func TestEventsTunnel(t *testing.T) {
 		{name: "a type", args: append(replay, "--type", "tunnel.failing"), wantStdout: failing},
 		{name: "a full type", args: append(replay, "--type", stream.TunnelReady), wantStdout: ready},
 	})
+}
+
+// follow runs the following command args until it prints want, publishing
+// with publish (minute 1, 2, ...) meanwhile: the command's consumer exists
+// only once it is waiting, and an event published before may predate it.
+// It then interrupts the command, checks it stops with exit code 0, and
+// returns what it printed.
+func follow(t *testing.T, args []string, want string, publish func(minute int)) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr fleet.LogBuffer
+	done := make(chan int, 1)
+	go func() { done <- Main(ctx, args, &stdout, &stderr) }()
+	minute := 0
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		select {
+		case code := <-done:
+			return testutil.Stop(fmt.Errorf("exited early with %d: %s", code, stderr.String()))
+		default:
+		}
+		if strings.Contains(stdout.String(), want) {
+			return nil
+		}
+		minute++
+		publish(minute)
+		return fmt.Errorf("%q not printed yet", want)
+	}, "following %v\nstdout:\n%s\nstderr:\n%s", args, &stdout, &stderr)
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit code %d after interrupt: %s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("did not stop when interrupted")
+	}
+	return stdout.String()
 }
