@@ -74,23 +74,29 @@ func apply(o *nats.Options, opts []nats.Option) error {
 func RedactURLs(urls []string) string {
 	out := make([]string, len(urls))
 	for i, s := range urls {
-		s = strings.TrimSpace(s)
-		if strings.Contains(s, "://") {
-			out[i] = config.RedactURL(s)
-		} else {
-			out[i] = strings.TrimPrefix(config.RedactURL("nats://"+s), "nats://")
+		s, added := withScheme(strings.TrimSpace(s))
+		out[i] = config.RedactURL(s)
+		if added {
+			out[i] = strings.TrimPrefix(out[i], "nats://")
 		}
 	}
 	return strings.Join(out, ",")
+}
+
+// withScheme is s with nats:// in front when it has no scheme, as nats.go
+// reads it, and whether it added one.
+func withScheme(s string) (string, bool) {
+	if strings.Contains(s, "://") {
+		return s, false
+	}
+	return "nats://" + s, true
 }
 
 // checkURLs rejects a URL nats.go could not parse, with an error that does
 // not repeat it: url.Parse's would, user information and all.
 func checkURLs(urls []string) error {
 	for i, s := range urls {
-		if !strings.Contains(s, "://") {
-			s = "nats://" + s
-		}
+		s, _ = withScheme(s)
 		if _, err := url.Parse(s); err != nil {
 			var ue *url.Error
 			if errors.As(err, &ue) {
@@ -178,9 +184,6 @@ func Dial(cfg config.Bus, name string, timeout time.Duration) (*Client, error) {
 
 // Close closes the connection.
 func (c *Client) Close() { c.nc.Close() }
-
-// JetStream is the connection's JetStream context.
-func (c *Client) JetStream() jetstream.JetStream { return c.js }
 
 // Stream looks the event stream up.
 func (c *Client) Stream(ctx context.Context, name string) (jetstream.Stream, error) {

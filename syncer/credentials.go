@@ -114,7 +114,7 @@ func newCredentials(d credentialDeps, o *CredentialOptions, reg prometheus.Regis
 		queue:          newTrackedQueue(d.retryBase, d.retryMax),
 		written:        newWriteTracker(30 * time.Second),
 	}
-	c.debounce = newDebouncerWithClock(o.Coalesce, 10*o.Coalesce, c.queue.Add, d.clock)
+	c.debounce = newDebouncer(o.Coalesce, 10*o.Coalesce, c.queue.Add, d.clock)
 	c.writes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "hubsync_credential_writes_total",
 		Help: "Credential copy writes sent to the hub by operation (create, update, delete).",

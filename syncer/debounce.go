@@ -28,11 +28,7 @@ type debouncer struct {
 	stopped   bool
 }
 
-func newDebouncer(quiet, maxWait time.Duration, fire func(string)) *debouncer {
-	return newDebouncerWithClock(quiet, maxWait, fire, clock.RealClock{})
-}
-
-func newDebouncerWithClock(quiet, maxWait time.Duration, fire func(string), c clock.WithDelayedExecution) *debouncer {
+func newDebouncer(quiet, maxWait time.Duration, fire func(string), c clock.WithDelayedExecution) *debouncer {
 	return &debouncer{
 		quiet: quiet, maxWait: maxWait, fire: fire, clock: c,
 		timers: map[string]clock.Timer{}, first: map[string]time.Time{}, lastTouch: map[string]time.Time{},

@@ -57,7 +57,7 @@ func TestDebouncer(t *testing.T) {
 			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 			var mu sync.Mutex
 			var fired []string
-			d := newDebouncerWithClock(quiet, maxWait, func(k string) {
+			d := newDebouncer(quiet, maxWait, func(k string) {
 				mu.Lock()
 				defer mu.Unlock()
 				fired = append(fired, k)

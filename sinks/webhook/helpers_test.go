@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hubsync/hubsync/config"
@@ -286,18 +285,6 @@ func metric(t testing.TB, reg *prometheus.Registry, name string, labels map[stri
 		t.Fatal(err)
 	}
 	return m.Lookup(name, labels)
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Histogram != nil:
-		return float64(m.Histogram.GetSampleCount())
-	}
-	return 0
 }
 
 func (e *env) metric(name string, labels map[string]string) float64 {
