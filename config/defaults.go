@@ -116,6 +116,8 @@ const (
 	DefaultTunnelMaxDials      = 32
 	DefaultTunnelUpgradeDials  = 16
 	DefaultTunnelMaxConns      = 4
+	DefaultTunnelIdleTimeout   = 10 * time.Minute
+	DefaultTunnelWarmupTimeout = 30 * time.Second
 	// DefaultTunnelRetireGrace (how long a replaced connection may finish
 	// its requests) and DefaultTunnelExtraIdle (how long an overflow
 	// connection may stay idle) are not in the file.
@@ -138,6 +140,9 @@ const (
 	DefaultGatewayReadHeaderTimeout  = 10 * time.Second
 	DefaultGatewayBodyTimeout        = time.Minute
 	DefaultGatewayIdleTimeout        = 2 * time.Minute
+	DefaultGatewayTunnelWait         = 10 * time.Second
+	DefaultGatewayDrainDelay         = 5 * time.Second
+	DefaultGatewayDrainTimeout       = 20 * time.Second
 	// Not in the file: the Retry-After of a 503, and how often the key
 	// sets that tell hub tokens from clusters' own are fetched again (on
 	// a period, and at most this often for a key id the set lacks).
@@ -269,6 +274,9 @@ func (t *Tunnel) setDefaults() {
 	setNum(&t.MaxConcurrentDials, DefaultTunnelMaxDials)
 	setNum(&t.MaxConcurrentUpgradeDials, DefaultTunnelUpgradeDials)
 	setNum(&t.MaxConnectionsPerCluster, DefaultTunnelMaxConns)
+	setStr(&t.Warm, WarmAll)
+	setDur(&t.IdleTimeout, DefaultTunnelIdleTimeout)
+	setDur(&t.WarmupTimeout, DefaultTunnelWarmupTimeout)
 }
 
 func (g *Gateway) setDefaults() {
@@ -286,6 +294,11 @@ func (g *Gateway) setDefaults() {
 	setDur(&g.ReadHeaderTimeout, DefaultGatewayReadHeaderTimeout)
 	setDur(&g.BodyTimeout, DefaultGatewayBodyTimeout)
 	setDur(&g.IdleTimeout, DefaultGatewayIdleTimeout)
+	setDur(&g.TunnelWait, DefaultGatewayTunnelWait)
+	if g.Drain.Delay == nil {
+		g.Drain.Delay = &metav1.Duration{Duration: DefaultGatewayDrainDelay}
+	}
+	setDur(&g.Drain.Timeout, DefaultGatewayDrainTimeout)
 }
 
 // completeGatewayProviders points each access provider of type gateway at

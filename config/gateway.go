@@ -84,6 +84,35 @@ type Gateway struct {
 	BodyTimeout metav1.Duration `json:"bodyTimeout,omitempty"`
 	// IdleTimeout closes idle keep-alive connections. Default 2m.
 	IdleTimeout metav1.Duration `json:"idleTimeout,omitempty"`
+	// TunnelWait bounds how long a request for a cluster whose tunnel is
+	// still being dialed waits for it before the gateway answers 503.
+	// Default 10s.
+	TunnelWait metav1.Duration `json:"tunnelWait,omitempty"`
+	// Drain says how the gateway stops (SIGTERM, a rolling update).
+	Drain GatewayDrain `json:"drain"`
+}
+
+// DelayOrZero is the drain delay (0 when unset).
+func (d GatewayDrain) DelayOrZero() time.Duration {
+	if d.Delay == nil {
+		return 0
+	}
+	return d.Delay.Duration
+}
+
+// GatewayDrain is the gateway's graceful stop. On SIGTERM the replica
+// fails readiness at once and keeps serving for Delay, so that load
+// balancers and Service endpoints stop sending it new connections; then
+// it stops accepting, ends watches and upgraded streams (exec, attach,
+// port-forward) cleanly so that clients re-establish them on another
+// replica, and lets other requests in flight finish for up to Timeout.
+// The Pod's terminationGracePeriodSeconds must exceed Delay + Timeout.
+type GatewayDrain struct {
+	// Delay is how long the replica keeps serving after it fails
+	// readiness. Default 5s; 0 stops at once (outside Kubernetes).
+	Delay *metav1.Duration `json:"delay,omitempty"`
+	// Timeout bounds how long requests in flight may finish. Default 20s.
+	Timeout metav1.Duration `json:"timeout,omitempty"`
 }
 
 // GatewayTLS is the gateway's serving certificate: PEM files (reloaded
@@ -175,7 +204,10 @@ func validateGatewayServing(p *field.Path, g Gateway) field.ErrorList {
 	}
 	errs = append(errs, between(p.Child("maxHeaderBytes"), g.MaxHeaderBytes, 4096, 1<<20)...)
 	errs = append(errs, positive(p, named{"readHeaderTimeout", g.ReadHeaderTimeout}, named{"bodyTimeout", g.BodyTimeout},
-		named{"idleTimeout", g.IdleTimeout})...)
+		named{"idleTimeout", g.IdleTimeout}, named{"tunnelWait", g.TunnelWait}, named{"drain.timeout", g.Drain.Timeout})...)
+	if d := g.Drain.DelayOrZero(); d < 0 || d > 5*time.Minute {
+		errs = append(errs, field.Invalid(p.Child("drain", "delay"), d.String(), "must be between 0 and 5m"))
+	}
 	return errs
 }
 

@@ -67,7 +67,27 @@ type Tunnel struct {
 	// plus overflow connections while every stream of the others is busy
 	// (long watches). Default 4.
 	MaxConnectionsPerCluster int `json:"maxConnectionsPerCluster,omitempty"`
+	// Warm says when an entry is dialed: "all" (default) keeps every
+	// served cluster warm on every replica; "onDemand" dials a cluster
+	// at its first request and closes its entry after IdleTimeout without
+	// one, so a replica's memory follows the clusters in use rather than
+	// the fleet (for fleets of many thousands).
+	Warm string `json:"warm,omitempty"`
+	// IdleTimeout is how long an entry dialed on demand lives without a
+	// request. Default 10m; only with warm: onDemand.
+	IdleTimeout metav1.Duration `json:"idleTimeout,omitempty"`
+	// WarmupTimeout bounds how long a starting replica waits for its
+	// entries to leave "connecting" (ready or failing) before it reports
+	// ready for gateway traffic anyway, so that a few unreachable
+	// clusters never keep it unready. Default 30s.
+	WarmupTimeout metav1.Duration `json:"warmupTimeout,omitempty"`
 }
+
+// Tunnel warm modes.
+const (
+	WarmAll      = "all"
+	WarmOnDemand = "onDemand"
+)
 
 // Konnectivity is the hub's konnectivity proxy-server, in gRPC mode with
 // mutual TLS.
@@ -118,6 +138,8 @@ func (c *Config) validateTunnel() field.ErrorList {
 	errs = append(errs, between(p.Child("maxConcurrentDials"), t.MaxConcurrentDials, 1, 10000)...)
 	errs = append(errs, between(p.Child("maxConcurrentUpgradeDials"), t.MaxConcurrentUpgradeDials, 1, 10000)...)
 	errs = append(errs, between(p.Child("maxConnectionsPerCluster"), t.MaxConnectionsPerCluster, 1, 64)...)
+	errs = append(errs, oneOf(p.Child("warm"), t.Warm, WarmAll, WarmOnDemand)...)
+	errs = append(errs, positive(p, named{"idleTimeout", t.IdleTimeout}, named{"warmupTimeout", t.WarmupTimeout})...)
 	if !strings.HasPrefix(t.ProbePath, "/") {
 		errs = append(errs, field.Invalid(p.Child("probePath"), t.ProbePath, "must start with /"))
 	}
