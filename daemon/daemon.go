@@ -5,12 +5,18 @@
 // replica holds the leader lease. Run is what `hubsync run` calls, and
 // what tests call in-process.
 //
+// The tunnel pool and the gateway run on every replica; the syncer, the
+// change stream's consumers (bus, sinks) and the tunnel changes run on
+// the leader only.
+//
 // Every goroutine Run starts has an owner that stops it and waits for it,
-// and Run returns only once all have stopped, in this order: the gateway
-// drains its requests; the producers (the syncer and the tunnel pool)
-// stop, then the lease is released; the reloader stops; the consumers
-// deliver what the producers notified, for a few seconds, and close; the
-// hub probe and the health server stop last.
+// and Run returns only once all have stopped. On a stop /readyz fails at
+// once, and two things happen side by side: the leader's part stops (the
+// syncer, then the lease is released so that another replica takes over
+// at once; the reloader; the consumers deliver what was notified, for a
+// few seconds, and close), while the gateway keeps serving for the drain
+// delay, then drains its requests; the tunnel pool closes after the
+// gateway; the hub probe and the health server stop last.
 //
 // Owns: the start-up order, leader election, /healthz, /readyz and
 // /metrics, the hub probe, configuration reloads, the shutdown order. It
@@ -26,6 +32,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
@@ -73,6 +80,7 @@ type daemon struct {
 	kube        kubernetes.Interface
 	clusters    clusterclient.Interface
 	profiles    cpclient.Interface
+	metadata    metadata.Interface
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 
@@ -85,12 +93,15 @@ type daemon struct {
 	// until then /healthz answers and /readyz says why it is not ready.
 	current atomic.Pointer[syncer.Syncer]
 
-	leader      prometheus.Gauge
-	leading     atomic.Bool
-	poolRunning atomic.Bool
+	leader  prometheus.Gauge
+	leading atomic.Bool
+	// poolSynced is set once the pool has learnt the hub's clusters and
+	// dials them; warmed once its first dials are done (or the warm-up
+	// timeout passed); draining once shutdown began.
+	poolSynced, warmed, draining atomic.Bool
 
-	// The tasks, in the order shutdown stops them.
-	gateway, work, reloader, probe, health *task
+	// The tasks (see shutdown for the order they stop in).
+	gateway, reach, work, reloader, probe, health *task
 	// failed receives the first error of a task that ended on its own.
 	failed chan error
 }
@@ -114,10 +125,11 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		d.serveHealth,    // /healthz, /readyz, /metrics
 		d.waitForHub,     // the hub serves the APIs hubsync needs
 		d.startProbe,     // hub reachability, for operators
-		d.startGateway,   // answers 503 until the pool runs here
+		d.startReach,     // the tunnel pool, on every replica
+		d.startGateway,   // on every replica, once the pool knows the clusters
 		d.newSyncer,      // ready to run, not running
 		d.startReloader,  // sinks follow the configuration file
-		d.startWork,      // the syncer and pool, on the leader only
+		d.startWork,      // the syncer, on the leader only
 	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
@@ -135,18 +147,50 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 	}
 }
 
-// shutdown stops what the steps started, producers before consumers (see
-// the package documentation). A task never started is skipped.
+// shutdown stops what the steps started (see the package
+// documentation). A task never started is skipped.
 func (d *daemon) shutdown() {
-	d.gateway.stop()
-	d.work.stop()
-	d.reloader.stop()
-	d.closeConsumers()
+	d.draining.Store(true)
+	// The leader's part stops at once, so that the lease is released and
+	// another replica writes while this one drains its gateway.
+	leaderDone := make(chan struct{})
+	go func() {
+		defer close(leaderDone)
+		d.work.stop()
+		d.reloader.stop()
+		d.closeConsumers()
+	}()
+	d.drainGateway()
+	d.reach.stop()
+	if d.pool != nil {
+		d.pool.Close()
+	}
+	<-leaderDone
 	d.probe.stop()
 	d.health.stop()
 	if d.broadcaster != nil {
 		d.broadcaster.Shutdown()
 	}
+}
+
+// drainGateway keeps the gateway serving for the drain delay while
+// /readyz fails, so that load balancers stop sending it connections, then
+// stops it: Serve ends watches and upgraded streams and lets other
+// requests finish for the drain timeout.
+func (d *daemon) drainGateway() {
+	if d.gateway == nil {
+		return
+	}
+	if delay := d.cfg.Gateway.Drain.DelayOrZero(); delay > 0 && d.gateway.running() {
+		d.log.Info("draining: not ready; serving the gateway until load balancers stop sending requests", "delay", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-d.gateway.done:
+		}
+		t.Stop()
+	}
+	d.gateway.stop()
 }
 
 // closeConsumers delivers what is queued for a few seconds, then closes
@@ -159,9 +203,6 @@ func (d *daemon) closeConsumers() {
 	defer cancel()
 	if err := d.fan.Close(drain); err != nil {
 		d.log.Warn("stopping with changes undelivered; the next start resyncs every sink", "err", err)
-	}
-	if d.pool != nil {
-		d.pool.Close()
 	}
 	if d.manager != nil {
 		if err := d.manager.Close(); err != nil {
@@ -208,6 +249,19 @@ func (d *daemon) goRun(t *task, name string, fn func(context.Context) error) {
 		default: // Run ends with the first failure only
 		}
 	}()
+}
+
+// running says whether the task's goroutine runs.
+func (t *task) running() bool {
+	if t == nil || t.done == nil {
+		return false
+	}
+	select {
+	case <-t.done:
+		return false
+	default:
+		return true
+	}
 }
 
 // stop cancels the task and waits for its goroutine; nil is a task never

@@ -16,12 +16,13 @@ import (
 )
 
 // startGateway builds the access gateway over the pool and starts serving
-// it. It answers 503 until the pool runs here (on the leader).
+// it, on every replica. It answers 503 until the pool knows the hub's
+// clusters.
 func (d *daemon) startGateway(ctx context.Context) error {
 	if !d.cfg.Gateway.Enabled || d.pool == nil {
 		return nil
 	}
-	d.gateway = newTask(ctx)
+	d.gateway = newTask(context.WithoutCancel(ctx)) // stopped in shutdown, after the drain delay
 	log := d.log.With("component", "gateway")
 	serveGateway, err := newGateway(d.gateway.ctx, d.cfg, d.restCfg, d.opts.Version, d.pool, d.serving, log, d.reg)
 	if err != nil {
@@ -29,19 +30,6 @@ func (d *daemon) startGateway(ctx context.Context) error {
 	}
 	d.goRun(d.gateway, "gateway", serveGateway)
 	return nil
-}
-
-// serving says whether the gateway can serve: the pool runs on the leader
-// only.
-func (d *daemon) serving() (bool, string) {
-	switch {
-	case d.poolRunning.Load():
-		return true, ""
-	case d.cfg.LeaderElection.Enabled && !d.leading.Load():
-		return false, "it is a standby; the leader serves"
-	default:
-		return false, "the tunnel pool is starting"
-	}
 }
 
 // newGateway builds the gateway and its listener, and returns the function

@@ -3,11 +3,13 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/record"
 	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
 	cpclient "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
@@ -38,6 +40,9 @@ func (d *daemon) connect(ctx context.Context) error {
 	if d.profiles, err = cpclient.NewForConfig(d.restCfg); err != nil {
 		return fmt.Errorf("cluster profile client: %w", err)
 	}
+	if d.metadata, err = metadata.NewForConfig(d.restCfg); err != nil {
+		return fmt.Errorf("metadata client: %w", err)
+	}
 	scheme, err := syncer.NewScheme()
 	if err != nil {
 		return err
@@ -52,21 +57,19 @@ func (d *daemon) connect(ctx context.Context) error {
 	return d.reg.Register(d.leader)
 }
 
-// buildConsumers makes the change stream and its consumers: the tunnel
-// pool (profiles say which clusters to keep warm; it also produces tunnel
-// changes), the bus and the sinks. Nothing is delivered until the work
-// starts the fan-out.
+// buildConsumers makes the change stream and its consumers, the bus and
+// the sinks, and the tunnel pool, which every replica runs (it produces
+// tunnel changes while this replica leads). Nothing is delivered until
+// the work starts the fan-out.
 func (d *daemon) buildConsumers(context.Context) error {
 	var err error
 	if d.fan, err = stream.NewFanout(d.log.With("component", "stream"), d.reg); err != nil {
 		return err
 	}
 	if d.cfg.Tunnel.Enabled {
-		d.pool, d.poolSrc, err = newTunnelPool(d.cfg, d.clusters, d.kube, d.fan, d.recorder, d.log.With("component", "tunnel"), d.reg)
+		d.pool, d.poolSrc, err = newTunnelPool(d.cfg, d.clusters, d.kube, d.metadata, leaderOnly{d}, d.recorder,
+			d.log.With("component", "tunnel"), d.reg)
 		if err != nil {
-			return err
-		}
-		if err := d.fan.Add(d.pool.ConsumerOptions(), d.pool); err != nil {
 			return err
 		}
 	}
@@ -104,19 +107,28 @@ func (d *daemon) serveHealth(ctx context.Context) error {
 		return err
 	}
 	d.log.Info("serving metrics and health", "address", ln.Addr().String())
-	d.health = newTask(ctx)
+	d.health = newTask(context.WithoutCancel(ctx)) // /readyz says "draining" until the end
 	d.goRun(d.health, "metrics server", func(ctx context.Context) error {
 		return serve(ctx, srv, ln)
 	})
 	return nil
 }
 
-// ready is /readyz's answer.
+// ready is /readyz's answer: not while stopping, nor before the hub's APIs
+// answer and the tunnel pool is warm; then ready on a standby, and on the
+// leader once its caches have synced.
 func (d *daemon) ready() (bool, string) {
 	s := d.current.Load()
 	switch {
+	case d.draining.Load():
+		return false, "draining: this replica is stopping"
 	case s == nil:
 		return false, "waiting for the hub's APIs"
+	}
+	if ok, why := d.warm(); !ok {
+		return false, why
+	}
+	switch {
 	case s.Ready():
 		return true, "ok"
 	case d.cfg.LeaderElection.Enabled && !d.leading.Load():
@@ -141,7 +153,7 @@ func (d *daemon) startProbe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.probe = newTask(ctx)
+	d.probe = newTask(context.WithoutCancel(ctx))
 	d.goRun(d.probe, "hub probe", p.run)
 	return nil
 }
@@ -201,10 +213,10 @@ func (d *daemon) startWork(ctx context.Context) error {
 
 // lead is what runs while this replica leads: the bus (only the leader
 // publishes and writes the KV bucket), the fan-out to every consumer, the
-// tunnel pool and the syncer. It returns once the syncer and the pool, the
-// producers of changes, have stopped. The consumers outlive it: they run
-// on a context of their own and stop in shutdown, after delivering what
-// the producers notified.
+// tunnel pool's changes and the syncer. It returns once the syncer, the
+// producer of changes, has stopped; the pool's changes stop reaching the
+// stream with it. The consumers outlive it: they run on a context of their
+// own and stop in shutdown, after delivering what was notified.
 func (d *daemon) lead(ctx context.Context) error {
 	d.leading.Store(true)
 	d.leader.Set(1)
@@ -223,15 +235,29 @@ func (d *daemon) lead(ctx context.Context) error {
 		return err
 	}
 	if d.pool != nil {
-		defer d.pool.Close()
-		if err := d.poolSrc.Run(ctx); err != nil {
-			return err
-		}
-		d.pool.Start(ctx)
-		d.poolRunning.Store(true)
-		defer d.poolRunning.Store(false)
-		d.log.Info("tunnel pool started", "transport", d.cfg.Tunnel.Transport, "managedServiceAccount", d.cfg.Tunnel.ManagedServiceAccount,
-			"probeInterval", d.cfg.Tunnel.ProbeInterval.Duration)
+		// The pool ran before this replica led: the stream hears where
+		// every tunnel stands now.
+		d.pool.Announce()
 	}
-	return s.Run(ctx)
+	err := s.Run(ctx)
+	d.flushBus()
+	return err
+}
+
+// flushBus publishes what this leader's syncer notified before the lease
+// is released (for up to drainTimeout), so that the next leader, which
+// republishes the state it finds, never leaves a change of this one's
+// out of the stream.
+func (d *daemon) flushBus() {
+	if d.events == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := d.fan.FlushConsumer(ctx, d.events.ConsumerOptions().Name); err != nil {
+		d.log.Warn("releasing the lease with events unpublished; the next leader republishes the current state", "err", err)
+		return
+	}
+	d.log.Debug("events published before the lease is released", "took", time.Since(start))
 }

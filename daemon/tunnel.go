@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/record"
 	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
 
@@ -18,7 +19,7 @@ import (
 
 // newTunnelPool builds the tunnel pool and the source of its targets from
 // the configuration.
-func newTunnelPool(cfg *config.Config, clusters clusterclient.Interface, kube kubernetes.Interface, notifier stream.Notifier,
+func newTunnelPool(cfg *config.Config, clusters clusterclient.Interface, kube kubernetes.Interface, md metadata.Interface, notifier stream.Notifier,
 	recorder record.EventRecorder, log *slog.Logger, reg prometheus.Registerer) (*tunnel.Pool, *tunnel.Source, error) {
 	tc := cfg.Tunnel
 	var dialer tunnel.Dialer
@@ -47,9 +48,10 @@ func newTunnelPool(cfg *config.Config, clusters clusterclient.Interface, kube ku
 			return nil, nil, fmt.Errorf("tunnel.clusterSelector: %w", err)
 		}
 	}
-	src, err := tunnel.NewSource(clusters, kube, tunnel.SourceOptions{
+	src, err := tunnel.NewSource(clusters, kube, md, tunnel.SourceOptions{
 		Transport: tc.Transport, DialAddress: tc.Konnectivity.DialAddress, ServerName: tc.ServerName,
 		ManagedServiceAccount: tc.ManagedServiceAccount, Selector: selector, ResyncPeriod: cfg.ResyncPeriod.Duration,
+		ClusterManager: cfg.ClusterManager,
 	}, pool, log)
 	if err != nil {
 		return nil, nil, err

@@ -36,6 +36,9 @@ type Pool interface {
 	// Token is the cluster's ManagedServiceAccount token, which may
 	// impersonate; tunnel.ErrNoCredential when there is none.
 	Token(cluster string) (string, error)
+	// WaitReady waits until the cluster's entry is ready (dialing it, if
+	// it is dialed on demand), or ctx ends.
+	WaitReady(ctx context.Context, cluster string) error
 }
 
 // Options configure a Gateway. They arrive filled (OptionsFor, from the
@@ -87,6 +90,9 @@ type Options struct {
 	BodyTimeout time.Duration
 	// RetryAfter is sent with 503 answers.
 	RetryAfter time.Duration
+	// TunnelWait bounds how long a request for a cluster whose entry is
+	// still connecting (or not dialed yet, on demand) waits for it.
+	TunnelWait time.Duration
 	Log        *slog.Logger
 	// Registerer registers the gateway's metrics; nil registers none.
 	Registerer prometheus.Registerer
@@ -179,7 +185,7 @@ func New(opts Options) (*Gateway, error) {
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &recorder{ResponseWriter: w}
-	rq := &request{start: start}
+	rq := &request{start: start, flight: flightOf(r.Context())}
 	defer func() { g.finish(rw, r, rq) }()
 	g.serve(rw, r, rq)
 }
@@ -197,6 +203,9 @@ type request struct {
 	// bodyDeadline: reading the body is bounded by BodyTimeout.
 	bodyDeadline bool
 	watch        bool
+	// flight is the request as Serve tracks it, so that a drain can end
+	// it; nil outside Serve.
+	flight *flight
 }
 
 func (g *Gateway) serve(w *recorder, r *http.Request, rq *request) {
@@ -245,11 +254,33 @@ func (g *Gateway) serve(w *recorder, r *http.Request, rq *request) {
 		return
 	}
 	rq.cluster = route.Cluster
+	if st.State != tunnel.StateReady && st.State != tunnel.StateFailing {
+		st = g.waitForTunnel(r.Context(), route.Cluster, st)
+	}
 	if st.State != tunnel.StateReady {
 		g.unavailable(w, rq, "cluster_not_ready", fmt.Sprintf("cluster %q is %s%s", route.Cluster, st.State, reasonSuffix(st.Reason)))
 		return
 	}
 	g.forward(w, r, rq, route, d, key)
+}
+
+// waitForTunnel waits, up to TunnelWait, for a cluster whose entry is
+// dialing, rather than failing a request the next moment would serve (a
+// replica that just started, a cluster that just joined, an entry dialed
+// on demand). It returns the entry's status then.
+func (g *Gateway) waitForTunnel(ctx context.Context, cluster string, st tunnel.Status) tunnel.Status {
+	wait, cancel := context.WithTimeout(ctx, g.opts.TunnelWait)
+	defer cancel()
+	start := g.opts.Now()
+	err := g.opts.Pool.WaitReady(wait, cluster)
+	g.m.tunnelWait.Observe(g.opts.Now().Sub(start).Seconds())
+	if now, ok := g.opts.Pool.Status(cluster); ok {
+		st = now
+	}
+	if err == nil {
+		st.State = tunnel.StateReady
+	}
+	return st
 }
 
 // decide chooses the identity of a request from its token, or refuses
@@ -521,6 +552,7 @@ func (g *Gateway) answer(w *recorder, rq *request, resp *http.Response, key toke
 		if body, ok := resp.Body.(io.ReadWriteCloser); ok {
 			resp.Body = g.trackUpgrade(body)
 		}
+		rq.flight.upgraded()
 	case rq.upgrade && code < http.StatusBadRequest:
 		g.log.Warn("a cluster answered an upgrade without switching protocols", "cluster", rq.cluster, "code", code)
 		rq.refusal = "upgrade_not_switched"
@@ -539,6 +571,11 @@ func (g *Gateway) answer(w *recorder, rq *request, resp *http.Response, key toke
 		g.strangers.charge(rq.addr)
 	}
 	w.buffered = !rq.watch && finished(resp)
+	if rq.watch && code == http.StatusOK {
+		// A drain ends it as the cluster would, for the client to watch
+		// again on another replica.
+		resp.Body = rq.flight.watch(resp.Body)
+	}
 	return nil
 }
 
@@ -629,6 +666,9 @@ func (g *Gateway) finish(w *recorder, r *http.Request, rq *request) {
 	g.m.requests.WithLabelValues(rq.cluster, strconv.Itoa(code), rq.mode).Inc()
 	if rq.refusal != "" {
 		g.m.refused.WithLabelValues(rq.refusal).Inc()
+	}
+	if kind := rq.flight.endedBy(); kind != "" {
+		g.m.drained.WithLabelValues(kind).Inc()
 	}
 	elapsed := time.Since(rq.start)
 	if !rq.upgrade && !rq.watch {

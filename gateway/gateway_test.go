@@ -361,3 +361,47 @@ func (p fixedPool) UpgradeRoundTripper(string) http.RoundTripper { return p.rt }
 
 var _ Pool = fixedPool{}
 var _ = tunnel.StateReady
+
+// TestConnectingClusterWaits: a request for a cluster whose entry is
+// still dialing waits for it (bounded by TunnelWait) instead of failing at
+// once; one that never connects gets 503 after the wait, and a failing
+// one at once.
+func TestConnectingClusterWaits(t *testing.T) {
+	w := newWorld(t)
+	const wait = 200 * time.Millisecond
+	tests := []struct {
+		name    string
+		state   tunnel.State
+		dials   bool
+		code    int
+		minTook time.Duration
+		maxTook time.Duration
+	}{
+		{name: "connecting, then ready", state: tunnel.StateConnecting, dials: true, code: 200, maxTook: wait},
+		{name: "connecting past the wait", state: tunnel.StateConnecting, code: 503, minTook: wait, maxTook: 10 * wait},
+		{name: "failing answers at once", state: tunnel.StateFailing, dials: true, code: 503, maxTook: wait},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pool := w.pool()
+			pool.states["new"] = tt.state
+			pool.dials = map[string]bool{"new": tt.dials}
+			g, err := New(configured(Options{Pool: pool, Reviewer: w.reviewer(), HubKeys: w.hubKeys(), TunnelWait: wait}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			rec := serve(g, http.MethodGet, "/new/api", bearer(w.hubToken))
+			took := time.Since(start)
+			if rec.Code != tt.code {
+				t.Fatalf("%d %s; want %d", rec.Code, rec.Body, tt.code)
+			}
+			if took < tt.minTook || took > tt.maxTook {
+				t.Errorf("answered in %s; want between %s and %s", took, tt.minTook, tt.maxTook)
+			}
+			if forwarded := len(pool.requests()); (tt.code == 200) != (forwarded == 1) {
+				t.Errorf("forwarded %d requests with answer %d", forwarded, tt.code)
+			}
+		})
+	}
+}

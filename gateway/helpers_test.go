@@ -87,6 +87,8 @@ type fakePool struct {
 	keys   map[string][]byte // cluster -> JWKS
 	// answer, if set, makes the cluster's answers.
 	answer func(*http.Request) *http.Response
+	// dials holds the clusters whose entry becomes ready when waited for.
+	dials map[string]bool
 
 	mu      sync.Mutex
 	got     []*http.Request
@@ -94,8 +96,26 @@ type fakePool struct {
 }
 
 func (p *fakePool) Status(c string) (tunnel.Status, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	s, ok := p.states[c]
 	return tunnel.Status{Cluster: c, State: s, Reason: "dial: no agent"}, ok
+}
+
+// WaitReady: a cluster named in dials becomes ready when asked (its dial
+// succeeds); any other one not ready waits until ctx ends.
+func (p *fakePool) WaitReady(ctx context.Context, c string) error {
+	p.mu.Lock()
+	if p.dials[c] {
+		p.states[c] = tunnel.StateReady
+	}
+	s := p.states[c]
+	p.mu.Unlock()
+	if s == tunnel.StateReady {
+		return nil
+	}
+	<-ctx.Done()
+	return fmt.Errorf("cluster %s: %w", c, tunnel.ErrNotReady)
 }
 
 func (p *fakePool) rt(cluster string) http.RoundTripper {
@@ -122,7 +142,10 @@ func (p *fakePool) RoundTripper(c string) http.RoundTripper        { return p.rt
 func (p *fakePool) UpgradeRoundTripper(c string) http.RoundTripper { return p.rt(c) }
 
 func (p *fakePool) Token(c string) (string, error) {
-	if _, ok := p.states[c]; !ok {
+	p.mu.Lock()
+	_, ok := p.states[c]
+	p.mu.Unlock()
+	if !ok {
 		return "", fmt.Errorf("cluster %s: %w", c, tunnel.ErrNotServed)
 	}
 	if p.msa == "" {

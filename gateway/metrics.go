@@ -10,6 +10,9 @@ type metrics struct {
 	hits     prometheus.Counter
 	upgraded prometheus.Gauge
 	fetches  *prometheus.CounterVec
+	drained  *prometheus.CounterVec
+	// tunnelWait observes how long requests waited for a connecting entry.
+	tunnelWait prometheus.Histogram
 }
 
 // keyFetch counts the fetches of one kind of key set (hub, cluster).
@@ -54,11 +57,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "hubsync_gateway_upgraded_connections",
 			Help: "Upgraded connections (exec, attach, port-forward over SPDY or WebSocket) open through the gateway.",
 		}),
+		drained: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hubsync_gateway_drain_ended_requests_total",
+			Help: "Requests the gateway ended when it drained (gateway.drain), by kind: watch (a watch or followed log, ended as a clean end of stream for the client to re-establish elsewhere), upgrade (an exec, attach or port-forward connection, closed), forced (still running at gateway.drain.timeout, cut).",
+		}, []string{"kind"}),
+		tunnelWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hubsync_gateway_tunnel_wait_duration_seconds",
+			Help:    "Time requests waited for a cluster's tunnel that was still connecting (a replica warming up, a cluster that just joined, an entry dialed on demand), bounded by gateway.tunnelWait.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.refused, m.duration, m.reviews, m.hits, m.upgraded, m.fetches} {
+	for _, c := range []prometheus.Collector{m.requests, m.refused, m.duration, m.reviews, m.hits, m.upgraded, m.fetches, m.drained, m.tunnelWait} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

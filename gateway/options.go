@@ -18,7 +18,7 @@ func OptionsFor(c config.Gateway) Options {
 		RefusalsPerSecond: c.RefusalsPerSecond, RefusalBurst: c.RefusalBurst,
 		PassThrough: c.PassThrough == config.PassThroughJWT, HubIssuers: c.HubIssuers, ForwardGroups: c.ForwardGroups,
 		KeyRefresh: config.DefaultGatewayKeyRefresh, KeyMinRefetch: config.DefaultGatewayKeyMinRefetch,
-		BodyTimeout: c.BodyTimeout.Duration, RetryAfter: config.DefaultGatewayRetryAfter,
+		BodyTimeout: c.BodyTimeout.Duration, RetryAfter: config.DefaultGatewayRetryAfter, TunnelWait: c.TunnelWait.Duration,
 	}
 }
 
@@ -27,6 +27,7 @@ func OptionsFor(c config.Gateway) Options {
 func ServerOptionsFor(c config.Gateway) ServerOptions {
 	return ServerOptions{
 		MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout.Duration, IdleTimeout: c.IdleTimeout.Duration,
+		DrainTimeout: c.Drain.Timeout.Duration,
 	}
 }
 
@@ -45,16 +46,19 @@ func (o *Options) check() error {
 		{"KeyMinRefetch", o.KeyMinRefetch > 0},
 		{"BodyTimeout", o.BodyTimeout > 0},
 		{"RetryAfter", o.RetryAfter > 0},
+		{"TunnelWait", o.TunnelWait > 0},
 	})
 }
 
 // check refuses server options left unset: zero would mean Go's own
-// limits, none of which bounds a slow client.
+// limits, none of which bounds a slow client, or a drain that cuts every
+// request in flight.
 func (o *ServerOptions) check() error {
 	return missing("gateway server", []requirement{
 		{"MaxHeaderBytes", o.MaxHeaderBytes > 0},
 		{"ReadHeaderTimeout", o.ReadHeaderTimeout > 0},
 		{"IdleTimeout", o.IdleTimeout > 0},
+		{"DrainTimeout", o.DrainTimeout > 0},
 	})
 }
 

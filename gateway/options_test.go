@@ -23,6 +23,7 @@ func configured(o Options) Options {
 	fill(&o.KeyMinRefetch, d.KeyMinRefetch)
 	fill(&o.BodyTimeout, d.BodyTimeout)
 	fill(&o.RetryAfter, d.RetryAfter)
+	fill(&o.TunnelWait, d.TunnelWait)
 	if o.ReviewCacheSize == 0 {
 		o.ReviewCacheSize = d.ReviewCacheSize
 	}
@@ -77,9 +78,9 @@ func TestNewRefusesUnfilledOptions(t *testing.T) {
 }
 
 // TestServeRefusesUnfilledOptions: zero server limits would be Go's own,
-// which bound no slow client.
+// which bound no slow client, or a drain that cuts every request.
 func TestServeRefusesUnfilledOptions(t *testing.T) {
-	for _, name := range []string{"MaxHeaderBytes", "ReadHeaderTimeout", "IdleTimeout"} {
+	for _, name := range []string{"MaxHeaderBytes", "ReadHeaderTimeout", "IdleTimeout", "DrainTimeout"} {
 		t.Run(name, func(t *testing.T) {
 			o := ServerOptionsFor(config.Default().Gateway)
 			o.Certs = &FileCert{}
@@ -90,6 +91,8 @@ func TestServeRefusesUnfilledOptions(t *testing.T) {
 				o.ReadHeaderTimeout = 0
 			case "IdleTimeout":
 				o.IdleTimeout = 0
+			case "DrainTimeout":
+				o.DrainTimeout = 0
 			}
 			err := Serve(t.Context(), nil, nil, o)
 			if err == nil || !strings.Contains(err.Error(), name) {

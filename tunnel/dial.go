@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
+	konnmetrics "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client/metrics"
 )
 
 // Transports a pool can use to reach managed clusters.
@@ -60,9 +62,11 @@ type KonnectivityConfig struct {
 // tunnelReadBuffer is the gRPC read buffer of each tunnel.
 const tunnelReadBuffer = 8 << 10
 
-// KonnectivityDialer opens one single-use konnectivity tunnel per dial:
-// a gRPC connection to the proxy-server and one DIAL_REQ that the agent
-// registered for the address's host answers. The pool runs one long-lived
+// KonnectivityDialer opens one single-use konnectivity tunnel per
+// connection: a gRPC connection to the proxy-server and one DIAL_REQ that
+// the agent registered for the address's host answers (a dial that finds
+// no agent on the proxy-server it reached tries another connection; see
+// noAgentAttempts). The pool runs one long-lived
 // HTTP/2 connection over each such tunnel, so one tunnel per cluster
 // serves every request to it.
 type KonnectivityDialer struct {
@@ -144,16 +148,67 @@ func (d *KonnectivityDialer) tlsConfig() (*tls.Config, error) {
 	return c, nil
 }
 
+// noAgentAttempts bounds the gRPC connections one dial opens while the
+// proxy-server answers "No agent available". Deployments such as OCM
+// cluster-proxy run several proxy-servers behind one Service address, and
+// an agent reaches them one at a time, so a connection can land on a
+// server the cluster's agent is not connected to (yet) while another
+// server has it. Each attempt is a new connection, which the Service may
+// route elsewhere: when the agent is connected to one server of two and
+// connections are routed at random, four attempts all miss it one time in
+// sixteen, and the pool's backoff covers that. A cluster without any
+// agent costs four short-lived connections per dial instead of one.
+const noAgentAttempts = 4
+
+// noAgentMessage is the proxy-server's DIAL_RSP error when no agent
+// registered the dialed host is connected to it (apiserver-network-proxy
+// pkg/server ErrNotFound, unchanged up to v0.36.0).
+const noAgentMessage = "No agent available"
+
 // Dial opens a tunnel to address through the proxy-server. The returned
 // connection owns the tunnel: closing it ends the tunnel and its gRPC
-// connection.
+// connection. A dial that finds no agent for the address on the
+// proxy-server it reached is tried again on a new connection, up to
+// noAgentAttempts connections in all; any other error ends the dial.
 func (d *KonnectivityDialer) Dial(ctx context.Context, _, address string) (net.Conn, error) {
 	tc, err := d.tlsConfig()
 	if err != nil {
 		return nil, err
 	}
-	// The tunnel lives until the connection is closed; ctx bounds only
-	// the dial.
+	for attempt := 1; ; attempt++ {
+		t, cancel, err := d.open(ctx, tc)
+		if err != nil {
+			return nil, err
+		}
+		c, err := t.DialContext(ctx, "tcp", address)
+		if err == nil {
+			return &tunnelConn{Conn: c, cancel: cancel}, nil
+		}
+		cancel()
+		if !isNoAgent(err) {
+			return nil, fmt.Errorf("konnectivity: %w", err)
+		}
+		if attempt == noAgentAttempts || ctx.Err() != nil {
+			return nil, fmt.Errorf("konnectivity: no agent for this cluster on the proxy-server(s) reached at %s (%d connections tried): %w",
+				d.cfg.Address, attempt, err)
+		}
+	}
+}
+
+// isNoAgent reports whether err is the proxy-server's answer that no agent
+// for the dialed host is connected to it. konnectivity-client reports
+// every DIAL_RSP error as a dial failure of reason "endpoint", which also
+// covers an agent that could not reach the address, so the message tells
+// the two apart.
+func isNoAgent(err error) bool {
+	ok, reason := konnectivity.GetDialFailureReason(err)
+	return ok && reason == konnmetrics.DialFailureEndpoint && strings.Contains(err.Error(), noAgentMessage)
+}
+
+// open starts a single-use tunnel on a new gRPC connection to the
+// proxy-server. The tunnel lives until cancel is called; ctx bounds only
+// the connection's setup.
+func (d *KonnectivityDialer) open(ctx context.Context, tc *tls.Config) (konnectivity.Tunnel, context.CancelFunc, error) {
 	tunnelCtx, cancel := context.WithCancel(context.Background())
 	t, err := konnectivity.CreateSingleUseGrpcTunnelWithContext(ctx, tunnelCtx, d.cfg.Address,
 		grpc.WithTransportCredentials(credentials.NewTLS(tc)),
@@ -165,14 +220,9 @@ func (d *KonnectivityDialer) Dial(ctx context.Context, _, address string) (net.C
 		grpc.WithReadBufferSize(tunnelReadBuffer))
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("konnectivity proxy-server %s: %w", d.cfg.Address, err)
+		return nil, nil, fmt.Errorf("konnectivity proxy-server %s: %w", d.cfg.Address, err)
 	}
-	c, err := t.DialContext(ctx, "tcp", address)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("konnectivity: %w", err)
-	}
-	return &tunnelConn{Conn: c, cancel: cancel}, nil
+	return t, cancel, nil
 }
 
 // closeGrace bounds how long closing a tunnel waits for the proxy-server

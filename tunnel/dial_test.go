@@ -1,10 +1,19 @@
 package tunnel
 
 import (
+	"context"
+	"crypto/tls"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 )
 
 func TestKonnectivityDialerChecksItsFiles(t *testing.T) {
@@ -43,6 +52,139 @@ func TestKonnectivityDialerChecksItsFiles(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), "not pem") {
 				t.Fatal("the error quotes a file's content")
+			}
+		})
+	}
+}
+
+// fakeProxyServer is a konnectivity proxy-server (gRPC mode) that answers
+// each DIAL_REQ as answer says: an error text for a failed dial, "" for a
+// connection. It counts the TCP connections it accepts, since each dial
+// attempt must be a new one for a load balancer to route it elsewhere.
+type fakeProxyServer struct {
+	client.UnimplementedProxyServiceServer
+	// answer gets the 1-based number of the stream.
+	answer  func(n int) string
+	streams atomic.Int32
+	conns   atomic.Int32
+}
+
+func (s *fakeProxyServer) Proxy(stream client.ProxyService_ProxyServer) error {
+	n := int(s.streams.Add(1))
+	for {
+		pkt, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		switch pkt.Type {
+		case client.PacketType_DIAL_REQ:
+			rsp := &client.DialResponse{Random: pkt.GetDialRequest().Random}
+			if rsp.Error = s.answer(n); rsp.Error == "" {
+				rsp.ConnectID = int64(n)
+			}
+			if err := stream.Send(&client.Packet{Type: client.PacketType_DIAL_RSP, Payload: &client.Packet_DialResponse{DialResponse: rsp}}); err != nil {
+				return err
+			}
+		case client.PacketType_CLOSE_REQ:
+			rsp := &client.CloseResponse{ConnectID: pkt.GetCloseRequest().ConnectID}
+			return stream.Send(&client.Packet{Type: client.PacketType_CLOSE_RSP, Payload: &client.Packet_CloseResponse{CloseResponse: rsp}})
+		}
+	}
+}
+
+type countingListener struct {
+	net.Listener
+	n *atomic.Int32
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// startFakeProxyServer serves s with TLS on loopback and returns a dialer
+// for it.
+func startFakeProxyServer(t *testing.T, s *fakeProxyServer) *KonnectivityDialer {
+	t.Helper()
+	ca := newTestCA(t)
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := ca.serving(t, "127.0.0.1")
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+	client.RegisterProxyServiceServer(srv, s)
+	go func() { _ = srv.Serve(countingListener{Listener: ln, n: &s.conns}) }()
+	t.Cleanup(srv.Stop)
+	d, err := NewKonnectivityDialer(KonnectivityConfig{Address: ln.Addr().String(), CAFile: caFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestKonnectivityDialerTriesAnotherServer: several proxy-servers behind
+// one address (OCM cluster-proxy's replicas) answer "No agent available"
+// when the cluster's agent is connected to another one; the dialer then
+// tries again on a new connection, a bounded number of times, and says
+// so when it gives up. Other dial errors are not retried.
+func TestKonnectivityDialerTriesAnotherServer(t *testing.T) {
+	const noAgent = "No agent available"
+	tests := []struct {
+		name string
+		// answers are the DIAL_RSP errors of the first streams; later
+		// streams get the last one.
+		answers   []string
+		cancel    bool // cancel the dial's context at the first answer
+		wantConns int32
+		wantErr   []string
+	}{
+		{name: "agent on the first server", answers: []string{""}, wantConns: 1},
+		{name: "agent on the third server", answers: []string{noAgent, noAgent, ""}, wantConns: 3},
+		{name: "agent on no server", answers: []string{noAgent}, wantConns: noAgentAttempts,
+			wantErr: []string{"konnectivity: no agent for this cluster on the proxy-server(s) reached at 127.0.0.1:", "(4 connections tried): No agent available"}},
+		{name: "agent cannot reach the API server", answers: []string{"dial tcp 10.0.0.1:443: connect: connection refused"}, wantConns: 1,
+			wantErr: []string{"konnectivity: dial tcp 10.0.0.1:443: connect: connection refused"}},
+		{name: "dial cancelled", answers: []string{noAgent}, cancel: true, wantConns: 1, wantErr: []string{"konnectivity"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			s := &fakeProxyServer{answer: func(n int) string {
+				if tt.cancel {
+					cancel()
+				}
+				return tt.answers[min(n, len(tt.answers))-1]
+			}}
+			d := startFakeProxyServer(t, s)
+			c, err := d.Dial(ctx, "c1", "10.0.0.1:443")
+			if c != nil {
+				_ = c.Close()
+			}
+			if n := s.conns.Load(); n != tt.wantConns {
+				t.Errorf("%d connections to the proxy-server, want %d", n, tt.wantConns)
+			}
+			if len(tt.wantErr) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("the dial succeeded")
+			}
+			for _, want := range tt.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q lacks %q", err, want)
+				}
 			}
 		})
 	}

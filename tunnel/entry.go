@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -53,17 +54,38 @@ type entry struct {
 	extraDial chan struct{}
 	// idleSince is when each overflow connection was first seen idle.
 	idleSince map[*http2.ClientConn]time.Time
+	// used is when a request last asked for the entry (Unix nanoseconds).
+	used atomic.Int64
+}
+
+// touch records a request for the entry.
+func (e *entry) touch() { e.used.Store(time.Now().UnixNano()) }
+
+// idleFor is how long the entry has gone without a request; 0 while a
+// stream is open on one of its connections.
+func (e *entry) idleFor() time.Duration {
+	e.mu.Lock()
+	conns := append([]*http2.ClientConn{e.cc}, e.extra...)
+	e.mu.Unlock()
+	for _, cc := range conns {
+		if cc != nil && load(cc) > 0 {
+			return 0
+		}
+	}
+	return time.Since(time.Unix(0, e.used.Load()))
 }
 
 func newEntry(p *Pool, cluster string, t Target) *entry {
 	ctx, cancel := context.WithCancel(p.ctx)
-	return &entry{
+	e := &entry{
 		p: p, cluster: cluster, ctx: ctx, cancel: cancel,
 		kick:   make(chan struct{}, 1),
 		target: t, state: StateConnecting, since: time.Now(),
 		swapped:   make(chan struct{}),
 		idleSince: map[*http2.ClientConn]time.Time{},
 	}
+	e.touch()
+	return e
 }
 
 func (e *entry) stop() { e.cancel() }

@@ -52,6 +52,9 @@ const (
 	// StateFailing: the last dial or probe failed, or the connection
 	// died; the entry is redialing with backoff. Reason says why.
 	StateFailing State = "failing"
+	// StateIdle: the cluster is served but not dialed (warm: onDemand):
+	// its first request dials it.
+	StateIdle State = "idle"
 )
 
 // Errors of RoundTripper and WaitReady; test them with errors.Is.
@@ -132,6 +135,13 @@ type Options struct {
 	// ExtraIdle is how long an overflow connection may go without a
 	// request before it is closed.
 	ExtraIdle time.Duration
+	// OnDemand dials a cluster at its first request (WaitReady, a round
+	// trip or Token) instead of when it joins, and closes its entry after
+	// IdleTimeout without a request and with no stream open.
+	OnDemand bool
+	// IdleTimeout is how long an entry dialed on demand lives unused;
+	// required with OnDemand.
+	IdleTimeout time.Duration
 	// Notifier receives tunnel.ready and tunnel.failing changes, one per
 	// consumer namespace that has a profile for the cluster.
 	Notifier stream.Notifier
@@ -155,6 +165,7 @@ func OptionsFor(c config.Tunnel) Options {
 		BackoffBase: c.Backoff.BaseDelay.Duration, BackoffMax: c.Backoff.MaxDelay.Duration,
 		MaxDials: c.MaxConcurrentDials, MaxUpgradeDials: c.MaxConcurrentUpgradeDials, MaxConnsPerCluster: c.MaxConnectionsPerCluster,
 		RetireGrace: config.DefaultTunnelRetireGrace, ExtraIdle: config.DefaultTunnelExtraIdle,
+		OnDemand: c.Warm == config.WarmOnDemand, IdleTimeout: c.IdleTimeout.Duration,
 	}
 }
 
@@ -180,6 +191,7 @@ func (o *Options) check() error {
 		{"MaxConnsPerCluster", o.MaxConnsPerCluster > 0},
 		{"RetireGrace", o.RetireGrace > 0},
 		{"ExtraIdle", o.ExtraIdle > 0},
+		{"IdleTimeout (with OnDemand)", !o.OnDemand || o.IdleTimeout > 0},
 	} {
 		if !f.ok {
 			missing = append(missing, f.name)
@@ -222,6 +234,9 @@ type Pool struct {
 	selected map[string]bool
 	// targets holds what the sources know of each cluster.
 	targets map[string]Target
+	// demanded holds the clusters asked for since their entry was last
+	// closed idle (OnDemand).
+	demanded map[string]bool
 	// changed is closed and replaced whenever an entry is added or
 	// changes state (WaitReady waits on it).
 	changed chan struct{}
@@ -274,6 +289,7 @@ func New(opts Options) (*Pool, error) {
 		namespaces: map[string]map[string]bool{},
 		selected:   map[string]bool{},
 		targets:    map[string]Target{},
+		demanded:   map[string]bool{},
 		changed:    make(chan struct{}),
 		owners:     map[*http2.ClientConn]*entry{},
 	}
@@ -314,6 +330,13 @@ func (p *Pool) Start(ctx context.Context) {
 	}
 	for c := range p.selected {
 		p.reconcileLocked(c)
+	}
+	if p.opts.OnDemand {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.closeIdle(ctx)
+		}()
 	}
 }
 
@@ -356,10 +379,23 @@ func (p *Pool) SetSelected(cluster string, selected bool) {
 	p.reconcileLocked(cluster)
 }
 
-// reconcileLocked makes the cluster's entry match what is wanted.
+// servedLocked says whether the pool serves the cluster: it is known and
+// has a profile or matches the selector.
+func (p *Pool) servedLocked(cluster string) bool {
+	_, known := p.targets[cluster]
+	return known && (len(p.namespaces[cluster]) > 0 || p.selected[cluster])
+}
+
+// reconcileLocked makes the cluster's entry match what is wanted: an
+// entry for every served cluster, or, on demand, for every served
+// cluster asked for.
 func (p *Pool) reconcileLocked(cluster string) {
-	t, known := p.targets[cluster]
-	want := known && (len(p.namespaces[cluster]) > 0 || p.selected[cluster])
+	t := p.targets[cluster]
+	served := p.servedLocked(cluster)
+	if !served {
+		delete(p.demanded, cluster)
+	}
+	want := served && (!p.opts.OnDemand || p.demanded[cluster])
 	e := p.entries[cluster]
 	switch {
 	case p.ctx == nil || p.closed:
@@ -367,7 +403,11 @@ func (p *Pool) reconcileLocked(cluster string) {
 	case !want && e != nil:
 		e.stop()
 		delete(p.entries, cluster)
-		p.log.Info("tunnel closed: cluster left the pool", "cluster", cluster)
+		if served {
+			p.log.Debug("tunnel closed: idle", "cluster", cluster, "idleTimeout", p.opts.IdleTimeout)
+		} else {
+			p.log.Info("tunnel closed: cluster left the pool", "cluster", cluster)
+		}
 		p.signalLocked()
 	case want && e == nil:
 		e = newEntry(p, cluster, t)
@@ -394,100 +434,93 @@ func (p *Pool) entry(cluster string) *entry {
 	return p.entries[cluster]
 }
 
-// ConsumerOptions are the pool's options as a consumer of the change
-// stream: it wants profile changes only, at once.
-func (p *Pool) ConsumerOptions() stream.Options {
-	opts := config.ConsumerOptions("tunnel", "tunnel")
-	opts.Filter = func(c stream.Change) bool {
-		switch c.Type {
-		case stream.ProfileCreated, stream.ProfileUpdated, stream.ProfileDeleted, stream.AccessProviderUpdated:
-			return true
-		}
-		return false
-	}
-	opts.Log = p.log
-	return opts
-}
-
-// Deliver learns which namespaces have profiles for which clusters.
-func (p *Pool) Deliver(_ context.Context, changes []stream.Change) error {
+// demand returns the cluster's entry, creating it for a served cluster
+// not dialed yet (OnDemand); nil when the pool does not serve the
+// cluster. The entry counts as used.
+func (p *Pool) demand(cluster string) *entry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	touched := map[string]bool{}
-	for _, c := range changes {
-		if p.applyLocked(c) {
-			touched[c.Cluster] = true
+	if e := p.entries[cluster]; e != nil || !p.opts.OnDemand {
+		if e != nil {
+			e.touch()
 		}
+		return e
 	}
-	for c := range touched {
-		p.reconcileLocked(c)
+	if !p.servedLocked(cluster) {
+		return nil
 	}
-	return nil
+	p.demanded[cluster] = true
+	p.reconcileLocked(cluster)
+	return p.entries[cluster]
 }
 
-// applyLocked records one profile change; a namespace that newly has the
-// cluster learns its tunnel's current state.
-func (p *Pool) applyLocked(c stream.Change) bool {
-	ns := p.namespaces[c.Cluster]
-	if c.Type == stream.ProfileDeleted {
-		if !ns[c.Namespace] {
-			return false
+// closeIdle closes, until ctx ends, the entries dialed on demand that
+// went IdleTimeout without a request and have no stream open; the next
+// request dials again.
+func (p *Pool) closeIdle(ctx context.Context) {
+	every := min(max(p.opts.IdleTimeout/4, 10*time.Millisecond), 30*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-		delete(ns, c.Namespace)
-		if len(ns) == 0 {
-			delete(p.namespaces, c.Cluster)
+		p.mu.Lock()
+		for c, e := range p.entries {
+			if e.idleFor() >= p.opts.IdleTimeout {
+				delete(p.demanded, c)
+				p.reconcileLocked(c)
+			}
 		}
-		return true
+		p.mu.Unlock()
 	}
-	if ns[c.Namespace] {
-		return false
+}
+
+// SetProfile records whether namespace has a ClusterProfile for the
+// cluster (the source follows the hub's profiles on every replica); a
+// namespace that newly has the cluster learns its tunnel's current state.
+func (p *Pool) SetProfile(namespace, cluster string, present bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ns := p.namespaces[cluster]
+	if present == ns[namespace] {
+		return
+	}
+	if !present {
+		delete(ns, namespace)
+		if len(ns) == 0 {
+			delete(p.namespaces, cluster)
+		}
+		p.reconcileLocked(cluster)
+		return
 	}
 	if ns == nil {
 		ns = map[string]bool{}
-		p.namespaces[c.Cluster] = ns
+		p.namespaces[cluster] = ns
 	}
-	ns[c.Namespace] = true
-	if e := p.entries[c.Cluster]; e != nil {
+	ns[namespace] = true
+	p.reconcileLocked(cluster)
+	if e := p.entries[cluster]; e != nil {
 		if st := e.status(); st.State != StateConnecting {
-			p.notify(st, []string{c.Namespace})
+			p.notify(st, []string{namespace})
 		}
 	}
-	return true
 }
 
-// Resync replaces what the pool knows of profiles with the snapshot.
-func (p *Pool) Resync(_ context.Context, snapshot []stream.Change) error {
+// Announce notifies every entry's current state (but connecting) to every
+// namespace that has the cluster: a replica that starts leading tells the
+// change stream where the tunnels stand, whatever the previous leader
+// said.
+func (p *Pool) Announce() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	old := p.namespaces
-	p.namespaces = map[string]map[string]bool{}
-	for _, c := range snapshot {
-		if c.Type != stream.ProfileDeleted && c.Cluster != "" {
-			if p.namespaces[c.Cluster] == nil {
-				p.namespaces[c.Cluster] = map[string]bool{}
-			}
-			p.namespaces[c.Cluster][c.Namespace] = true
+	for c, e := range p.entries {
+		if st := e.status(); st.State != StateConnecting {
+			p.notify(st, slices.Sorted(maps.Keys(p.namespaces[c])))
 		}
 	}
-	for c := range old {
-		p.reconcileLocked(c)
-	}
-	for c, ns := range p.namespaces {
-		p.reconcileLocked(c)
-		// Namespaces that were not told before hear the current state.
-		var fresh []string
-		for n := range ns {
-			if !old[c][n] {
-				fresh = append(fresh, n)
-			}
-		}
-		if e := p.entries[c]; e != nil && len(fresh) > 0 {
-			if st := e.status(); st.State != StateConnecting {
-				p.notify(st, fresh)
-			}
-		}
-	}
-	return nil
 }
 
 // announce publishes an entry's new state to every namespace that has the
@@ -560,18 +593,59 @@ func (p *Pool) Statuses() []Status {
 	return out
 }
 
-// Status returns one cluster's status.
+// Pending returns how many entries are still dialing for the first time
+// (connecting), and how many entries there are.
+func (p *Pool) Pending() (connecting, total int) {
+	p.mu.Lock()
+	es := slices.Collect(maps.Values(p.entries))
+	p.mu.Unlock()
+	for _, e := range es {
+		if e.status().State == StateConnecting {
+			connecting++
+		}
+	}
+	return connecting, len(es)
+}
+
+// WaitWarm waits until no entry is connecting (each is ready or failing),
+// or ctx ends.
+func (p *Pool) WaitWarm(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		changed := p.changed
+		p.mu.Unlock()
+		if connecting, _ := p.Pending(); connecting == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Status returns one cluster's status: StateIdle for a served cluster not
+// dialed yet (OnDemand).
 func (p *Pool) Status(cluster string) (Status, bool) {
-	e := p.entry(cluster)
-	if e == nil {
+	p.mu.Lock()
+	e := p.entries[cluster]
+	idle := e == nil && p.opts.OnDemand && p.servedLocked(cluster)
+	p.mu.Unlock()
+	switch {
+	case idle:
+		return Status{Cluster: cluster, State: StateIdle}, true
+	case e == nil:
 		return Status{}, false
 	}
 	return e.status(), true
 }
 
-// WaitReady waits until the cluster's entry is ready, or ctx ends. The
-// error then says what the entry was doing.
+// WaitReady waits until the cluster's entry is ready, or ctx ends; on
+// demand it dials a served cluster not dialed yet. The error then says
+// what the entry was doing.
 func (p *Pool) WaitReady(ctx context.Context, cluster string) error {
+	p.demand(cluster)
 	for {
 		p.mu.Lock()
 		e, changed := p.entries[cluster], p.changed

@@ -20,8 +20,11 @@ import (
 	"github.com/hubsync/hubsync/test/leak"
 )
 
-func profile(ns, cluster string) stream.Change {
-	return stream.Change{Type: stream.ProfileCreated, Namespace: ns, Cluster: cluster, Name: cluster, ResourceVersion: "1", Time: time.Now()}
+// profiles tells the pool that each namespace/cluster pair has a profile.
+func profiles(p *Pool, pairs ...string) {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		p.SetProfile(pairs[i], pairs[i+1], true)
+	}
 }
 
 func TestEntriesWarmWithoutRequestsAndReachTheRightServer(t *testing.T) {
@@ -36,9 +39,7 @@ func TestEntriesWarmWithoutRequestsAndReachTheRightServer(t *testing.T) {
 	if _, ok := p.Status("a"); ok {
 		t.Fatal("entry for a cluster without profile or selector")
 	}
-	if err := p.Deliver(context.Background(), []stream.Change{profile("team1", "a"), profile("team2", "a"), profile("team1", "b")}); err != nil {
-		t.Fatal(err)
-	}
+	profiles(p, "team1", "a", "team2", "a", "team1", "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, c := range []string{"a", "b"} {
@@ -105,9 +106,7 @@ func TestEntriesWarmWithoutRequestsAndReachTheRightServer(t *testing.T) {
 		}
 	}
 	// A namespace that gets the cluster later hears its current state.
-	if err := p.Deliver(context.Background(), []stream.Change{profile("team3", "b")}); err != nil {
-		t.Fatal(err)
-	}
+	profiles(p, "team3", "b")
 	if rec.count(stream.TunnelReady, "team3", "b") != 1 {
 		t.Fatal("a namespace that newly has the cluster was not told its tunnel is ready")
 	}
@@ -170,9 +169,7 @@ func TestFailingAndRecovering(t *testing.T) {
 			p, rec := newTestPool(t, func(o *Options) { o.Recorder = events })
 			p.SetTarget("flaky", target(s, ca, "t"))
 			p.SetTarget("steady", target(other, ca, "t"))
-			if err := p.Deliver(context.Background(), []stream.Change{profile("ns", "flaky"), profile("ns", "steady")}); err != nil {
-				t.Fatal(err)
-			}
+			profiles(p, "ns", "flaky", "ns", "steady")
 			eventually(t, "both ready", func() bool { return state(p, "flaky") == StateReady && state(p, "steady") == StateReady })
 			steadySince, _ := p.Status("steady")
 			tt.fault(s)
@@ -217,9 +214,7 @@ func TestGoAwayMovesToANewConnectionWithoutFailing(t *testing.T) {
 	s := newFakeAPIServer(t, ca, "g")
 	p, rec := newTestPool(t, func(o *Options) { o.ProbeInterval = time.Hour })
 	p.SetTarget("g", target(s, ca, ""))
-	if err := p.Deliver(context.Background(), []stream.Change{profile("ns", "g")}); err != nil {
-		t.Fatal(err)
-	}
+	profiles(p, "ns", "g")
 	eventually(t, "ready", func() bool { return state(p, "g") == StateReady })
 	for i := range 3 {
 		s.goaway()
@@ -247,9 +242,7 @@ func TestBusyConnectionIsNotReplaced(t *testing.T) {
 		o.MaxConnsPerCluster = 1 // no overflow connection: the third request waits
 	})
 	p.SetTarget("busy", target(s, ca, ""))
-	if err := p.Deliver(context.Background(), []stream.Change{profile("ns", "busy")}); err != nil {
-		t.Fatal(err)
-	}
+	profiles(p, "ns", "busy")
 	eventually(t, "ready", func() bool { return state(p, "busy") == StateReady })
 	done := make(chan error, 3)
 	for range 2 {
@@ -334,22 +327,14 @@ func TestLeavingClosesTheConnection(t *testing.T) {
 	s := newFakeAPIServer(t, ca, "c")
 	p, _ := newTestPool(t, nil)
 	p.SetTarget("c", target(s, ca, ""))
-	if err := p.Deliver(context.Background(), []stream.Change{profile("ns1", "c"), profile("ns2", "c")}); err != nil {
-		t.Fatal(err)
-	}
+	profiles(p, "ns1", "c", "ns2", "c")
 	eventually(t, "ready", func() bool { return state(p, "c") == StateReady })
-	del := profile("ns1", "c")
-	del.Type = stream.ProfileDeleted
-	if err := p.Deliver(context.Background(), []stream.Change{del}); err != nil {
-		t.Fatal(err)
-	}
+	p.SetProfile("ns1", "c", false)
 	if state(p, "c") != StateReady || s.conns.Load() != 1 {
 		t.Fatal("the cluster left the pool while a namespace still has it")
 	}
-	// A resync without the cluster: it leaves, and its connection closes.
-	if err := p.Resync(context.Background(), nil); err != nil {
-		t.Fatal(err)
-	}
+	// The last profile goes: the cluster leaves, and its connection closes.
+	p.SetProfile("ns2", "c", false)
 	if _, ok := p.Status("c"); ok {
 		t.Fatal("entry still there after the cluster left")
 	}
@@ -368,9 +353,7 @@ func TestNewTargetIsDialedBeforeTheOldConnectionCloses(t *testing.T) {
 	p, rec := newTestPool(t, nil)
 	p.SetTarget("c", target(oldSrv, ca, ""))
 	p.SetSelected("c", true)
-	if err := p.Deliver(context.Background(), []stream.Change{profile("ns", "c")}); err != nil {
-		t.Fatal(err)
-	}
+	profiles(p, "ns", "c")
 	eventually(t, "ready", func() bool { return state(p, "c") == StateReady })
 	// A token rotation alone keeps the connection.
 	tgt := target(oldSrv, ca, "rotated")
@@ -569,5 +552,49 @@ func TestUpgradeDialsHaveTheirOwnBound(t *testing.T) {
 	<-first
 	if n := testutil.ToFloat64(p.m.upgradeDials.WithLabelValues("busy")); n != 1 {
 		t.Fatalf("hubsync_tunnel_upgrade_dials_total{result=busy} = %v; want 1", n)
+	}
+}
+
+// TestOnDemand: with warm: onDemand a served cluster is not dialed until
+// it is asked for, the first request dials it, and the entry closes once
+// idle for IdleTimeout; the next request dials again. A cluster the pool
+// does not serve is not dialed by asking.
+func TestOnDemand(t *testing.T) {
+	ca := newTestCA(t)
+	s := newFakeAPIServer(t, ca, "c")
+	p, _ := newTestPool(t, func(o *Options) { o.OnDemand, o.IdleTimeout = true, 300*time.Millisecond })
+	p.SetTarget("c", target(s, ca, "t"))
+	p.SetTarget("stranger", target(s, ca, "t"))
+	profiles(p, "ns", "c")
+	if st, ok := p.Status("c"); !ok || st.State != StateIdle {
+		t.Fatalf("status before any request: %+v, %v; want idle", st, ok)
+	}
+	if connecting, total := p.Pending(); connecting != 0 || total != 0 || s.opened.Load() != 0 {
+		t.Fatalf("%d of %d entries connecting, %d connections before any request; want none", connecting, total, s.opened.Load())
+	}
+	for round := 1; round <= 2; round++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := p.WaitReady(ctx, "c")
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		resp, err := (&http.Client{Transport: p.RoundTripper("c")}).Get("https://c/version")
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		_ = resp.Body.Close()
+		if s.opened.Load() != int32(round) {
+			t.Fatalf("round %d: %d connections opened; want %d", round, s.opened.Load(), round)
+		}
+		eventually(t, "closed when idle", func() bool {
+			st, _ := p.Status("c")
+			return st.State == StateIdle && s.conns.Load() == 0
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := p.WaitReady(ctx, "stranger"); !errors.Is(err, ErrNotServed) {
+		t.Fatalf("a cluster without a profile: %v; want ErrNotServed", err)
 	}
 }

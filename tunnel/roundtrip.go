@@ -12,7 +12,8 @@ import (
 // acts with whatever Authorization it carries (or anonymously). When the
 // cluster is not served or not ready, the request fails at once with an
 // error wrapping ErrNotServed or ErrNotReady: it never waits for a
-// connection (use WaitReady for that).
+// connection (use WaitReady for that; on demand, a request for a cluster
+// not dialed yet starts its dial).
 //
 // The transport follows the entry: after a redial, the next request uses
 // the new connection.
@@ -25,13 +26,12 @@ func (p *Pool) RoundTripper(cluster string) http.RoundTripper {
 // never sets it on a request: whoever sends one as that account sets it,
 // and must first have authenticated and authorised its caller.
 func (p *Pool) Token(cluster string) (string, error) {
-	e := p.entry(cluster)
-	if e == nil {
+	p.mu.Lock()
+	served, token := p.servedLocked(cluster), p.targets[cluster].Token
+	p.mu.Unlock()
+	if !served {
 		return "", fmt.Errorf("cluster %s: %w", cluster, ErrNotServed)
 	}
-	e.mu.Lock()
-	token := e.target.Token
-	e.mu.Unlock()
 	if token == "" {
 		return "", fmt.Errorf("cluster %s: %w", cluster, ErrNoCredential)
 	}
@@ -44,7 +44,7 @@ type roundTripper struct {
 }
 
 func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	e := rt.p.entry(rt.cluster)
+	e := rt.p.demand(rt.cluster)
 	if e == nil {
 		closeBody(req)
 		return nil, fmt.Errorf("cluster %s: %w", rt.cluster, ErrNotServed)

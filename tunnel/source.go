@@ -20,11 +20,14 @@ import (
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
 	clusterinformers "open-cluster-management.io/api/client/cluster/informers/externalversions"
 	clusterlisters "open-cluster-management.io/api/client/cluster/listers/cluster/v1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 )
 
 // DefaultKonnectivityServerName is the name verified in the API server's
@@ -70,12 +73,17 @@ type SourceOptions struct {
 	ManagedServiceAccount string
 	// Selector adds clusters with no profile to the pool; nil adds none.
 	Selector labels.Selector
+	// ClusterManager is the x-k8s.io/cluster-manager label value of the
+	// ClusterProfiles whose clusters the pool serves; required.
+	ClusterManager string
 	// ResyncPeriod of the informers.
 	ResyncPeriod time.Duration
 }
 
-// Source keeps the pool's targets in step with ManagedClusters and the
-// ManagedServiceAccount's token Secrets.
+// Source keeps the pool in step with the hub: which consumer namespaces
+// have a ClusterProfile for each cluster (read on every replica, leader or
+// not, so that every replica serves the same clusters), and the targets
+// from ManagedClusters and the ManagedServiceAccount's token Secrets.
 type Source struct {
 	pool     *Pool
 	opts     SourceOptions
@@ -87,8 +95,10 @@ type Source struct {
 	start    []func(<-chan struct{})
 }
 
-// NewSource sets up the informers; Run starts them.
-func NewSource(cc clusterclient.Interface, kube kubernetes.Interface, opts SourceOptions, pool *Pool, log *slog.Logger) (*Source, error) {
+// NewSource sets up the informers; Run starts them. Profiles are watched
+// through md as metadata only: the pool needs their namespace and name.
+func NewSource(cc clusterclient.Interface, kube kubernetes.Interface, md metadata.Interface, opts SourceOptions, pool *Pool,
+	log *slog.Logger) (*Source, error) {
 	switch opts.Transport {
 	case TransportKonnectivity, TransportDirect:
 	default:
@@ -128,6 +138,9 @@ func NewSource(cc clusterclient.Interface, kube kubernetes.Interface, opts Sourc
 	}
 	s.synced = append(s.synced, mcs.Informer().HasSynced)
 	s.start = append(s.start, ci.Start)
+	if err := s.watchProfiles(md); err != nil {
+		return nil, err
+	}
 	if opts.ManagedServiceAccount != "" {
 		// Only the ManagedServiceAccount's token Secrets: one per cluster,
 		// in the cluster's namespace on the hub.
@@ -151,6 +164,36 @@ func NewSource(cc clusterclient.Interface, kube kubernetes.Interface, opts Sourc
 		s.start = append(s.start, ki.Start)
 	}
 	return s, nil
+}
+
+// watchProfiles follows the ClusterProfiles hubsync manages: a profile
+// named after a cluster in any namespace puts the cluster in the pool.
+func (s *Source) watchProfiles(md metadata.Interface) error {
+	if s.opts.ClusterManager == "" {
+		return errors.New("tunnel source: no cluster manager to select profiles by (the configuration fills it)")
+	}
+	f := metadatainformer.NewFilteredSharedInformerFactory(md, s.opts.ResyncPeriod, metav1.NamespaceAll, func(lo *metav1.ListOptions) {
+		lo.LabelSelector = labels.SelectorFromSet(labels.Set{hub.LabelClusterManager: s.opts.ClusterManager}).String()
+	})
+	inf := f.ForResource(cpv1alpha1.SchemeGroupVersion.WithResource("clusterprofiles")).Informer()
+	profile := func(obj any, present bool) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj, present = d.Obj, false
+		}
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			s.pool.SetProfile(m.Namespace, m.Name, present && m.DeletionTimestamp == nil)
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { profile(obj, true) },
+		UpdateFunc: func(_, obj any) { profile(obj, true) },
+		DeleteFunc: func(obj any) { profile(obj, false) },
+	}); err != nil {
+		return err
+	}
+	s.synced = append(s.synced, inf.HasSynced)
+	s.start = append(s.start, f.Start)
+	return nil
 }
 
 // Run starts the informers and waits for their caches.

@@ -34,7 +34,7 @@ type upgradeRoundTripper struct {
 }
 
 func (rt *upgradeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	e := rt.p.entry(rt.cluster)
+	e := rt.p.demand(rt.cluster)
 	if e == nil {
 		closeBody(req)
 		return nil, fmt.Errorf("cluster %s: %w", rt.cluster, ErrNotServed)

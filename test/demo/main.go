@@ -155,6 +155,11 @@ func run(ctx context.Context, binary string, keep bool) error {
 		Server:   "https://cluster-proxy-addon-user." + proxyNamespace + ":9092/{{.ClusterName}}",
 		CASecret: &config.SecretKeyRef{Namespace: proxyNamespace, Name: proxyCASecret, Key: "tls.crt"},
 	}}, Sinks: sinks.sinks(binary), Tunnel: tunnelConf, Gateway: gwConf}
+	// Leader election, so that a second replica can join later and take
+	// over; a short drain delay, since the demo's balancer follows
+	// readiness within 100 ms.
+	conf.LeaderElection = config.LeaderElection{Enabled: true, Namespace: "default", Name: "hubsync-demo"}
+	conf.Gateway.Drain.Delay = &metav1.Duration{Duration: time.Second}
 	d, err := fleet.StartDaemon(ctx, binary, cp.Config, conf, logFile)
 	if err != nil {
 		return err
@@ -253,6 +258,14 @@ func run(ctx context.Context, binary string, keep bool) error {
 			}
 		}
 	}
+	second, err := showReplicas(ctx, binary, cp, d, gw, logFile)
+	if second != nil {
+		defer second.Stop()
+	}
+	if err != nil {
+		return err
+	}
+	d = second
 	if !keep {
 		step("Done; stopping hubsync and the API server")
 		return nil

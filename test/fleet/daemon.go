@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,11 +28,13 @@ import (
 // Daemon is a hubsync process started from its binary, as an operator
 // would run it.
 type Daemon struct {
-	cmd     *exec.Cmd
-	dir     string
-	done    chan error
-	Address string // metrics and health endpoint, host:port
-	NATSURL string // the event bus: the embedded server's, or the first external URL
+	stopOnce sync.Once
+	stopErr  error
+	cmd      *exec.Cmd
+	dir      string
+	done     chan error
+	Address  string // metrics and health endpoint, host:port
+	NATSURL  string // the event bus: the embedded server's, or the first external URL
 	// Conf is the configuration the daemon started with, as written.
 	Conf config.Config
 }
@@ -298,17 +301,20 @@ func ProcessCPUTime(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * 10 * time.Millisecond, nil
 }
 
-// Stop sends SIGTERM and waits for the process to exit.
+// Stop sends SIGTERM and waits for the process to exit; calling it again
+// returns the first call's result.
 func (d *Daemon) Stop() error {
-	defer os.RemoveAll(d.dir)
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-d.done:
-		return err
-	case <-time.After(15 * time.Second):
-		_ = d.cmd.Process.Kill()
-		return errors.New("hubsync did not stop within 15s of SIGTERM")
-	}
+	d.stopOnce.Do(func() {
+		defer os.RemoveAll(d.dir)
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case d.stopErr = <-d.done:
+		case <-time.After(45 * time.Second):
+			_ = d.cmd.Process.Kill()
+			d.stopErr = errors.New("hubsync did not stop within 45s of SIGTERM")
+		}
+	})
+	return d.stopErr
 }
 
 // Leading reports whether the daemon says it holds the leader lease.

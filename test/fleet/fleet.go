@@ -102,6 +102,9 @@ type ClusterSpec struct {
 	Claims     map[string]string
 	Available  metav1.ConditionStatus // "" means True
 	Finalizers []string
+	// ClientConfigs are the API server URLs and CA bundles the
+	// registration agent reports (spec.managedClusterClientConfigs).
+	ClientConfigs []clusterv1.ClientConfig
 }
 
 // ExclusiveSetLabels returns the labels that put a cluster in an
@@ -119,7 +122,7 @@ func ExclusiveSetLabels(set string, extra map[string]string) map[string]string {
 func (h *Hub) CreateCluster(ctx context.Context, spec ClusterSpec) (*clusterv1.ManagedCluster, error) {
 	c := &clusterv1.ManagedCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Labels: spec.Labels, Finalizers: spec.Finalizers},
-		Spec:       clusterv1.ManagedClusterSpec{HubAcceptsClient: true},
+		Spec:       clusterv1.ManagedClusterSpec{HubAcceptsClient: true, ManagedClusterClientConfigs: spec.ClientConfigs},
 	}
 	created, err := h.Cluster.ClusterV1().ManagedClusters().Create(ctx, c, metav1.CreateOptions{})
 	if err != nil {

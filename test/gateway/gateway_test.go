@@ -32,6 +32,7 @@ import (
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/kubelet"
 	"github.com/hubsync/hubsync/test/leak"
@@ -71,6 +72,50 @@ type setup struct {
 // "apps") and runs the daemon with the gateway.
 func start(t *testing.T, ctx context.Context) *setup {
 	t.Helper()
+	s, conf := prepare(t, ctx)
+	var err error
+	if s.d, err = fleet.StartDaemon(ctx, env.hubsync, env.hub.Config, conf, s.logs); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.d.Stop()
+		s.checkLogs(t)
+	})
+	if err := s.d.WaitReady(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	s.waitServed(t, cluster)
+	return s
+}
+
+// checkLogs fails the test if a token is in hubsync's logs, and prints
+// them when the test failed.
+func (s *setup) checkLogs(t *testing.T) {
+	for _, f := range leak.Tokens(s.logs.String(), s.h.Tokens()) {
+		t.Errorf("%s appears in hubsync's log", f)
+	}
+	if t.Failed() {
+		t.Logf("hubsync log:\n%s", s.logs.String())
+	}
+}
+
+// waitServed waits until a request to the cluster goes through the
+// gateway.
+func (s *setup) waitServed(t *testing.T, name string) {
+	t.Helper()
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		code, body := s.get(t, "/"+name+"/api/v1/namespaces/apps/configmaps", "Bearer "+s.userToken, nil)
+		if code != http.StatusOK {
+			return fmt.Errorf("%d: %s", code, body)
+		}
+		return nil
+	})
+}
+
+// prepare joins the managed API server as cluster and returns the
+// configuration of a daemon with the gateway, not started.
+func prepare(t *testing.T, ctx context.Context) (*setup, config.Config) {
+	t.Helper()
 	s := &setup{dir: t.TempDir()}
 	var err error
 	if s.h, err = fleet.NewHub(env.hub.Config); err != nil {
@@ -78,23 +123,8 @@ func start(t *testing.T, ctx context.Context) *setup {
 	}
 	s.hubKube = s.h.Kube
 	s.mgKube = kubernetes.NewForConfigOrDie(env.managed.Config)
-	applyManagedRBAC(t, ctx, s.mgKube)
-	grant(t, ctx, s.mgKube)
-
-	// The impersonator's token, held by the hub as the MSA's Secret.
-	token, err := env.managed.ServiceAccountToken(ctx, msaNamespace, msaName, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.h.NoteToken(token)
-	if err := s.h.Namespace(ctx, cluster); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.h.PutToken(ctx, cluster, msaName, token, map[string][]byte{"token": []byte(token), "ca.crt": env.managed.CA}); err != nil {
-		t.Fatal(err)
-	}
-	// A consumer namespace bound to a set holding the cluster, so that it
-	// gets a profile with the gateway's access provider.
+	// A consumer namespace bound to a set holding the clusters, so that
+	// it gets a profile with the gateway's access provider.
 	if err := s.h.CreateExclusiveSet(ctx, consumerSet); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -104,15 +134,7 @@ func start(t *testing.T, ctx context.Context) *setup {
 	if err := s.h.Bind(ctx, consumerNS, consumerSet, true); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	if _, err := s.h.CreateCluster(ctx, fleet.ClusterSpec{Name: cluster,
-		Labels: fleet.ExclusiveSetLabels(consumerSet, map[string]string{"gateway-test": "yes"})}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	if err := s.h.UpdateCluster(ctx, cluster, func(mc *clusterv1.ManagedCluster) {
-		mc.Spec.ManagedClusterClientConfigs = []clusterv1.ClientConfig{{URL: "https://" + env.managed.Address, CABundle: env.managed.CA}}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	s.join(t, ctx, cluster, env.managed)
 
 	// The hub identity: a ServiceAccount on the hub.
 	if err := s.h.Namespace(ctx, hubNS); err != nil {
@@ -144,12 +166,7 @@ func start(t *testing.T, ctx context.Context) *setup {
 	caPEM, _ := os.ReadFile(s.caFile)
 	s.ca = x509.NewCertPool()
 	s.ca.AppendCertsFromPEM(caPEM)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	addr := freeAddr(t)
 	s.url = "https://" + addr
 
 	conf := *config.Default()
@@ -162,34 +179,56 @@ func start(t *testing.T, ctx context.Context) *setup {
 		ReviewCacheTTL:    metav1.Duration{Duration: time.Second},
 		ReadHeaderTimeout: metav1.Duration{Duration: 500 * time.Millisecond},
 		BodyTimeout:       metav1.Duration{Duration: time.Second},
+		Drain:             config.GatewayDrain{Delay: &metav1.Duration{}},
 	}
 	conf.AccessProviders = []config.AccessProvider{{Name: "hubsync-gateway", Type: config.ProviderGateway}}
 	conf.Logging.Level = "debug"
 	s.logs = &fleet.LogBuffer{}
-	if s.d, err = fleet.StartDaemon(ctx, env.hubsync, env.hub.Config, conf, s.logs); err != nil {
+	return s, conf
+}
+
+// join makes the managed API server m the hub's cluster name, in the
+// consumer namespace's set: its impersonating ManagedServiceAccount
+// granted with deploy/gateway/managed-cluster-rbac.yaml and its token on
+// the hub, the prefixed hub identity granted to read ConfigMaps and pods
+// in "apps".
+func (s *setup) join(t *testing.T, ctx context.Context, name string, m *controlplane.Managed) {
+	t.Helper()
+	mg := kubernetes.NewForConfigOrDie(m.Config)
+	applyManagedRBAC(t, ctx, mg)
+	grant(t, ctx, mg)
+	// The impersonator's token, held by the hub as the MSA's Secret.
+	token, err := m.ServiceAccountToken(ctx, msaNamespace, msaName, time.Hour)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = s.d.Stop()
-		for _, f := range leak.Tokens(s.logs.String(), s.h.Tokens()) {
-			t.Errorf("%s appears in hubsync's log", f)
-		}
-		if t.Failed() {
-			t.Logf("hubsync log:\n%s", s.logs.String())
-		}
-	})
-	if err := s.d.WaitReady(ctx, 2*time.Minute); err != nil {
+	s.h.NoteToken(token)
+	if err := s.h.Namespace(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	// Ready when a request goes through.
-	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
-		code, body := s.get(t, "/"+cluster+"/api/v1/namespaces/apps/configmaps", "Bearer "+s.userToken, nil)
-		if code != http.StatusOK {
-			return fmt.Errorf("%d: %s", code, body)
-		}
-		return nil
-	})
-	return s
+	if err := s.h.PutToken(ctx, name, msaName, token, map[string][]byte{"token": []byte(token), "ca.crt": m.CA}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.h.CreateCluster(ctx, fleet.ClusterSpec{Name: name,
+		Labels: fleet.ExclusiveSetLabels(consumerSet, map[string]string{"gateway-test": "yes"})}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := s.h.UpdateCluster(ctx, name, func(mc *clusterv1.ManagedCluster) {
+		mc.Spec.ManagedClusterClientConfigs = []clusterv1.ClientConfig{{URL: "https://" + m.Address, CABundle: m.CA}}
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// freeAddr returns a free loopback address.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // applyManagedRBAC applies the shipped deploy/gateway/managed-cluster-rbac.yaml.

@@ -21,13 +21,16 @@ var env struct {
 	server  *konnectivity.Server
 	managed *controlplane.Managed
 	agent   *konnectivity.Agent
-	hubsync string // the binary
-	kubectl string
+	// managed2 is a second cluster, for the tests of several replicas.
+	managed2 *controlplane.Managed
+	agent2   *konnectivity.Agent
+	hubsync  string // the binary
+	kubectl  string
 }
 
 // managedIP is the managed API server's address (distinct from the other
 // e2e packages', which may run before or after this one).
-const managedIP = "127.0.0.21"
+const managedIP, managed2IP = "127.0.0.21", "127.0.0.22"
 
 func TestMain(m *testing.M) {
 	os.Exit(controlplane.Main(m, "gateway e2e", boot))
@@ -56,5 +59,13 @@ func boot(ctx context.Context, s *controlplane.Suite) error {
 		return fmt.Errorf("cannot start the agent: %w", err)
 	}
 	s.Defer(env.agent.Kill)
+	if env.managed2, err = controlplane.StartManaged(ctx, env.hub.EtcdURL(), "gwmanaged2", managed2IP); err != nil {
+		return fmt.Errorf("cannot start the second managed kube-apiserver: %w", err)
+	}
+	s.Defer(func() { _ = env.managed2.Close() })
+	if env.agent2, err = env.server.StartAgent("gw-agent2", managed2IP); err != nil {
+		return fmt.Errorf("cannot start the second agent: %w", err)
+	}
+	s.Defer(env.agent2.Kill)
 	return nil
 }

@@ -1,9 +1,13 @@
 // Package konnectivity runs the real konnectivity proxy-server and agents
-// (sigs.k8s.io/apiserver-network-proxy v0.34.0, built from pinned modules
+// (sigs.k8s.io/apiserver-network-proxy v0.36.0, built from pinned modules
 // by test/tools/build-konnectivity.sh) the way OCM cluster-proxy deploys
 // them: the server in gRPC mode with mutual TLS for clients and agents and
 // the destHost strategy, one agent per managed cluster identified by
-// host=<address>.
+// host=<address>. StartServers runs several servers sharing one CA, as
+// cluster-proxy runs several replicas (--server-count) behind one
+// Service; an agent reaches one server directly (Server.StartAgent) or
+// several through a load balancer in front of their agent ports
+// (Server.StartAgentVia with a test/lb balancer).
 package konnectivity
 
 import (
@@ -90,46 +94,94 @@ func (p *process) running() bool {
 
 // Server is a running proxy-server.
 type Server struct {
+	// ID is the server's --server-id.
+	ID string
 	// ClientAddress is the gRPC address for clients such as hubsync;
 	// AgentAddress the one agents connect to.
 	ClientAddress, AgentAddress string
-	// CAFile, CertFile and KeyFile are a client's mutual-TLS files.
+	// HealthAddress serves /healthz, and /readyz, which answers 200 once
+	// at least one agent is connected to this server.
+	HealthAddress string
+	// CAFile, CertFile and KeyFile are a client's mutual-TLS files; the
+	// servers of one StartServers call share them.
 	CAFile, CertFile, KeyFile string
 
-	dir   string
-	ca    *pki.CA
-	proc  process
-	ports []int
+	dir  string
+	ca   *pki.CA
+	proc process
 }
 
-// StartServer starts a proxy-server on loopback with a fresh CA, keeping
-// its files in dir.
-func StartServer(ctx context.Context, dir string) (*Server, error) {
-	bin, err := BinDir()
-	if err != nil {
-		return nil, err
-	}
+// serverFiles are the certificates that the servers of one deployment
+// share: one CA, one serving certificate (for 127.0.0.1) used for both
+// clients and agents, and hubsync's client certificate.
+type serverFiles struct {
+	ca                                       *pki.CA
+	caFile, cert, key, clientCert, clientKey string
+}
+
+func writeServerFiles(dir string) (*serverFiles, error) {
 	ca, err := pki.NewCA("konnectivity-ca")
 	if err != nil {
 		return nil, err
 	}
-	caFile, err := ca.WriteCA(dir, "ca")
-	if err != nil {
+	f := &serverFiles{ca: ca}
+	if f.caFile, err = ca.WriteCA(dir, "ca"); err != nil {
 		return nil, err
 	}
 	serving, err := ca.Serving("127.0.0.1", "localhost")
 	if err != nil {
 		return nil, err
 	}
-	cert, key, err := serving.Write(dir, "proxy-server")
-	if err != nil {
+	if f.cert, f.key, err = serving.Write(dir, "proxy-server"); err != nil {
 		return nil, err
 	}
 	client, err := ca.Client("hubsync")
 	if err != nil {
 		return nil, err
 	}
-	clientCert, clientKey, err := client.Write(dir, "hubsync")
+	if f.clientCert, f.clientKey, err = client.Write(dir, "hubsync"); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// StartServer starts a proxy-server on loopback with a fresh CA, keeping
+// its files in dir.
+func StartServer(ctx context.Context, dir string) (*Server, error) {
+	f, err := writeServerFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	return startServer(ctx, dir, f, "hubsync-test", 1, "proxy-server.log")
+}
+
+// StartServers starts n proxy-servers on loopback, each on its own ports
+// with --server-count=n and its own --server-id (hubsync-test-1 ...), all
+// with one fresh CA, one serving certificate and one client certificate
+// kept in dir, like the replicas of one cluster-proxy deployment. A
+// client reaches any of them with the same files. On an error, servers
+// already started are killed.
+func StartServers(ctx context.Context, dir string, n int) ([]*Server, error) {
+	f, err := writeServerFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	var servers []*Server
+	for i := 1; i <= n; i++ {
+		s, err := startServer(ctx, dir, f, fmt.Sprintf("hubsync-test-%d", i), n, fmt.Sprintf("proxy-server-%d.log", i))
+		if err != nil {
+			for _, s := range servers {
+				s.Kill()
+			}
+			return nil, err
+		}
+		servers = append(servers, s)
+	}
+	return servers, nil
+}
+
+func startServer(ctx context.Context, dir string, f *serverFiles, id string, count int, logName string) (*Server, error) {
+	bin, err := BinDir()
 	if err != nil {
 		return nil, err
 	}
@@ -137,19 +189,20 @@ func StartServer(ctx context.Context, dir string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	s := &Server{
-		ClientAddress: "127.0.0.1:" + strconv.Itoa(ports[0]), AgentAddress: "127.0.0.1:" + strconv.Itoa(ports[1]),
-		CAFile: caFile, CertFile: clientCert, KeyFile: clientKey, dir: dir, ca: ca, ports: ports,
+		ID: id, ClientAddress: addr(0), AgentAddress: addr(1), HealthAddress: addr(2),
+		CAFile: f.caFile, CertFile: f.clientCert, KeyFile: f.clientKey, dir: dir, ca: f.ca,
 	}
-	s.proc = process{name: "proxy-server", bin: filepath.Join(bin, "proxy-server"), log: filepath.Join(dir, "proxy-server.log"), args: []string{
+	s.proc = process{name: "proxy-server " + id, bin: filepath.Join(bin, "proxy-server"), log: filepath.Join(dir, logName), args: []string{
 		"--mode=grpc", "--uds-name=",
 		"--server-bind-address=127.0.0.1", "--server-port=" + strconv.Itoa(ports[0]),
-		"--server-cert=" + cert, "--server-key=" + key, "--server-ca-cert=" + caFile,
+		"--server-cert=" + f.cert, "--server-key=" + f.key, "--server-ca-cert=" + f.caFile,
 		"--agent-bind-address=127.0.0.1", "--agent-port=" + strconv.Itoa(ports[1]),
-		"--cluster-cert=" + cert, "--cluster-key=" + key, "--cluster-ca-cert=" + caFile,
+		"--cluster-cert=" + f.cert, "--cluster-key=" + f.key, "--cluster-ca-cert=" + f.caFile,
 		"--health-bind-address=127.0.0.1", "--health-port=" + strconv.Itoa(ports[2]),
 		"--admin-bind-address=127.0.0.1", "--admin-port=" + strconv.Itoa(ports[3]),
-		"--proxy-strategies=destHost", "--server-count=1", "--server-id=hubsync-test",
+		"--proxy-strategies=destHost", "--server-count=" + strconv.Itoa(count), "--server-id=" + id,
 		"--keepalive-time=30s", "--frontend-keepalive-time=30s",
 	}}
 	if err := s.Start(ctx); err != nil {
@@ -181,9 +234,24 @@ type Agent struct {
 }
 
 // StartAgent starts an agent that serves hosts (its host= identifiers)
-// and reaches them directly; it reconnects to a restarted server within
-// about a second.
+// and reaches them directly, connected to this server only; it
+// reconnects to a restarted server within about a second.
 func (s *Server) StartAgent(id string, hosts ...string) (*Agent, error) {
+	return s.StartAgentVia(s.AgentAddress, id, hosts...)
+}
+
+// StartAgentVia starts an agent like StartAgent that connects to the
+// proxy-servers at address (host:port): a load balancer in front of the
+// AgentAddress of several servers of one StartServers call, as agents
+// reach cluster-proxy's replicas through one Service. The agent opens
+// connections through it until it holds one to as many distinct servers
+// as --server-count says (connections landing on a server it has already
+// are closed), so it ends up connected to every server behind address.
+func (s *Server) StartAgentVia(address, id string, hosts ...string) (*Agent, error) {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: proxy-server address: %w", id, err)
+	}
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -206,8 +274,8 @@ func (s *Server) StartAgent(id string, hosts ...string) (*Agent, error) {
 	}
 	a := &Agent{ID: id, Hosts: hosts}
 	a.proc = process{name: "proxy-agent " + id, bin: filepath.Join(bin, "proxy-agent"), log: filepath.Join(s.dir, "agent-"+id+".log"), args: []string{
-		"--proxy-server-host=127.0.0.1", "--proxy-server-port=" + strconv.Itoa(s.ports[1]),
-		"--ca-cert=" + filepath.Join(s.dir, "ca.crt"), "--agent-cert=" + cert, "--agent-key=" + key,
+		"--proxy-server-host=" + host, "--proxy-server-port=" + port,
+		"--ca-cert=" + s.CAFile, "--agent-cert=" + cert, "--agent-key=" + key,
 		"--agent-identifiers=" + strings.Join(ids, "&"), "--agent-id=" + id,
 		"--health-server-host=127.0.0.1", "--health-server-port=" + strconv.Itoa(ports[0]),
 		"--admin-bind-address=127.0.0.1", "--admin-server-port=" + strconv.Itoa(ports[1]),

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 
 	"github.com/hubsync/hubsync/config"
@@ -191,8 +192,12 @@ func TestPoolThroughKonnectivity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := tunnel.NewSource(h.Cluster, h.Kube, tunnel.SourceOptions{
-		Transport: tunnel.TransportKonnectivity, DialAddress: "{{.ServerHost}}",
+	md, err := metadata.NewForConfig(env.hub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := tunnel.NewSource(h.Cluster, h.Kube, md, tunnel.SourceOptions{
+		Transport: tunnel.TransportKonnectivity, DialAddress: "{{.ServerHost}}", ClusterManager: "hubsync-pool-test",
 		ManagedServiceAccount: msaName, Selector: labels.SelectorFromSet(sel), ResyncPeriod: time.Hour,
 	}, pool, testLog(t))
 	if err != nil {
@@ -205,12 +210,8 @@ func TestPoolThroughKonnectivity(t *testing.T) {
 	defer pool.Close()
 	// A namespace has a profile for each cluster, so that it hears of
 	// their tunnels.
-	if err := pool.Deliver(ctx, []stream.Change{
-		{Type: stream.ProfileCreated, Namespace: "team", Cluster: c1, Name: c1},
-		{Type: stream.ProfileCreated, Namespace: "team", Cluster: c2, Name: c2},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	pool.SetProfile("team", c1, true)
+	pool.SetProfile("team", c2, true)
 
 	step := func(name string) { t.Logf("--- %s", name) }
 
@@ -346,10 +347,7 @@ func TestPoolThroughKonnectivity(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The profile keeps the cluster in the pool: take it away too.
-		del := stream.Change{Type: stream.ProfileDeleted, Namespace: "team", Cluster: c1, Name: c1}
-		if err := pool.Deliver(ctx, []stream.Change{del}); err != nil {
-			t.Fatal(err)
-		}
+		pool.SetProfile("team", c1, false)
 		testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
 			if _, ok := pool.Status(c1); ok || dialer.open.Load() != 0 {
 				return fmt.Errorf("cluster still in the pool (%v) or a connection open (%d)", ok, dialer.open.Load())
