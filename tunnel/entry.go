@@ -61,12 +61,17 @@ type entry struct {
 // touch records a request for the entry.
 func (e *entry) touch() { e.used.Store(time.Now().UnixNano()) }
 
-// idleFor is how long the entry has gone without a request; 0 while a
-// stream is open on one of its connections.
+// idleFor is how long the entry has gone without a request; 0 while its
+// first dial is in progress (someone asked for it) or a stream is open on
+// one of its connections.
 func (e *entry) idleFor() time.Duration {
 	e.mu.Lock()
 	conns := append([]*http2.ClientConn{e.cc}, e.extra...)
+	connecting := e.state == StateConnecting
 	e.mu.Unlock()
+	if connecting {
+		return 0
+	}
 	for _, cc := range conns {
 		if cc != nil && load(cc) > 0 {
 			return 0

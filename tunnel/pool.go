@@ -645,8 +645,10 @@ func (p *Pool) Status(cluster string) (Status, bool) {
 // demand it dials a served cluster not dialed yet. The error then says
 // what the entry was doing.
 func (p *Pool) WaitReady(ctx context.Context, cluster string) error {
-	p.demand(cluster)
 	for {
+		// Asked for again at each change: a waiting request keeps an
+		// entry dialed on demand in use.
+		p.demand(cluster)
 		p.mu.Lock()
 		e, changed := p.entries[cluster], p.changed
 		p.mu.Unlock()

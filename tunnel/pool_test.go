@@ -598,3 +598,20 @@ func TestOnDemand(t *testing.T) {
 		t.Fatalf("a cluster without a profile: %v; want ErrNotServed", err)
 	}
 }
+
+// TestOnDemandSlowDialIsNotIdle: an entry dialed on demand whose first
+// dial takes longer than IdleTimeout, while a request waits for it, is
+// not closed as idle under the waiting request.
+func TestOnDemandSlowDialIsNotIdle(t *testing.T) {
+	ca := newTestCA(t)
+	s := newFakeAPIServer(t, ca, "c")
+	d := &countingDialer{delay: 600 * time.Millisecond}
+	p, _ := newTestPool(t, func(o *Options) { o.Dialer, o.OnDemand, o.IdleTimeout = d, true, 100*time.Millisecond })
+	p.SetTarget("c", target(s, ca, "t"))
+	profiles(p, "ns", "c")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.WaitReady(ctx, "c"); err != nil {
+		t.Fatalf("waiting for a slow dial on demand: %v", err)
+	}
+}
