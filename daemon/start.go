@@ -47,7 +47,9 @@ func (d *daemon) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
+	// Not cancelled with ctx: a replica that drains still records Events
+	// (its tunnels), and shutdown stops the broadcaster last.
+	d.broadcaster = record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
 	d.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.kube.CoreV1().Events("")})
 	d.recorder = d.broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "hubsync"})
 	d.leader = prometheus.NewGauge(prometheus.GaugeOpts{

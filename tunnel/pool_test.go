@@ -615,3 +615,44 @@ func TestOnDemandSlowDialIsNotIdle(t *testing.T) {
 		t.Fatalf("waiting for a slow dial on demand: %v", err)
 	}
 }
+
+// dyingDialer dials directly and closes each connection a while after
+// it was made, as a flaky network path or proxy would.
+type dyingDialer struct {
+	DirectDialer
+	after time.Duration
+	dials atomic.Int32
+}
+
+func (d *dyingDialer) Dial(ctx context.Context, cluster, address string) (net.Conn, error) {
+	d.dials.Add(1)
+	c, err := d.DirectDialer.Dial(ctx, cluster, address)
+	if err == nil {
+		time.AfterFunc(d.after, func() { _ = c.Close() })
+	}
+	return c, err
+}
+
+// TestDyingConnectionsAreRedialedWithBackoff: a cluster whose
+// connections die right after they become ready is redialed at the
+// backoff's pace (one quick redial, then the backoff), not in a loop.
+func TestDyingConnectionsAreRedialedWithBackoff(t *testing.T) {
+	ca := newTestCA(t)
+	s := newFakeAPIServer(t, ca, "c")
+	d := &dyingDialer{after: 30 * time.Millisecond}
+	p, _ := newTestPool(t, func(o *Options) {
+		o.Dialer, o.ProbeInterval, o.BackoffBase, o.BackoffMax = d, time.Minute, 400*time.Millisecond, 400*time.Millisecond
+	})
+	p.SetTarget("c", target(s, ca, ""))
+	profiles(p, "ns", "c")
+	eventually(t, "failing once", func() bool { return state(p, "c") == StateFailing })
+	start, before := time.Now(), d.dials.Load()
+	eventually(t, "four more dials", func() bool { return d.dials.Load()-before >= 4 })
+	// Four dials take at least two backoff waits of 200–400 ms (the
+	// backoff with its jitter; one of them may be the quick redial of a
+	// connection that was ready); without the backoff they take a few
+	// tens of milliseconds.
+	if took := time.Since(start); took < 350*time.Millisecond {
+		t.Fatalf("four redials within %s with a 400 ms backoff", took)
+	}
+}

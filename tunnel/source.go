@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 
@@ -93,6 +94,11 @@ type Source struct {
 	secrets  corelisters.SecretLister
 	synced   []cache.InformerSynced
 	start    []func(<-chan struct{})
+	// syncing serialises sync: the ManagedCluster and Secret informers
+	// call it from goroutines of their own, and a read of the listers
+	// applied after a later one would leave a cluster out of the pool, or
+	// in it without its token, until the next resync.
+	syncing sync.Mutex
 }
 
 // NewSource sets up the informers; Run starts them. Profiles are watched
@@ -207,11 +213,14 @@ func (s *Source) Run(ctx context.Context) error {
 	return nil
 }
 
-// sync recomputes one cluster's target.
+// sync recomputes one cluster's target from the listers and applies it,
+// one cluster at a time.
 func (s *Source) sync(cluster string) {
 	if cluster == "" {
 		return
 	}
+	s.syncing.Lock()
+	defer s.syncing.Unlock()
 	mc, err := s.clusters.Get(cluster)
 	if err != nil || mc.DeletionTimestamp != nil {
 		if err != nil && !apierrors.IsNotFound(err) {

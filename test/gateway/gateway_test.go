@@ -73,6 +73,15 @@ type setup struct {
 func start(t *testing.T, ctx context.Context) *setup {
 	t.Helper()
 	s, conf := prepare(t, ctx)
+	s.run(t, ctx, conf)
+	s.waitServed(t, cluster)
+	return s
+}
+
+// run starts the daemon with conf, stopped (and its log checked) when
+// the test ends, and waits until it is ready.
+func (s *setup) run(t *testing.T, ctx context.Context, conf config.Config) {
+	t.Helper()
 	var err error
 	if s.d, err = fleet.StartDaemon(ctx, env.hubsync, env.hub.Config, conf, s.logs); err != nil {
 		t.Fatal(err)
@@ -84,8 +93,6 @@ func start(t *testing.T, ctx context.Context) *setup {
 	if err := s.d.WaitReady(ctx, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	s.waitServed(t, cluster)
-	return s
 }
 
 // checkLogs fails the test if a token is in hubsync's logs, and prints

@@ -727,17 +727,7 @@ func TestOnDemand(t *testing.T) {
 	s, conf := prepare(t, ctx)
 	conf.Tunnel.Warm = config.WarmOnDemand
 	conf.Tunnel.IdleTimeout = metav1.Duration{Duration: 2 * time.Second}
-	var err error
-	if s.d, err = fleet.StartDaemon(ctx, env.hubsync, env.hub.Config, conf, s.logs); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = s.d.Stop()
-		s.checkLogs(t)
-	})
-	if err := s.d.WaitReady(ctx, 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	s.run(t, ctx, conf)
 	ready := func() float64 {
 		m, err := s.d.Scrape()
 		if err != nil {

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/metadata"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 
 	"github.com/hubsync/hubsync/config"
@@ -155,26 +153,7 @@ func TestPoolThroughSeveralProxyServers(t *testing.T) {
 	opts.Dialer, opts.Transport, opts.Log = kd, tunnel.TransportKonnectivity, testLog(t)
 	opts.ProbeInterval, opts.ProbeTimeout, opts.DialTimeout = time.Second, 900*time.Millisecond, 5*time.Second
 	opts.BackoffBase, opts.BackoffMax = 100*time.Millisecond, time.Second
-	pool, err := tunnel.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md, err := metadata.NewForConfig(env.hub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := tunnel.NewSource(h.Cluster, h.Kube, md, tunnel.SourceOptions{
-		Transport: tunnel.TransportKonnectivity, DialAddress: "{{.ServerHost}}", ClusterManager: "hubsync-multiserver-test",
-		ManagedServiceAccount: msaName, Selector: labels.SelectorFromSet(sel), ResyncPeriod: time.Hour,
-	}, pool, testLog(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := src.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	pool.Start(ctx)
-	defer pool.Close()
+	pool := startPool(t, ctx, h, opts, sel)
 
 	t.Log("--- both clusters ready at their first dial")
 	for _, c := range []string{c1, c2} {

@@ -152,6 +152,35 @@ func waitState(t *testing.T, p *tunnel.Pool, cluster string, want tunnel.State, 
 	}, "cluster %s, want %s", cluster, want)
 }
 
+// startPool runs a pool with opts, its targets from the hub's
+// ManagedClusters that sel matches (dialed at their API server URL's
+// host:port, authenticated with the ManagedServiceAccount msaName),
+// closed when the test ends.
+func startPool(t *testing.T, ctx context.Context, h *fleet.Hub, opts tunnel.Options, sel map[string]string) *tunnel.Pool {
+	t.Helper()
+	pool, err := tunnel.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := metadata.NewForConfig(env.hub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := tunnel.NewSource(h.Cluster, h.Kube, md, tunnel.SourceOptions{
+		Transport: tunnel.TransportKonnectivity, DialAddress: "{{.ServerHost}}", ClusterManager: "hubsync-pool-test",
+		ManagedServiceAccount: msaName, Selector: labels.SelectorFromSet(sel), ResyncPeriod: time.Hour,
+	}, pool, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pool.Start(ctx)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 func testLog(t *testing.T) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, nil)).With("test", t.Name())
@@ -188,26 +217,7 @@ func TestPoolThroughKonnectivity(t *testing.T) {
 	opts.Dialer, opts.Transport, opts.Notifier, opts.Log = dialer, tunnel.TransportKonnectivity, rec, testLog(t)
 	opts.ProbeInterval, opts.ProbeTimeout, opts.DialTimeout = probeInterval, 900*time.Millisecond, 5*time.Second
 	opts.BackoffBase, opts.BackoffMax, opts.RetireGrace = 100*time.Millisecond, time.Second, time.Second
-	pool, err := tunnel.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md, err := metadata.NewForConfig(env.hub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := tunnel.NewSource(h.Cluster, h.Kube, md, tunnel.SourceOptions{
-		Transport: tunnel.TransportKonnectivity, DialAddress: "{{.ServerHost}}", ClusterManager: "hubsync-pool-test",
-		ManagedServiceAccount: msaName, Selector: labels.SelectorFromSet(sel), ResyncPeriod: time.Hour,
-	}, pool, testLog(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := src.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	pool.Start(ctx)
-	defer pool.Close()
+	pool := startPool(t, ctx, h, opts, sel)
 	// A namespace has a profile for each cluster, so that it hears of
 	// their tunnels.
 	pool.SetProfile("team", c1, true)
