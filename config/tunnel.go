@@ -32,8 +32,9 @@ type Tunnel struct {
 	Konnectivity Konnectivity `json:"konnectivity"`
 	// ManagedServiceAccount names the ManagedServiceAccount whose token
 	// (the hub Secret <cluster>/<name>) authenticates probes and the
-	// pool's requests; empty: probes go without a token (/version is
-	// public on a default API server). The gateway impersonates hub users
+	// pool's requests; empty (or its Secret missing): probes are HTTP/2
+	// PINGs, since kube-apiserver closes an HTTP/2 connection after an
+	// anonymous request. The gateway impersonates hub users
 	// with it, so while the tunnel is on it is never copied to consumers
 	// (whatever its labels) and no sink may name it.
 	ManagedServiceAccount string `json:"managedServiceAccount,omitempty"`

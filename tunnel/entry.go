@@ -400,10 +400,14 @@ func (e *entry) probe(ctx context.Context, cc *http2.ClientConn, t Target) (time
 	if !usable(cc) {
 		return 0, errors.New("the API server closed the connection (GOAWAY)")
 	}
-	if saturated(cc) {
+	if saturated(cc) || t.Token == "" {
 		// Every stream is taken (long watches, say): a GET would wait
-		// for one to end. An HTTP/2 PING crosses the same tunnel and
-		// TLS session to the API server without a stream.
+		// for one to end. Or there is no token: kube-apiserver answers an
+		// anonymous HTTP/2 request and then closes the connection
+		// (GOAWAY, its UnauthenticatedHTTP2DOSMitigation), so a GET would
+		// tear down the connection it probes. An HTTP/2 PING crosses the
+		// same tunnel and TLS session to the API server without a stream
+		// or an identity.
 		start := time.Now()
 		err := cc.Ping(ctx)
 		took := time.Since(start)
@@ -413,9 +417,9 @@ func (e *entry) probe(ctx context.Context, cc *http2.ClientConn, t Target) (time
 		if err != nil {
 			p.m.probes.WithLabelValues("error").Inc()
 			if ctx.Err() != nil {
-				return 0, fmt.Errorf("probe PING (every stream busy): no answer within %s", p.opts.ProbeTimeout)
+				return 0, fmt.Errorf("probe PING: no answer within %s", p.opts.ProbeTimeout)
 			}
-			return 0, fmt.Errorf("probe PING (every stream busy): %w", err)
+			return 0, fmt.Errorf("probe PING: %w", err)
 		}
 		p.m.probes.WithLabelValues("ok").Inc()
 		p.m.probeSeconds.Observe(took.Seconds())

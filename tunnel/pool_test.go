@@ -360,7 +360,7 @@ func TestNewTargetIsDialedBeforeTheOldConnectionCloses(t *testing.T) {
 	p.SetTarget("c", tgt)
 	eventually(t, "rotated token used", func() bool {
 		toks := oldSrv.seenTokens()
-		return toks[len(toks)-1] == "rotated"
+		return len(toks) > 0 && toks[len(toks)-1] == "rotated"
 	})
 	if oldSrv.opened.Load() != 1 {
 		t.Fatal("a token rotation redialed")

@@ -205,3 +205,69 @@ func get(t *testing.T, url string) string {
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
 }
+
+// TestProbesWithoutTokenKeepTheConnection: once a cluster's
+// ManagedServiceAccount Secret is gone, its entry probes without a
+// token, and kube-apiserver closes an HTTP/2 connection after an
+// anonymous request (UnauthenticatedHTTP2DOSMitigation). The probes are
+// then HTTP/2 PINGs: the entry keeps its one connection rather than
+// redialing after every probe.
+func TestProbesWithoutTokenKeepTheConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	h, err := fleet.NewHub(env.hub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := runSeq.Add(1)
+	set, ns, name := fmt.Sprintf("tokenless-%d", run), fmt.Sprintf("team-tokenless-%d", run), fmt.Sprintf("tokenless%d-c1", run)
+	for _, err := range []error{h.CreateExclusiveSet(ctx, set), h.Namespace(ctx, ns), h.Bind(ctx, ns, set, true)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	joinCluster(t, h, name, env.managed[0], fleet.ExclusiveSetLabels(set, nil))
+	conf := *config.Default()
+	conf.Tunnel = env.server.TunnelConfig(msaName)
+	logs := &fleet.LogBuffer{}
+	d, err := fleet.StartDaemon(ctx, testutil.Hubsync(t), env.hub, conf, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = d.Stop()
+		if t.Failed() {
+			t.Logf("hubsync log:\n%s", logs.String())
+		}
+	}()
+	if err := d.WaitReady(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	metric := func(name string, labels testutil.Labels) float64 {
+		m, err := d.Scrape()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Value(name, labels)
+	}
+	testutil.Eventually(t, time.Minute, 50*time.Millisecond, func() error {
+		if metric("hubsync_tunnel_state", testutil.Labels{"cluster": name, "state": "ready"}) != 1 {
+			return errors.New("not ready")
+		}
+		return nil
+	})
+	if err := h.Kube.CoreV1().Secrets(name).Delete(ctx, msaName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dials, probes := metric("hubsync_tunnel_dials_total", nil), metric("hubsync_tunnel_probes_total", nil)
+	// Four probe intervals (1 s) without the token.
+	testutil.Eventually(t, time.Minute, 100*time.Millisecond, func() error {
+		if metric("hubsync_tunnel_probes_total", nil) < probes+4 {
+			return errors.New("fewer than four probes since the Secret went")
+		}
+		return nil
+	})
+	if now := metric("hubsync_tunnel_dials_total", nil); now != dials || strings.Contains(logs.String(), "connection lost") {
+		t.Fatalf("%v dials since the token went (want none), or a connection lost", now-dials)
+	}
+}
