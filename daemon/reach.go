@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
+
 	"github.com/hubsync/hubsync/stream"
 )
 
@@ -88,5 +90,28 @@ type leaderOnly struct{ d *daemon }
 func (l leaderOnly) Notify(c stream.Change) {
 	if l.d.leading.Load() {
 		l.d.fan.Notify(c)
+	}
+}
+
+// leaderEvents posts the pool's Kubernetes Events (TunnelFailing,
+// TunnelReady) while this replica leads, as its tunnel changes: the hub
+// hears of each cluster once, not from every replica.
+type leaderEvents struct{ d *daemon }
+
+func (l leaderEvents) Event(obj runtime.Object, eventtype, reason, message string) {
+	if l.d.leading.Load() {
+		l.d.recorder.Event(obj, eventtype, reason, message)
+	}
+}
+
+func (l leaderEvents) Eventf(obj runtime.Object, eventtype, reason, messageFmt string, args ...any) {
+	if l.d.leading.Load() {
+		l.d.recorder.Eventf(obj, eventtype, reason, messageFmt, args...)
+	}
+}
+
+func (l leaderEvents) AnnotatedEventf(obj runtime.Object, annotations map[string]string, eventtype, reason, messageFmt string, args ...any) {
+	if l.d.leading.Load() {
+		l.d.recorder.AnnotatedEventf(obj, annotations, eventtype, reason, messageFmt, args...)
 	}
 }

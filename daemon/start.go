@@ -69,7 +69,7 @@ func (d *daemon) buildConsumers(context.Context) error {
 		return err
 	}
 	if d.cfg.Tunnel.Enabled {
-		d.pool, d.poolSrc, err = newTunnelPool(d.cfg, d.clusters, d.kube, d.metadata, leaderOnly{d}, d.recorder,
+		d.pool, d.poolSrc, err = newTunnelPool(d.cfg, d.clusters, d.kube, d.metadata, leaderOnly{d}, leaderEvents{d},
 			d.log.With("component", "tunnel"), d.reg)
 		if err != nil {
 			return err

@@ -576,6 +576,7 @@ func (x *session) check(t *testing.T) {
 // hubWrites adds a cluster to the consumer namespace's set every 300 ms,
 // and times its profile's arrival.
 type hubWrites struct {
+	kube    kubernetes.Interface
 	stop    context.CancelFunc
 	done    chan struct{}
 	mu      sync.Mutex
@@ -586,7 +587,7 @@ type hubWrites struct {
 func startHubWrites(t *testing.T, ctx context.Context, s *setup) *hubWrites {
 	t.Helper()
 	ctx, stop := context.WithCancel(ctx)
-	h := &hubWrites{stop: stop, done: make(chan struct{}), created: map[string]time.Time{}, arrived: map[string]time.Duration{}}
+	h := &hubWrites{kube: s.hubKube, stop: stop, done: make(chan struct{}), created: map[string]time.Time{}, arrived: map[string]time.Duration{}}
 	pw, err := s.h.Profiles.ApisV1alpha1().ClusterProfiles(consumerNS).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -659,11 +660,44 @@ func (h *hubWrites) check(t *testing.T, ctx context.Context, ns *natsserver.Serv
 	if worst > bound {
 		t.Errorf("a profile took %s to be written across the leader changes; want ≤ %s", worst, bound)
 	}
-	seen := streamedProfiles(t, ctx, ns, conf)
-	for name := range h.arrived {
-		if seen[name] == 0 {
-			t.Errorf("no profile.created event for cluster %s in the stream", name)
+	// A new leader publishes once its NATS connection is up, retrying
+	// in order meanwhile: every profile's profile.created is there
+	// within a bound.
+	testutil.Eventually(t, 30*time.Second, 200*time.Millisecond, func() error {
+		seen := streamedProfiles(t, ctx, ns, conf)
+		for name := range h.arrived {
+			if seen[name] == 0 {
+				return fmt.Errorf("no profile.created event for cluster %s in the stream", name)
+			}
 		}
+		return nil
+	})
+	h.checkEvents(t, ctx)
+}
+
+// checkEvents: the clusters added have no API server URL, so every
+// replica's pool finds them failing; only the leader posts TunnelFailing
+// Events, so no cluster has one from two replicas.
+func (h *hubWrites) checkEvents(t *testing.T, ctx context.Context) {
+	t.Helper()
+	evs, err := h.kube.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{FieldSelector: "reason=TunnelFailing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := map[string]int{}
+	for _, ev := range evs.Items {
+		if _, ok := h.created[ev.InvolvedObject.Name]; ok {
+			per[ev.InvolvedObject.Name]++
+		}
+	}
+	for name, n := range per {
+		if n > 1 {
+			t.Errorf("cluster %s has %d TunnelFailing Events: more than the leader posted them", name, n)
+		}
+	}
+	t.Logf("TunnelFailing Events: %d clusters of %d have one", len(per), len(h.created))
+	if len(per) == 0 {
+		t.Error("no TunnelFailing Event for any cluster without an API server URL")
 	}
 }
 
@@ -713,7 +747,6 @@ func streamedProfiles(t *testing.T, ctx context.Context, ns *natsserver.Server, 
 		}
 		byID[ev.ID] = change
 	}
-	t.Logf("event stream: %d events, %d distinct ids", info.State.Msgs, len(byID))
 	return created
 }
 
