@@ -39,12 +39,27 @@
 //     TokenReviews and requests reaching the cluster per forged request,
 //     the client's errors and p99, and the burst's convergence, against
 //     quiet runs alternating with the flooded ones;
+//   - replicas: the tunnel pool runs on every replica; with the real
+//     binary, proxy-server, agent and one managed kube-apiserver behind
+//     every simulated cluster, a new standby's time from process start to
+//     /readyz 200 with 500 and 3000 clusters warm, its RSS against a
+//     standby with the tunnel off on the same fleet, and, at 10,000
+//     clusters with tunnel.warm: onDemand, a standby's RSS when ready,
+//     with 100 clusters in use through its gateway and after they closed
+//     idle (on a control plane of its own in the full run);
+//   - rolling updates: three replicas with leader election (the default
+//     lease) behind a balancer gated on /readyz, over two proxy-servers
+//     behind one address and two managed kube-apiservers, an external
+//     NATS: the GETs of a few clients that fail while every replica is
+//     replaced in turn and when the leader is SIGKILLed, the leader
+//     handover after SIGTERM and after SIGKILL, and a new replica's time
+//     to /readyz 200;
 //   - with --scale only: 3000 clusters x 10 namespaces (10,000 profiles)
 //     and 10,000 credential copies against their raw writes, hubsync's
 //     peak RSS and CPU time; with --soak, RSS, goroutines and open files
 //     every minute under steady rotations and relabels, with their slopes.
 //
-// --tunnel-only, --gateway-only, --flood-only, --initial-only, --initial-pairs,
+// --tunnel-only, --gateway-only, --flood-only, --replicas-only, --rolling-only, --initial-only, --initial-pairs,
 // --sink-pairs, --sinks and --cpuprofile narrow it down for diagnosis.
 package main
 
@@ -105,6 +120,16 @@ func main() {
 	flag.IntVar(&floodRequests, "flood-requests", 2000, "forged requests per flood")
 	flag.IntVar(&floodConns, "flood-conns", 50, "connections the flood comes over")
 	flag.IntVar(&floodBurst, "flood-burst", 250, "clusters of the syncer's burst during each run (x2 namespaces)")
+	flag.BoolVar(&replicasOnly, "replicas-only", false, "print only the replica figures: a standby's time to ready and RSS with the pool warm, and on demand at a larger fleet")
+	flag.IntVar(&replicaRepeats, "replica-repeats", 3, "standbys started at each warm fleet size (each paired with one with the tunnel off)")
+	flag.StringVar(&replicaSizes, "replica-clusters", "500,3000", "warm fleet sizes, increasing, separated by commas; the RSS figures are taken at each")
+	flag.IntVar(&replicaOnDemand, "replica-ondemand", 10000, "clusters of the fleet for the tunnel.warm: onDemand figures")
+	flag.IntVar(&replicaUsed, "replica-used", 100, "clusters read through the on-demand standby's gateway")
+	flag.DurationVar(&replicaIdle, "replica-idle", 10*time.Second, "tunnel.idleTimeout of the on-demand replicas (longer than --replica-settle, which the sample of the entries in use takes)")
+	flag.DurationVar(&replicaSettle, "replica-settle", 5*time.Second, "how long a replica rests before each memory sample")
+	flag.IntVar(&replicaFleetConc, "replica-fleet-writers", 64, "goroutines creating the replica fleet's clusters")
+	flag.BoolVar(&rollingOnly, "rolling-only", false, "print only the rolling-update figures: failed requests while replicas are replaced or the leader killed, leader handovers, time to ready")
+	flag.IntVar(&rollingRepeats, "rolling-repeats", 3, "rolling updates of the three replicas, each followed by a SIGKILL of the leader")
 	flag.BoolVar(&scaleMode, "scale", false, "only the scale figures: a large fleet with credential copies (see --scale-clusters)")
 	flag.IntVar(&scaleClusters, "scale-clusters", 3000, "clusters of the scale fleet")
 	flag.IntVar(&scaleNamespaces, "scale-namespaces", 10, "namespaces of the scale fleet, each bound to one of three sets")
@@ -121,6 +146,14 @@ func main() {
 	}
 	if gatewayRequests < 128 || gatewayRequests%128 != 0 || gatewayLists < 4 || gatewayLists%4 != 0 || gatewayRepeats < 1 {
 		fmt.Fprintln(os.Stderr, "bench: --gateway-requests must be a multiple of 128, --gateway-lists of 4, --gateway-repeats at least 1")
+		os.Exit(2)
+	}
+	if replicaRepeats < 1 || replicaUsed < 1 || replicaUsed > replicaOnDemand || replicaIdle <= replicaSettle+time.Second {
+		fmt.Fprintln(os.Stderr, "bench: --replica-repeats and --replica-used must be at least 1, --replica-used at most --replica-ondemand, --replica-idle over --replica-settle by more than 1s")
+		os.Exit(2)
+	}
+	if rollingRepeats < 1 {
+		fmt.Fprintln(os.Stderr, "bench: --rolling-repeats must be at least 1")
 		os.Exit(2)
 	}
 	if initialPairs < 1 || sinkPairs < 1 {
@@ -178,8 +211,14 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	if scaleMode {
 		return benchScale(ctx, cp, binary, floorWorkers, workers, logs)
 	}
+	if replicasOnly {
+		return benchReplicas(ctx, cp, binary, logs)
+	}
 	if floodOnly {
 		return benchFlood(ctx, cp, binary, logs)
+	}
+	if rollingOnly {
+		return benchRolling(ctx, cp, binary, logs)
 	}
 	if !gatewayOnly && !initialOnly {
 		if err := benchTunnel(ctx, cp); err != nil {
@@ -192,6 +231,11 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		}
 		if err := benchFlood(ctx, cp, binary, logs); err != nil {
 			return fmt.Errorf("strangers figures: %w", err)
+		}
+	}
+	if !tunnelOnly && !gatewayOnly && !initialOnly {
+		if err := benchRolling(ctx, cp, binary, logs); err != nil {
+			return fmt.Errorf("rolling-update figures: %w", err)
 		}
 	}
 	if tunnelOnly || gatewayOnly {
@@ -509,7 +553,10 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	if err := credentialPhase(ctx, cp, hub, binary, conf, logs, nClusters, nNamespaces, floorWorkers, nRotations); err != nil {
 		return err
 	}
-	return sinkRotations(ctx, cp, hub, binary, conf, logs, nClusters, nRotations)
+	if err := sinkRotations(ctx, cp, hub, binary, conf, logs, nClusters, nRotations); err != nil {
+		return err
+	}
+	return replicasOnFreshHub(ctx, binary, logs)
 }
 
 // openLog opens the file for hubsync's log, or discards the log when path
