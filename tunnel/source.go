@@ -139,10 +139,14 @@ func NewSource(cc clusterclient.Interface, kube kubernetes.Interface, md metadat
 		}
 		return ""
 	}
-	if _, err := mcs.Informer().AddEventHandler(handler(clusterName)); err != nil {
+	reg, err := mcs.Informer().AddEventHandler(handler(clusterName))
+	if err != nil {
 		return nil, err
 	}
-	s.synced = append(s.synced, mcs.Informer().HasSynced)
+	// The handler's own HasSynced: true once it has been handed every
+	// object of the first list, not merely once the cache holds them,
+	// so that the pool starts knowing every cluster.
+	s.synced = append(s.synced, reg.HasSynced)
 	s.start = append(s.start, ci.Start)
 	if err := s.watchProfiles(md); err != nil {
 		return nil, err
@@ -163,10 +167,11 @@ func NewSource(cc clusterclient.Interface, kube kubernetes.Interface, md metadat
 			}
 			return ""
 		}
-		if _, err := secs.Informer().AddEventHandler(handler(secretNS)); err != nil {
+		reg, err := secs.Informer().AddEventHandler(handler(secretNS))
+		if err != nil {
 			return nil, err
 		}
-		s.synced = append(s.synced, secs.Informer().HasSynced)
+		s.synced = append(s.synced, reg.HasSynced)
 		s.start = append(s.start, ki.Start)
 	}
 	return s, nil
@@ -190,19 +195,21 @@ func (s *Source) watchProfiles(md metadata.Interface) error {
 			s.pool.SetProfile(m.Namespace, m.Name, present && m.DeletionTimestamp == nil)
 		}
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { profile(obj, true) },
 		UpdateFunc: func(_, obj any) { profile(obj, true) },
 		DeleteFunc: func(obj any) { profile(obj, false) },
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
-	s.synced = append(s.synced, inf.HasSynced)
+	s.synced = append(s.synced, reg.HasSynced)
 	s.start = append(s.start, f.Start)
 	return nil
 }
 
-// Run starts the informers and waits for their caches.
+// Run starts the informers and waits until each handler has been handed
+// every object of the first list.
 func (s *Source) Run(ctx context.Context) error {
 	for _, start := range s.start {
 		start(ctx.Done())

@@ -144,3 +144,41 @@ func TestSourceKeepsEveryClusterWithItsToken(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestSourceRunReturnsWithEveryCluster: when Run returns, the pool
+// already knows every cluster of the first list (the handlers have been
+// handed them, not merely the caches), so that a replica's warm-up
+// counts them all.
+func TestSourceRunReturnsWithEveryCluster(t *testing.T) {
+	const n = 500
+	var objs, secrets []runtime.Object
+	for i := range n {
+		name := fmt.Sprintf("c%d", i)
+		objs = append(objs, &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pick": "yes"}},
+			Spec: clusterv1.ManagedClusterSpec{ManagedClusterClientConfigs: []clusterv1.ClientConfig{{URL: "https://127.0.0.1:1"}}}})
+		secrets = append(secrets, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "msa", Namespace: name,
+			Labels: map[string]string{hub.LabelIsManagedServiceAccount: "true"}}, Data: map[string][]byte{hub.TokenKey: []byte("tok")}})
+	}
+	p, _ := newTestPool(t, nil)
+	s, err := NewSource(clusterfake.NewSimpleClientset(objs...), kubefake.NewSimpleClientset(secrets...),
+		metadatafake.NewSimpleMetadataClient(runtime.NewScheme()),
+		SourceOptions{Transport: TransportDirect, DialAddress: "{{.ServerHost}}", ManagedServiceAccount: "msa",
+			Selector: labels.SelectorFromSet(labels.Set{"pick": "yes"}), ClusterManager: "cm"}, p, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	missing := 0
+	for i := range n {
+		if tok, err := p.Token(fmt.Sprintf("c%d", i)); err != nil || tok != "tok" {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d clusters unknown to the pool (or without their token) when Run returned", missing, n)
+	}
+}
