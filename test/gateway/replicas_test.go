@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -61,7 +62,7 @@ func (r *replicaSet) startReplica(ctx context.Context) *fleet.Daemon {
 	conf := r.conf
 	conf.Gateway.Listen = freeAddr(r.t)
 	r.n++
-	d, err := fleet.StartDaemon(ctx, env.hubsync, env.hub.Config, conf, prefixed(r.s.logs, fmt.Sprintf("[replica %d] ", r.n)))
+	d, err := fleet.StartDaemon(ctx, env.hubsync, env.hub.Config, conf, &prefixed{w: r.s.logs, prefix: fmt.Sprintf("[replica %d] ", r.n)})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -109,29 +110,28 @@ func (r *replicaSet) stopAll() {
 	r.live = nil
 }
 
-// leader returns the replica that says it leads, if one does.
-func (r *replicaSet) leader() *fleet.Daemon {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, d := range r.live {
-		if d.Leading() {
-			return d
-		}
-	}
-	return nil
+// prefixed writes each whole line written to it to w, with a prefix; a
+// partial line waits for its end. exec copies a child's output from one
+// goroutine, so it needs no lock.
+type prefixed struct {
+	w       io.Writer
+	prefix  string
+	pending []byte
 }
 
-// prefixed writes each line to w with a prefix.
-func prefixed(w io.Writer, prefix string) io.Writer {
-	pr, pw := io.Pipe()
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			_, _ = io.WriteString(w, prefix+sc.Text()+"\n")
+func (p *prefixed) Write(b []byte) (int, error) {
+	p.pending = append(p.pending, b...)
+	for {
+		line, rest, ok := bytes.Cut(p.pending, []byte("\n"))
+		if !ok {
+			break
 		}
-	}()
-	return pw
+		if _, err := io.WriteString(p.w, p.prefix+string(line)+"\n"); err != nil {
+			return 0, err
+		}
+		p.pending = rest
+	}
+	return len(b), nil
 }
 
 // load sends GETs to both clusters through the balancer until stopped,
