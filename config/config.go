@@ -64,6 +64,9 @@ type Config struct {
 	Tunnel Tunnel `json:"tunnel"`
 	// Gateway configures the access gateway, served over the tunnel pool.
 	Gateway Gateway `json:"gateway"`
+	// ForeignWriters sets how long hubsync leaves alone an object that
+	// another controller keeps writing too.
+	ForeignWriters ForeignWriters `json:"foreignWriters"`
 }
 
 // Bus configures where cluster-access events go: an external NATS, or,
@@ -316,7 +319,7 @@ type LeaderElection struct {
 // Warnings lists settings that are valid but probably unsafe. They never
 // contain credentials.
 func (c *Config) Warnings() []string {
-	out := c.gatewayWarnings()
+	out := append(c.gatewayWarnings(), c.kueueWarnings()...)
 	if !c.BusEnabled() {
 		return out
 	}

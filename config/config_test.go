@@ -49,6 +49,8 @@ sinks:
 - {name: files, type: kubeconfig, kubeconfig: {directory: /out, accessProvider: server, managedServiceAccount: m}}
 - {name: argo, type: argocd, argocd: {consumerNamespace: team-a, accessProvider: server, managedServiceAccount: m}}
 - {name: hook, type: webhook, webhook: {url: "https://hook.example", secretRef: {namespace: ns, name: s}}}
+- {name: kueue-files, type: kubeconfig, kubeconfig: {directory: /etc/multikueue/kubeconfigs, accessProvider: server, managedServiceAccount: m, consumer: kueue}}
+- {name: multikueue, type: kueue, kueue: {accessProvider: server, managedServiceAccount: m}}
 `},
 	}
 	for _, tt := range tests {
@@ -222,8 +224,9 @@ bus:
 			KVBucket: "access", BufferSize: 500, BatchWindow: &metav1.Duration{}, YieldMax: &metav1.Duration{},
 			Embedded: BusEmbedded{Listen: "127.0.0.1:4222", DataDir: "/var/lib/hubsync/nats"},
 		},
-		Tunnel:  Default().Tunnel,
-		Gateway: Default().Gateway,
+		Tunnel:         Default().Tunnel,
+		Gateway:        Default().Gateway,
+		ForeignWriters: Default().ForeignWriters,
 	}
 	c, err := Parse([]byte(doc))
 	if err != nil {

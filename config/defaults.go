@@ -42,6 +42,9 @@ const (
 	DefaultProviderCAKey     = "tls.crt"
 	DefaultCredentialWorkers = 16
 	DefaultCoalesce          = 100 * time.Millisecond
+
+	DefaultForeignHoldOff    = 30 * time.Second
+	DefaultForeignMaxHoldOff = 10 * time.Minute
 )
 
 // Defaults of the bus.
@@ -84,6 +87,9 @@ const (
 	DefaultSpoolRoot       = "/var/lib/hubsync/sinks"
 	DefaultWebhookSecrets  = "secrets"
 	DefaultArgoCDNamespace = "argocd"
+
+	// DefaultArgoCDExecPlugin is argocd.execPlugin: hubsync's own creds.
+	DefaultArgoCDExecPlugin = ExecPluginHubsync
 
 	// DefaultWebhookFailingAfter is webhook.failingAfter: long enough
 	// for a receiver's restart or rolling update (the backoff tries nine
@@ -203,6 +209,8 @@ func (c *Config) SetDefaults() {
 	}
 	c.Tunnel.setDefaults()
 	c.Gateway.setDefaults()
+	setDur(&c.ForeignWriters.HoldOff, DefaultForeignHoldOff)
+	setDur(&c.ForeignWriters.MaxHoldOff, DefaultForeignMaxHoldOff)
 	c.completeGatewayProviders()
 }
 
@@ -242,11 +250,19 @@ func (s *Sink) SetDefaults() {
 		setStr(&e.Command, DefaultExecCommand)
 	}
 	if k := s.Kubeconfig; k != nil {
+		if k.Consumer == ConsumerKueue {
+			// Kueue refuses exec plugins: its files hold the token.
+			setStr(&k.Auth, AuthToken)
+		}
 		execDefaults(&k.Auth, &k.Exec)
+	}
+	if k := s.Kueue; k != nil {
+		k.setDefaults()
 	}
 	if a := s.ArgoCD; a != nil {
 		execDefaults(&a.Auth, &a.Exec)
 		setStr(&a.Namespace, DefaultArgoCDNamespace)
+		setStr(&a.ExecPlugin, DefaultArgoCDExecPlugin)
 	}
 	if w := s.Webhook; w != nil {
 		setDur(&w.Timeout, DefaultWebhookTimeout)

@@ -26,7 +26,7 @@ const (
 )
 
 // SinkTypes are the types a sinks entry may have.
-var SinkTypes = []string{SinkKubeconfig, SinkArgoCD, SinkWebhook}
+var SinkTypes = []string{SinkKubeconfig, SinkArgoCD, SinkWebhook, SinkKueue}
 
 // Auth modes of the sinks that write client configurations.
 const (
@@ -48,7 +48,7 @@ type Sink struct {
 	// log lines and, for a webhook, its spool directory). "nats" is taken
 	// by the bus.
 	Name string `json:"name"`
-	// Type is kubeconfig, argocd or webhook.
+	// Type is kubeconfig, argocd, webhook or kueue.
 	Type string `json:"type"`
 	// Filter selects what reaches the sink; empty selects everything.
 	Filter SinkFilter `json:"filter"`
@@ -60,6 +60,7 @@ type Sink struct {
 	Kubeconfig *KubeconfigSink `json:"kubeconfig,omitempty"`
 	ArgoCD     *ArgoCDSink     `json:"argocd,omitempty"`
 	Webhook    *WebhookSink    `json:"webhook,omitempty"`
+	Kueue      *KueueSink      `json:"kueue,omitempty"`
 }
 
 // SinkFilter selects changes by consumer namespace, by the managed
@@ -94,6 +95,10 @@ type KubeconfigSink struct {
 	// Auth is exec (default) or token.
 	Auth string   `json:"auth,omitempty"`
 	Exec ExecAuth `json:"exec"`
+	// Consumer, if kueue, makes files Kueue's MultiKueue accepts: auth
+	// defaults to token and exec is refused, and each file is checked
+	// against Kueue's kubeconfig rules before it is written.
+	Consumer string `json:"consumer,omitempty"`
 }
 
 // ArgoCDSink writes Argo CD cluster Secrets for the profiles of one
@@ -122,7 +127,25 @@ type ArgoCDSink struct {
 	// Labels and Annotations are added to every Secret.
 	Labels      map[string]string `json:"labels,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
+	// ProvideClusterInfo (Argo CD 3.5 or later, exec auth) makes each
+	// Secret's exec config carry provideClusterInfo: true and config:
+	// {clusterName: <cluster>}, which Argo CD hands the plugin in
+	// KUBERNETES_EXEC_INFO, instead of naming the cluster in the plugin's
+	// arguments. Argo CD 3.2 has neither field, so its plugin would learn
+	// no cluster: leave it false there.
+	ProvideClusterInfo bool `json:"provideClusterInfo,omitempty"`
+	// ExecPlugin is what exec.command runs: hubsync (default; `hubsync
+	// creds`) or cp-creds (managed-serviceaccount's plugin, which learns
+	// the cluster from KUBERNETES_EXEC_INFO only, so it needs
+	// provideClusterInfo).
+	ExecPlugin string `json:"execPlugin,omitempty"`
 }
+
+// Exec plugins an Argo CD sink's Secrets may run.
+const (
+	ExecPluginHubsync = "hubsync"
+	ExecPluginCPCreds = "cp-creds"
+)
 
 // WebhookSink POSTs every event to an HTTPS endpoint, signed per the
 // Standard Webhooks specification.
@@ -167,11 +190,13 @@ type sinksSeen struct {
 	// argoServers are Argo CD namespace/consumer namespace/provider
 	// triples, by the sink writing them.
 	argoServers map[string]string
+	// kueue points to the name of the kueue sink, once one was seen.
+	kueue *string
 }
 
 func (c *Config) validateSinks() field.ErrorList {
 	var errs field.ErrorList
-	seen := sinksSeen{names: map[string]bool{}, dirs: map[string]string{}, argoServers: map[string]string{}}
+	seen := sinksSeen{names: map[string]bool{}, dirs: map[string]string{}, argoServers: map[string]string{}, kueue: new(string)}
 	for i, s := range c.Sinks {
 		path := field.NewPath("sinks").Index(i)
 		errs = append(errs, validateSinkName(path.Child("name"), s.Name, seen.names)...)
@@ -207,7 +232,7 @@ func validateSinkName(p *field.Path, name string, names map[string]bool) field.E
 // is set, and that section.
 func (c *Config) validateSinkSection(path *field.Path, s Sink, seen sinksSeen) field.ErrorList {
 	var errs field.ErrorList
-	set := map[string]bool{SinkKubeconfig: s.Kubeconfig != nil, SinkArgoCD: s.ArgoCD != nil, SinkWebhook: s.Webhook != nil}
+	set := map[string]bool{SinkKubeconfig: s.Kubeconfig != nil, SinkArgoCD: s.ArgoCD != nil, SinkWebhook: s.Webhook != nil, SinkKueue: s.Kueue != nil}
 	for _, t := range SinkTypes {
 		if set[t] && t != s.Type {
 			errs = append(errs, field.Forbidden(path.Child(sectionName(t)), fmt.Sprintf("only the %q section of the sink's type may be set", s.Type)))
@@ -223,6 +248,7 @@ func (c *Config) validateSinkSection(path *field.Path, s Sink, seen sinksSeen) f
 			SinkKubeconfig: "directory, accessProvider and managedServiceAccount",
 			SinkArgoCD:     "consumerNamespace, accessProvider and managedServiceAccount",
 			SinkWebhook:    "url and signing secrets",
+			SinkKueue:      "accessProvider and managedServiceAccount (source secret), or source: clusterProfile",
 		}
 		return append(errs, field.Required(path.Child(sectionName(s.Type)), needs[s.Type]))
 	}
@@ -234,6 +260,8 @@ func (c *Config) validateSinkSection(path *field.Path, s Sink, seen sinksSeen) f
 		errs = append(errs, c.validateArgoCDSink(p, s.Name, s.ArgoCD, seen.argoServers)...)
 	case SinkWebhook:
 		errs = append(errs, validateWebhook(p, s.Webhook)...)
+	case SinkKueue:
+		errs = append(errs, c.validateKueueSink(path, s, seen.kueue)...)
 	}
 	return errs
 }
@@ -251,6 +279,7 @@ func (c *Config) validateKubeconfigSink(p *field.Path, name string, k *Kubeconfi
 	} else {
 		dirs[filepath.Clean(k.Directory)] = name
 	}
+	errs = append(errs, validateKubeconfigConsumer(p, k)...)
 	return append(errs, c.validateAccess(p, k.AccessProvider, k.ManagedServiceAccount, k.Auth, k.Exec)...)
 }
 
@@ -281,7 +310,28 @@ func (c *Config) validateArgoCDSink(p *field.Path, name string, a *ArgoCDSink, s
 		}
 	}
 	errs = append(errs, validateLabels(p.Child("labels"), a.Labels)...)
+	errs = append(errs, validateArgoCDExec(p, a)...)
 	return append(errs, c.validateAccess(p, a.AccessProvider, a.ManagedServiceAccount, a.Auth, a.Exec)...)
+}
+
+// validateArgoCDExec checks an Argo CD sink's exec plugin and how it
+// learns the cluster.
+func validateArgoCDExec(p *field.Path, a *ArgoCDSink) field.ErrorList {
+	var errs field.ErrorList
+	switch a.ExecPlugin {
+	case ExecPluginHubsync:
+	case ExecPluginCPCreds:
+		if !a.ProvideClusterInfo {
+			errs = append(errs, field.Invalid(p.Child("execPlugin"), a.ExecPlugin,
+				"cp-creds reads the cluster from KUBERNETES_EXEC_INFO only: set provideClusterInfo: true (Argo CD 3.5 or later)"))
+		}
+	default:
+		errs = append(errs, field.NotSupported(p.Child("execPlugin"), a.ExecPlugin, []string{ExecPluginHubsync, ExecPluginCPCreds}))
+	}
+	if a.ProvideClusterInfo && a.Auth != AuthExec {
+		errs = append(errs, field.Forbidden(p.Child("provideClusterInfo"), "only with auth: exec (a token-mode Secret runs no plugin)"))
+	}
+	return errs
 }
 
 func sectionName(t string) string {

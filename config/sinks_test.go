@@ -45,6 +45,11 @@ func TestSinkValidation(t *testing.T) {
 		{name: "without credentials", doc: "credentials: {enabled: false}\n" + kube(""), wantPaths: []string{"sinks[0].kubeconfig"}},
 		{name: "argocd fields", doc: providers + "sinks:\n- name: a\n  type: argocd\n  argocd: {namespace: 'Argo', accessProvider: proxy, managedServiceAccount: m, labels: {'bad key!': v}}\n",
 			wantPaths: []string{"sinks[0].argocd.namespace", "sinks[0].argocd.consumerNamespace", "sinks[0].argocd.labels[bad key!]"}},
+		{name: "argocd for Argo CD 3.5 with hubsync creds", doc: argo("    provideClusterInfo: true\n")},
+		{name: "argocd for Argo CD 3.5 with cp-creds", doc: argo("    provideClusterInfo: true\n    execPlugin: cp-creds\n    exec: {command: /plugins/cp-creds}\n")},
+		{name: "argocd cp-creds without cluster info", doc: argo("    execPlugin: cp-creds\n"), wantPaths: []string{"sinks[0].argocd.execPlugin"}},
+		{name: "argocd unknown exec plugin", doc: argo("    execPlugin: kubelogin\n"), wantPaths: []string{"sinks[0].argocd.execPlugin"}},
+		{name: "argocd cluster info in token mode", doc: argo("    auth: token\n    provideClusterInfo: true\n"), wantPaths: []string{"sinks[0].argocd.provideClusterInfo"}},
 		{name: "argocd twice for the same clusters", doc: argo("- name: argo2\n  type: argocd\n  argocd: {consumerNamespace: argocd, accessProvider: proxy, managedServiceAccount: other}\n"),
 			wantPaths: []string{"sinks[1].argocd"}},
 		{name: "webhook plain http", doc: "sinks:\n- name: h\n  type: webhook\n  webhook: {url: 'http://hooks.example.com/', secretsFile: " + secrets + "}\n", wantPaths: []string{"sinks[0].webhook.url"}},
@@ -75,7 +80,7 @@ func TestSinkDefaults(t *testing.T) {
 	if k.QueueSize != DefaultQueueSize || k.Kubeconfig.Auth != AuthExec || k.Kubeconfig.Exec.Command != "hubsync" {
 		t.Errorf("kubeconfig defaults: %+v", k)
 	}
-	if a.ArgoCD.Namespace != "argocd" || a.ArgoCD.Auth != AuthExec {
+	if a.ArgoCD.Namespace != "argocd" || a.ArgoCD.Auth != AuthExec || a.ArgoCD.ExecPlugin != ExecPluginHubsync || a.ArgoCD.ProvideClusterInfo {
 		t.Errorf("argocd defaults: %+v", a.ArgoCD)
 	}
 	if w.Webhook.Timeout.Duration != 10*time.Second || w.Webhook.FailingAfter.Duration != time.Minute || w.Webhook.Spool.MaxBytes != 64<<20 ||

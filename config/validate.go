@@ -35,6 +35,7 @@ func (c *Config) validate() field.ErrorList {
 	errs = append(errs, c.validateTunnel()...)
 	errs = append(errs, c.validateGateway()...)
 	errs = append(errs, c.validateSinks()...)
+	errs = append(errs, c.ForeignWriters.validate(field.NewPath("foreignWriters"))...)
 	return errs
 }
 

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"regexp"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/syncer"
 	"github.com/hubsync/hubsync/tunnel"
 )
 
@@ -34,7 +37,7 @@ func newRegistry() *prometheus.Registry {
 
 // newServer makes the health and metrics server and its listener.
 func newServer(addr string, withPprof bool, reg *prometheus.Registry, sinkStatuses func() []stream.Status,
-	tunnelStatuses func() []tunnel.Status, ready func() (bool, string)) (*http.Server, net.Listener, error) {
+	tunnelStatuses func() []tunnel.Status, contested func() []syncer.Contested, ready func() (bool, string)) (*http.Server, net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen on %s: %w", addr, err)
@@ -64,6 +67,12 @@ func newServer(addr string, withPprof bool, reg *prometheus.Registry, sinkStatus
 		// Nor does a cluster that cannot be reached.
 		if tunnelStatuses != nil {
 			writeTunnelStatuses(w, tunnelStatuses(), time.Now())
+		}
+		// Nor does an object that another controller writes too: hubsync
+		// leaves it alone for a while, and restarting would not stop the
+		// other writer.
+		if contested != nil {
+			writeContested(w, contested(), time.Now())
 		}
 	})
 	if withPprof {
@@ -143,4 +152,80 @@ func writeTunnelStatuses(w io.Writer, sts []tunnel.Status, now time.Time) {
 			fmt.Fprintf(w, "tunnel %s: %s for %s\n", s.Cluster, s.State, in)
 		}
 	}
+}
+
+// maxContestedLines bounds the contested objects /readyz?verbose lists one
+// by one.
+const maxContestedLines = 20
+
+// writeContested writes a summary line of the objects another controller
+// writes too, by controller and kind, then a line per object (the first
+// maxContestedLines). It never fails readiness: the line always reads
+// "[+]contested ok".
+func writeContested(w io.Writer, cs []syncer.Contested, now time.Time) {
+	if len(cs) == 0 {
+		fmt.Fprintln(w, "[+]contested ok: no object is written by another controller")
+		return
+	}
+	counts := map[string]map[string]int{} // controller -> kind -> objects
+	for _, c := range cs {
+		who := controllerOf(c)
+		if counts[who] == nil {
+			counts[who] = map[string]int{}
+		}
+		counts[who][c.Kind]++
+	}
+	controllers := make([]string, 0, len(counts))
+	for who := range counts {
+		controllers = append(controllers, who)
+	}
+	sort.Strings(controllers)
+	parts := make([]string, 0, len(controllers))
+	for _, who := range controllers {
+		var kinds []string
+		for _, k := range syncer.Kinds() {
+			if n := counts[who][k]; n > 0 {
+				kinds = append(kinds, countOf(n, kindNoun(k)))
+			}
+		}
+		parts = append(parts, who+": "+strings.Join(kinds, " and "))
+	}
+	fmt.Fprintf(w, "[+]contested ok: %s written by another controller (%s)\n", countOf(len(cs), "object"), strings.Join(parts, ", "))
+	for i, c := range cs {
+		if i == maxContestedLines {
+			fmt.Fprintln(w, "contested ...: more objects not listed; see the hubsync_contested_objects metric and ForeignWriter Events")
+			return
+		}
+		left := "written again now"
+		if c.Until.After(now) {
+			left = fmt.Sprintf("left alone for %s more", c.Until.Sub(now).Round(time.Second))
+		}
+		fmt.Fprintf(w, "contested %s %s/%s: written by %s (field manager %q) since %s, %d writes; %s (hold-off %s)\n",
+			kindNoun(c.Kind), c.Namespace, c.Name, controllerOf(c), c.Writer, now.Sub(c.Since).Round(time.Second), c.Writes, left, c.HoldOff)
+	}
+}
+
+func controllerOf(c syncer.Contested) string {
+	if c.Controller == "" {
+		return "unknown"
+	}
+	return c.Controller
+}
+
+func kindNoun(kind string) string {
+	if kind == syncer.KindCredential {
+		return "credential copy"
+	}
+	return kind
+}
+
+// countOf is "1 profile", "2 profiles", "2 credential copies".
+func countOf(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	if strings.HasSuffix(noun, "y") {
+		return fmt.Sprintf("%d %sies", n, strings.TrimSuffix(noun, "y"))
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/syncer"
 	"github.com/hubsync/hubsync/tunnel"
 )
 
@@ -35,6 +37,10 @@ func TestServerEndpoints(t *testing.T) {
 		{name: "a failing tunnel does not make hubsync unready", ready: true, path: "/readyz?verbose", want: http.StatusOK,
 			body: "tunnel c2: failing for 1m0s: dial c2:443: No agent available\n"},
 		{name: "tunnel summary", ready: true, path: "/readyz?verbose", want: http.StatusOK, body: "tunnels: 1 ready, 1 failing, 0 connecting\n"},
+		{name: "contested objects do not make hubsync unready", ready: true, path: "/readyz?verbose", want: http.StatusOK,
+			body: "[+]contested ok: 3 objects written by another controller (cluster-proxy: 2 profiles, managed-serviceaccount: 1 credential copy)\n"},
+		{name: "a contested object's line", ready: true, path: "/readyz?verbose", want: http.StatusOK,
+			body: "contested profile team-a/c1: written by cluster-proxy (field manager \"manager\") since 1m0s, 4 writes; left alone for 30s more (hold-off 1m0s)\n"},
 	}
 	now := time.Now()
 	tunnels := func() []tunnel.Status {
@@ -49,9 +55,19 @@ func TestServerEndpoints(t *testing.T) {
 			{Name: "nats", Type: "nats", Healthy: true},
 		}
 	}
+	contested := func() []syncer.Contested {
+		return []syncer.Contested{
+			{Kind: syncer.KindProfile, Namespace: "team-a", Name: "c1", Writer: "manager", Controller: "cluster-proxy",
+				Since: now.Add(-time.Minute), HoldOff: time.Minute, Until: now.Add(30 * time.Second), Writes: 4},
+			{Kind: syncer.KindProfile, Namespace: "team-b", Name: "c1", Writer: "cluster-proxy", Controller: "cluster-proxy",
+				Since: now, HoldOff: 30 * time.Second, Until: now.Add(30 * time.Second), Writes: 2},
+			{Kind: syncer.KindCredential, Namespace: "team-a", Name: "c1-app", Writer: "msa", Controller: "managed-serviceaccount",
+				Since: now, HoldOff: 30 * time.Second, Until: now.Add(30 * time.Second), Writes: 2},
+		}
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv, ln, err := newServer("127.0.0.1:0", tt.pprof, prometheus.NewRegistry(), statuses, tunnels, func() (bool, string) {
+			srv, ln, err := newServer("127.0.0.1:0", tt.pprof, prometheus.NewRegistry(), statuses, tunnels, contested, func() (bool, string) {
 				if tt.ready {
 					return true, "ok"
 				}
@@ -74,8 +90,58 @@ func TestServerEndpoints(t *testing.T) {
 			if tt.body != "" && !strings.Contains(string(body), tt.body) {
 				t.Errorf("GET %s: body %q lacks %q", tt.path, body, tt.body)
 			}
-			if tt.path == "/readyz" && (strings.Contains(string(body), "sink ") || strings.Contains(string(body), "tunnel")) {
+			if tt.path == "/readyz" && (strings.Contains(string(body), "sink ") || strings.Contains(string(body), "tunnel") || strings.Contains(string(body), "contested")) {
 				t.Errorf("GET /readyz lists sinks unasked: %q", body)
+			}
+		})
+	}
+}
+
+// TestWriteContested: the summary line counts objects by controller and
+// kind, says "no object" when there is none, and the lines per object are
+// bounded.
+func TestWriteContested(t *testing.T) {
+	now := time.Now()
+	obj := func(kind, ns, name, controller string) syncer.Contested {
+		return syncer.Contested{Kind: kind, Namespace: ns, Name: name, Writer: controller, Controller: controller,
+			Since: now, HoldOff: 30 * time.Second, Until: now.Add(30 * time.Second), Writes: 2}
+	}
+	many := make([]syncer.Contested, 0, maxContestedLines+5)
+	for i := range maxContestedLines + 5 {
+		many = append(many, obj(syncer.KindProfile, "ns", fmt.Sprintf("c%d", i), "cluster-proxy"))
+	}
+	tests := []struct {
+		name      string
+		in        []syncer.Contested
+		want      string // the summary line
+		lines     int    // lines in all
+		wantLines []string
+	}{
+		{name: "none", want: "[+]contested ok: no object is written by another controller", lines: 1},
+		{name: "one copy", in: []syncer.Contested{obj(syncer.KindCredential, "a", "c1-m", "managed-serviceaccount")},
+			want: "[+]contested ok: 1 object written by another controller (managed-serviceaccount: 1 credential copy)", lines: 2},
+		{name: "two kinds by one writer, one unnamed", in: []syncer.Contested{
+			obj(syncer.KindCredential, "a", "c1-m", "x"), obj(syncer.KindProfile, "a", "c1", "x"), obj(syncer.KindProfile, "b", "c1", ""),
+		}, want: "[+]contested ok: 3 objects written by another controller (unknown: 1 profile, x: 1 profile and 1 credential copy)", lines: 4},
+		{name: "bounded", in: many, want: fmt.Sprintf("[+]contested ok: %d objects written by another controller (cluster-proxy: %d profiles)",
+			len(many), len(many)), lines: maxContestedLines + 2,
+			wantLines: []string{"contested ...: more objects not listed; see the hubsync_contested_objects metric and ForeignWriter Events"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			writeContested(&b, tt.in, now)
+			lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+			if lines[0] != tt.want {
+				t.Errorf("summary = %q, want %q", lines[0], tt.want)
+			}
+			if len(lines) != tt.lines {
+				t.Errorf("%d lines, want %d:\n%s", len(lines), tt.lines, b.String())
+			}
+			for _, l := range tt.wantLines {
+				if !strings.Contains(b.String(), l+"\n") {
+					t.Errorf("output lacks %q:\n%s", l, b.String())
+				}
 			}
 		})
 	}

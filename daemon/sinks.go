@@ -5,6 +5,7 @@ import (
 	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/sinks/argocd"
 	"github.com/hubsync/hubsync/sinks/kubeconfig"
+	"github.com/hubsync/hubsync/sinks/kueue"
 	"github.com/hubsync/hubsync/sinks/webhook"
 )
 
@@ -16,5 +17,6 @@ func Sinks() map[string]sinks.Factory {
 		config.SinkKubeconfig: kubeconfig.New,
 		config.SinkArgoCD:     argocd.New,
 		config.SinkWebhook:    webhook.New,
+		config.SinkKueue:      kueue.New,
 	}
 }

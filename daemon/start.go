@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
@@ -84,7 +85,11 @@ func (d *daemon) buildConsumers(context.Context) error {
 			return err
 		}
 	}
-	d.manager = sinks.NewManager(d.fan, sinks.Deps{Kube: d.kube, Source: source, Log: d.log.With("component", "sinks"), Registerer: d.reg,
+	dyn, err := dynamic.NewForConfig(d.restCfg)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	d.manager = sinks.NewManager(d.fan, sinks.Deps{Kube: d.kube, Dynamic: dyn, Source: source, Log: d.log.With("component", "sinks"), Registerer: d.reg,
 		ResyncPeriod: d.cfg.ResyncPeriod.Duration}, d.opts.Sinks)
 	if res, err := d.manager.Apply(d.cfg.Sinks); err != nil {
 		// The configuration is valid, so this is the environment (a
@@ -104,7 +109,7 @@ func (d *daemon) serveHealth(ctx context.Context) error {
 	if d.pool != nil {
 		tunnels = d.pool.Statuses
 	}
-	srv, ln, err := newServer(d.cfg.Server.Address, d.cfg.Server.Pprof, d.reg, d.fan.Statuses, tunnels, d.ready)
+	srv, ln, err := newServer(d.cfg.Server.Address, d.cfg.Server.Pprof, d.reg, d.fan.Statuses, tunnels, d.contested, d.ready)
 	if err != nil {
 		return err
 	}
@@ -142,6 +147,16 @@ func (d *daemon) ready() (bool, string) {
 	}
 }
 
+// contested lists the objects another controller writes too, as this
+// replica's syncer knows them (none before it exists or while it stands
+// by).
+func (d *daemon) contested() []syncer.Contested {
+	if s := d.current.Load(); s != nil {
+		return s.Contested()
+	}
+	return nil
+}
+
 // waitForHub waits until the hub serves every API hubsync needs.
 func (d *daemon) waitForHub(ctx context.Context) error {
 	d.log.Info("hubsync starting", "version", d.opts.Version, "host", d.restCfg.Host, "clusterManager", d.cfg.ClusterManager,
@@ -177,6 +192,7 @@ func (d *daemon) newSyncer(context.Context) error {
 		AccessProviders: c.AccessProviders,
 		Credentials:     creds,
 		Notifier:        d.fan,
+		ForeignWriters:  syncer.ForeignOptions{HoldOff: c.ForeignWriters.HoldOff.Duration, MaxHoldOff: c.ForeignWriters.MaxHoldOff.Duration},
 	}, d.log, d.reg, d.recorder)
 	if err != nil {
 		return err

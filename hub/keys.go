@@ -47,3 +47,14 @@ const (
 // credential plugins (with provideClusterInfo); cp-creds and `hubsync creds`
 // read the cluster's name from it.
 const ExecExtensionKey = "client.authentication.k8s.io/exec"
+
+// Labels of the objects hubsync's sinks write on the hub (Argo CD cluster
+// Secrets, Kueue MultiKueueClusters, their kubeconfig Secrets and
+// MultiKueueConfigs). A sink treats an object as its own only when it
+// carries LabelManagedBy=ManagedBy and LabelSink=<the sink's name>; it
+// never changes or deletes any other.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "hubsync"
+	LabelSink      = "hubsync.io/sink"
+)

@@ -49,3 +49,28 @@ func labelValue(v, hashed string) string {
 func IsOwned(p *cpv1alpha1.ClusterProfile, manager string) bool {
 	return p.Labels[LabelClusterManager] == manager
 }
+
+// kubeconfigSecretPrefix starts the name of every kubeconfig Secret the
+// Kueue sink writes; a shortened name has a dot instead of its last dash.
+const kubeconfigSecretPrefix = "hubsync-kubeconfig"
+
+// maxSecretName is the longest a Secret name (a DNS-1123 subdomain) may be.
+const maxSecretName = 253
+
+// KubeconfigSecretName is the name of the Secret holding the kubeconfig of
+// the ClusterProfile named profile for Kueue's MultiKueue:
+// "hubsync-kubeconfig-<profile>". When that is longer than a Secret name
+// may be, it is "hubsync-kubeconfig." with 32 hex digits of the SHA-256 of
+// the profile name, "-" and the start of the profile name. The dot at the
+// prefix's end cannot come from a profile name, so shortened names never
+// equal full ones, and the hash keeps shortened names apart.
+func KubeconfigSecretName(profile string) string {
+	name := kubeconfigSecretPrefix + "-" + profile
+	if len(name) <= maxSecretName {
+		return name
+	}
+	sum := sha256.Sum256([]byte(profile))
+	short := kubeconfigSecretPrefix + "." + hex.EncodeToString(sum[:])[:32] + "-" + profile
+	// The cut may leave a dot or dash at the end, which a name must not have.
+	return strings.TrimRight(short[:maxSecretName], "-.")
+}

@@ -199,3 +199,56 @@ func TestCopyExpiry(t *testing.T) {
 		})
 	}
 }
+
+// --- KubeconfigSecretName ---------------------------------------------------
+
+// TestKubeconfigSecretName: the name is a valid Secret name for every
+// profile name, the same on every run, and different for different
+// profiles, including long ones that share a prefix and a full name shaped
+// like a shortened one.
+func TestKubeconfigSecretName(t *testing.T) {
+	long := func(prefix string, n int) string {
+		var b strings.Builder
+		b.WriteString(prefix)
+		for b.Len() < n {
+			b.WriteString(".abcdefghij")
+		}
+		return b.String()[:n]
+	}
+	short := KubeconfigSecretName(long("eu-1", 253))
+	// A profile whose full name has the shape of a shortened name.
+	lookalike := strings.TrimPrefix(short, "hubsync-kubeconfig.")
+	tests := []struct {
+		name, profile, want string
+	}{
+		{name: "short", profile: "eu-prod-1", want: "hubsync-kubeconfig-eu-prod-1"},
+		{name: "dotted", profile: "eu.prod.1", want: "hubsync-kubeconfig-eu.prod.1"},
+		{name: "longest kept whole", profile: long("a", 253-len("hubsync-kubeconfig-")), want: "hubsync-kubeconfig-" + long("a", 253-len("hubsync-kubeconfig-"))},
+		{name: "one longer", profile: long("a", 254-len("hubsync-kubeconfig-"))},
+		{name: "longest profile", profile: long("eu-1", 253)},
+		{name: "same prefix", profile: long("eu-1", 252)},
+		{name: "lookalike", profile: lookalike, want: "hubsync-kubeconfig-" + lookalike},
+	}
+	seen := map[string]string{}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := KubeconfigSecretName(tc.profile)
+			if tc.want != "" && got != tc.want {
+				t.Errorf("KubeconfigSecretName(%q) = %q, want %q", tc.profile, got, tc.want)
+			}
+			if msgs := validation.IsDNS1123Subdomain(got); len(msgs) > 0 {
+				t.Errorf("%q is not a valid Secret name: %v", got, msgs)
+			}
+			if !strings.HasPrefix(got, "hubsync-kubeconfig") {
+				t.Errorf("%q lacks the prefix", got)
+			}
+			if got != KubeconfigSecretName(tc.profile) {
+				t.Error("not deterministic")
+			}
+			if other, ok := seen[got]; ok {
+				t.Errorf("%q is the name of profile %q too", got, other)
+			}
+			seen[got] = tc.profile
+		})
+	}
+}

@@ -139,6 +139,10 @@ func (m *Manager) start(c config.Sink) error {
 		// changes need not even be queued for it.
 		f.Namespaces = []string{c.ArgoCD.ConsumerNamespace}
 	}
+	if c.Kueue != nil && len(f.Namespaces) == 0 {
+		// A kueue sink serves Kueue's namespace only.
+		f.Namespaces = []string{c.Kueue.Namespace}
+	}
 	filter, err := Filter(f)
 	if err != nil {
 		return fmt.Errorf("sink %s: %w", c.Name, err)

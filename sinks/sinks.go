@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hubsync/hubsync/config"
@@ -46,6 +47,9 @@ type Deps struct {
 	// Kube is the hub client: Argo CD Secrets, credential copies for the
 	// token auth mode, webhook secrets from a Secret.
 	Kube kubernetes.Interface
+	// Dynamic is the hub's dynamic client, for objects of APIs hubsync
+	// does not link (Kueue's MultiKueueClusters).
+	Dynamic dynamic.Interface
 	// Source is the CloudEvents source of hubsync's events.
 	Source string
 	Log    *slog.Logger
@@ -125,4 +129,12 @@ func Token(ctx context.Context, kube kubernetes.Interface, namespace, cluster, m
 // none) and no NAMESPACE in its environment.
 func CredsArgs(msa, cluster, namespace string) []string {
 	return []string{"creds", "--managed-serviceaccount=" + msa, "--cluster=" + cluster, "--namespace=" + namespace}
+}
+
+// ClusterInfoCredsArgs are CredsArgs for a client that hands the plugin
+// the cluster in KUBERNETES_EXEC_INFO (provideClusterInfo: true, Argo CD
+// 3.5 and later): the cluster is not named, so one argument list serves
+// every cluster.
+func ClusterInfoCredsArgs(msa, namespace string) []string {
+	return []string{"creds", "--managed-serviceaccount=" + msa, "--namespace=" + namespace}
 }

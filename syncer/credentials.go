@@ -81,6 +81,8 @@ type credentialDeps struct {
 	clock    clock.WithDelayedExecution
 	log      *slog.Logger
 	metrics  *metrics
+	// foreign tells another controller's writes to copies from hubsync's.
+	foreign *foreignReporter
 	// profiles is the syncer's ClusterProfile informer, indexed byName.
 	profiles   cache.SharedIndexInformer
 	namespaces corelisters.NamespaceLister
@@ -242,6 +244,7 @@ func (c *credentials) copyHandler() cache.ResourceEventHandlerFuncs {
 		}
 		if deleted {
 			c.written.sawDeleted(sec)
+			c.foreign.writers.forget(KindCredential, sec.Namespace, sec.Name)
 		} else if c.written.isEcho(sec) {
 			return
 		}

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	msav1beta1 "open-cluster-management.io/managed-serviceaccount/apis/authentication/v1beta1"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 
@@ -53,7 +56,11 @@ func (c *credentials) apply(ctx context.Context, pair Pair, msa *msav1beta1.Mana
 	}
 	rotated := sets.New[string]()
 	for _, u := range plan.Update {
-		if err := c.update(ctx, u); err != nil {
+		intent := c.foreign.writers.copyPrint(u.Secret)
+		if c.holdCopy(ctx, pair, u.Secret, intent) {
+			continue
+		}
+		if err := c.update(ctx, u, intent); err != nil {
 			errs = append(errs, err)
 		} else if u.Rotated {
 			rotated.Insert(u.Secret.Namespace)
@@ -77,9 +84,10 @@ var errForeignSecret = errors.New("a Secret that hubsync does not own has the co
 // label): it is looked at before deciding.
 func (c *credentials) create(ctx context.Context, pair Pair, want *corev1.Secret) error {
 	err := c.write(ctx, "create", func(ctx context.Context) error {
-		out, err := c.kube.CoreV1().Secrets(want.Namespace).Create(ctx, want, metav1.CreateOptions{})
+		out, err := c.kube.CoreV1().Secrets(want.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: FieldManager})
 		if err == nil {
 			c.written.wrote(out)
+			c.foreign.writers.wrote(KindCredential, out.Namespace, out.Name, out.ResourceVersion, c.foreign.writers.copyPrint(want))
 			c.notify(stream.CredentialSynced, out)
 		}
 		return err
@@ -98,16 +106,18 @@ func (c *credentials) create(ctx context.Context, pair Pair, want *corev1.Secret
 	}
 }
 
-// update replaces a copy, guarded by the resourceVersion it was planned on.
-func (c *credentials) update(ctx context.Context, u CopyUpdate) error {
+// update replaces a copy, guarded by the resourceVersion it was planned on;
+// intent sums up what hubsync wants it to say.
+func (c *credentials) update(ctx context.Context, u CopyUpdate, intent uint64) error {
 	typ := stream.CredentialSynced
 	if u.Rotated {
 		typ = stream.CredentialRotated
 	}
 	err := c.write(ctx, "update", func(ctx context.Context) error {
-		out, err := c.kube.CoreV1().Secrets(u.Secret.Namespace).Update(ctx, u.Secret, metav1.UpdateOptions{})
+		out, err := c.kube.CoreV1().Secrets(u.Secret.Namespace).Update(ctx, u.Secret, metav1.UpdateOptions{FieldManager: FieldManager})
 		if err == nil {
 			c.written.wrote(out)
+			c.foreign.writers.wrote(KindCredential, out.Namespace, out.Name, out.ResourceVersion, intent)
 			c.notify(typ, out)
 		}
 		return err
@@ -116,6 +126,56 @@ func (c *credentials) update(ctx context.Context, u CopyUpdate) error {
 		return fmt.Errorf("update credential copy %s/%s: %w", u.Secret.Namespace, u.Secret.Name, err)
 	}
 	return nil
+}
+
+// holdCopy reports whether hubsync must leave a copy alone now, because
+// another controller keeps writing what hubsync wants it to say (want).
+// The Event goes to the copy's profile, where consumers look.
+func (c *credentials) holdCopy(ctx context.Context, pair Pair, want *corev1.Secret, intent uint64) bool {
+	w := ownedWrite{
+		kind: KindCredential, namespace: want.Namespace, name: want.Name, rv: want.ResourceVersion, intent: intent,
+		requeue: func(d time.Duration) { c.queue.AddAfter(hub.SourceKey(pair.Cluster, pair.MSA), d) },
+		drift: func() []string {
+			cur, err := c.copies.Secrets(want.Namespace).Get(want.Name)
+			if err != nil {
+				return nil
+			}
+			return copyDrift(cur, want)
+		},
+		managedFields: func(ctx context.Context) ([]metav1.ManagedFieldsEntry, error) {
+			return secretManagedFields(ctx, c.kube, want.Namespace, want.Name)
+		},
+	}
+	if p := c.liveProfile(want.Namespace, pair.Cluster); p != nil {
+		w.subject = p
+	}
+	return c.foreign.hold(ctx, w)
+}
+
+// secretManagedFields reads a Secret's managedFields. It asks for the
+// metadata alone, so that reading who else writes a copy does not fetch
+// the token again.
+func secretManagedFields(ctx context.Context, kube kubernetes.Interface, namespace, name string) ([]metav1.ManagedFieldsEntry, error) {
+	rc, ok := kube.CoreV1().RESTClient().(*rest.RESTClient)
+	if !ok || rc == nil {
+		// A fake clientset has no REST client.
+		sec, err := kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return sec.ManagedFields, nil
+	}
+	raw, err := rc.Get().Namespace(namespace).Resource("secrets").Name(name).
+		SetHeader("Accept", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1").
+		DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var m metav1.PartialObjectMetadata
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("decode the metadata of Secret %s/%s: %w", namespace, name, err)
+	}
+	return m.ManagedFields, nil
 }
 
 // liveProfile returns the cached profile named after the cluster in ns, of
@@ -139,6 +199,7 @@ func (c *credentials) deleteCopy(ctx context.Context, sec *corev1.Secret, why st
 		return fmt.Errorf("delete credential copy %s/%s: %w", sec.Namespace, sec.Name, err)
 	}
 	c.written.deletedObj(sec)
+	c.foreign.writers.forget(KindCredential, sec.Namespace, sec.Name)
 	if err == nil {
 		c.notify(stream.CredentialRemoved, sec)
 	}

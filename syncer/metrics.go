@@ -19,6 +19,8 @@ type metrics struct {
 	skippedClaims    prometheus.Counter
 	caRotations      prometheus.Counter
 	queueDepth       *queueDepths
+	foreignWrites    *prometheus.CounterVec
+	contested        *contestedObjects
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -68,9 +70,55 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "hubsync_access_provider_ca_changes_total",
 		Help: "Changes of an access provider's CA bundle seen in its Secret or file.",
 	})
+	m.foreignWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "hubsync_foreign_writes_total",
+		Help: "Writes by another controller that undid what hubsync wrote, by kind of object (profile, credential).",
+	}, []string{"kind"})
+	m.contested = &contestedObjects{vec: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "hubsync_contested_objects",
+		Help: "Objects another controller keeps writing too, which hubsync leaves alone for a growing hold-off, by kind (profile, credential).",
+	}, []string{"kind"})}
+	for _, k := range Kinds() {
+		m.foreignWrites.WithLabelValues(k)
+	}
 	reg.MustRegister(m.caRotations, m.reconciles, m.reconcileSeconds, m.writes, m.writeErrors,
-		m.conflicts, m.conflictsTotal, m.invalidSets, m.skippedClaims, m.queueDepth)
+		m.conflicts, m.conflictsTotal, m.invalidSets, m.skippedClaims, m.queueDepth, m.foreignWrites, m.contested)
 	return m
+}
+
+// contestedObjects is hubsync_contested_objects, counted from the
+// contested objects when scraped, so that an object is no longer counted
+// once its quiet hold-off has passed, whether or not anything happened to
+// it since.
+type contestedObjects struct {
+	vec    *prometheus.GaugeVec
+	mu     sync.Mutex
+	source func() []Contested
+}
+
+// track reports the objects source returns.
+func (c *contestedObjects) track(source func() []Contested) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.source = source
+}
+
+func (c *contestedObjects) Describe(ch chan<- *prometheus.Desc) { c.vec.Describe(ch) }
+
+func (c *contestedObjects) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	source := c.source
+	c.mu.Unlock()
+	counts := map[string]int{}
+	if source != nil {
+		for _, o := range source() {
+			counts[o.Kind]++
+		}
+	}
+	for _, k := range Kinds() {
+		c.vec.WithLabelValues(k).Set(float64(counts[k]))
+	}
+	c.vec.Collect(ch)
 }
 
 // queueDepths is hubsync_queue_depth: one GaugeVec, labelled by queue and

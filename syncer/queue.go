@@ -73,17 +73,33 @@ func (t *trackedQueue) AddRateLimited(key string) { t.addAfterBackoff(key, true)
 // as outstanding while it waits, only once it is queued again.
 func (t *trackedQueue) AddRateLimitedSteady(key string) { t.addAfterBackoff(key, false) }
 
+// AddAfter queues key after d, for a key that waits on purpose (an
+// object another controller writes too, left alone for a hold-off): like
+// AddRateLimitedSteady, the key does not count as outstanding while it
+// waits, and its backoff is left as it is.
+func (t *trackedQueue) AddAfter(key string, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.stopped {
+		t.addAfterLocked(key, d, false)
+	}
+}
+
 func (t *trackedQueue) addAfterBackoff(key string, counted bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.stopped {
-		return
+	if !t.stopped {
+		t.addAfterLocked(key, t.limiter.When(key), counted)
 	}
+}
+
+// addAfterLocked queues key after d; call with mu held, the queue running.
+func (t *trackedQueue) addAfterLocked(key string, d time.Duration, counted bool) {
 	if counted {
 		t.delayed[key]++
 	}
 	var timer *time.Timer
-	timer = time.AfterFunc(t.limiter.When(key), func() {
+	timer = time.AfterFunc(d, func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		delete(t.timers, timer)

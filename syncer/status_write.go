@@ -68,14 +68,14 @@ type statusFields struct {
 }
 
 // writeStatus replaces p's status on the server (guarded by p's
-// resourceVersion) with the body StatusBody makes.
+// resourceVersion) with the body StatusBody makes, as FieldManager.
 func (s *Syncer) writeStatus(ctx context.Context, p *cpv1alpha1.ClusterProfile) (*cpv1alpha1.ClusterProfile, error) {
 	client := s.clients.Profiles.ApisV1alpha1()
 	rc, ok := client.RESTClient().(*rest.RESTClient)
 	if !ok || rc == nil {
 		// A fake clientset has no REST client; its tracker stores the typed
 		// object anyway.
-		return client.ClusterProfiles(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return client.ClusterProfiles(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{FieldManager: FieldManager})
 	}
 	body, err := StatusBody(p)
 	if err != nil {
@@ -87,6 +87,7 @@ func (s *Syncer) writeStatus(ctx context.Context, p *cpv1alpha1.ClusterProfile) 
 		Resource("clusterprofiles").
 		Name(p.Name).
 		SubResource("status").
+		Param("fieldManager", FieldManager).
 		Body(body).
 		Do(ctx).
 		Into(out)

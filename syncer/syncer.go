@@ -79,6 +79,9 @@ type Options struct {
 	Credentials *CredentialOptions
 	// Notifier receives every change hubsync makes (nil: none).
 	Notifier stream.Notifier
+	// ForeignWriters tunes the hold-off from objects another controller
+	// writes too.
+	ForeignWriters ForeignOptions
 }
 
 // Syncer projects ClusterProfiles into consumer namespaces.
@@ -91,6 +94,7 @@ type Syncer struct {
 	writes   *writeTracker
 	notifier stream.Notifier
 	notified *notifiedState
+	foreign  *foreignReporter
 
 	kubeInformers    kubeinformers.SharedInformerFactory
 	clusterInformers clusterinformers.SharedInformerFactory
@@ -139,6 +143,11 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 	}
 	s.queue = newTrackedQueue(opts.RetryBase, opts.RetryMax)
 	s.metrics.queueDepth.track("topology", s.queue.Len)
+	s.foreign = &foreignReporter{
+		writers: newForeignWriters(clock.RealClock{}, opts.ForeignWriters),
+		log:     log, recorder: recorder, total: s.metrics.foreignWrites, requestTimeout: opts.RequestTimeout,
+	}
+	s.metrics.contested.track(s.foreign.contested)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "hubsync_profiles_managed",
 		Help: "ClusterProfiles carrying hubsync's cluster-manager label, as seen by its cache.",
@@ -179,6 +188,9 @@ func checkOptions(opts Options) (Options, error) {
 	}
 	if opts.RequestTimeout <= 0 {
 		missing = append(missing, "RequestTimeout")
+	}
+	if f := opts.ForeignWriters; f.HoldOff <= 0 || f.MaxHoldOff < f.HoldOff {
+		missing = append(missing, "ForeignWriters")
 	}
 	if len(missing) > 0 {
 		return opts, fmt.Errorf("syncer: %s not set (config.SetDefaults fills them)", strings.Join(missing, ", "))
@@ -288,6 +300,7 @@ func (s *Syncer) credentialDeps() credentialDeps {
 		clock:          clock.RealClock{},
 		log:            s.log,
 		metrics:        s.metrics,
+		foreign:        s.foreign,
 		profiles:       s.cpInformers.Apis().V1alpha1().ClusterProfiles().Informer(),
 		namespaces:     s.namespaces,
 		notify:         s.notifyCredential,
@@ -441,6 +454,7 @@ func (s *Syncer) enqueueObjectName(obj any) {
 func (s *Syncer) onProfileDeleted(obj any) {
 	if p, ok := eventObject[*cpv1alpha1.ClusterProfile](obj); ok {
 		s.writes.sawDeleted(p)
+		s.foreign.writers.forget(KindProfile, p.Namespace, p.Name)
 	}
 	s.enqueueObjectName(obj)
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -122,11 +124,13 @@ func namespaceActive(namespaces corelisters.NamespaceLister, name string) bool {
 }
 
 func (s *Syncer) create(ctx context.Context, ns string, cluster *clusterv1.ManagedCluster) error {
-	want := NewProfile(s.opts.ClusterManager, ns, cluster, s.providers.snapshot())
+	providers := s.providers.snapshot()
+	want := NewProfile(s.opts.ClusterManager, ns, cluster, providers)
 	status := want.Status
 	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
 	defer cancel()
-	created, err := s.clients.Profiles.ApisV1alpha1().ClusterProfiles(ns).Create(ctx, want, metav1.CreateOptions{})
+	intent := s.foreign.writers.profilePrint(want, &status, providers)
+	created, err := s.clients.Profiles.ApisV1alpha1().ClusterProfiles(ns).Create(ctx, want, metav1.CreateOptions{FieldManager: FieldManager})
 	s.countWrite("create", err)
 	if err != nil {
 		if isNamespaceGone(err) {
@@ -136,6 +140,7 @@ func (s *Syncer) create(ctx context.Context, ns string, cluster *clusterv1.Manag
 	}
 	s.log.Debug("profile created", "namespace", ns, "cluster", cluster.Name)
 	s.writes.wrote(created)
+	s.foreign.writers.wrote(KindProfile, ns, created.Name, created.ResourceVersion, intent)
 	s.noteSkippedClaims(cluster)
 	if statusEmpty(status) {
 		// Nothing to report yet (no version, conditions, claims or
@@ -157,17 +162,26 @@ func (s *Syncer) create(ctx context.Context, ns string, cluster *clusterv1.Manag
 		return fmt.Errorf("write status of new profile %s/%s: %w", ns, cluster.Name, err)
 	}
 	s.writes.wrote(updated)
+	s.foreign.writers.wrote(KindProfile, ns, updated.Name, updated.ResourceVersion, intent)
 	s.notifyProfile(stream.ProfileCreated, updated)
 	return nil
 }
 
 func (s *Syncer) update(ctx context.Context, cur *cpv1alpha1.ClusterProfile, cluster *clusterv1.ManagedCluster) error {
+	providers := s.providers.snapshot()
+	p, changed := ReconcileMeta(cur, s.opts.ClusterManager, cluster)
+	status := DesiredStatus(p.Status, cluster, providers)
+	if !changed && equality.Semantic.DeepEqual(status, p.Status) {
+		return nil
+	}
+	intent := s.foreign.writers.profilePrint(p, &status, providers)
+	if s.holdProfile(ctx, cur, p, &status, providers, intent) {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
 	defer cancel()
-	client := s.clients.Profiles.ApisV1alpha1().ClusterProfiles(cur.Namespace)
-	p, changed := ReconcileMeta(cur, s.opts.ClusterManager, cluster)
 	if changed {
-		updated, err := client.Update(ctx, p, metav1.UpdateOptions{})
+		updated, err := s.clients.Profiles.ApisV1alpha1().ClusterProfiles(cur.Namespace).Update(ctx, p, metav1.UpdateOptions{FieldManager: FieldManager})
 		s.countWrite("update", err)
 		if err != nil {
 			if isNamespaceGone(err) {
@@ -177,16 +191,14 @@ func (s *Syncer) update(ctx context.Context, cur *cpv1alpha1.ClusterProfile, clu
 		}
 		s.log.Debug("profile labels or spec updated", "namespace", cur.Namespace, "cluster", cur.Name)
 		s.writes.wrote(updated)
+		s.foreign.writers.wrote(KindProfile, updated.Namespace, updated.Name, updated.ResourceVersion, intent)
 		p = updated
-	}
-	status := DesiredStatus(p.Status, cluster, s.providers.snapshot())
-	if equality.Semantic.DeepEqual(status, p.Status) {
-		if changed {
+		status = DesiredStatus(p.Status, cluster, providers)
+		if equality.Semantic.DeepEqual(status, p.Status) {
 			s.notifyProfile(stream.ProfileUpdated, p)
+			return nil
 		}
-		return nil
-	}
-	if !changed {
+	} else {
 		p = p.DeepCopy()
 	}
 	s.noteSkippedClaims(cluster)
@@ -200,11 +212,35 @@ func (s *Syncer) update(ctx context.Context, cur *cpv1alpha1.ClusterProfile, clu
 		return fmt.Errorf("update status of profile %s/%s: %w", cur.Namespace, cur.Name, err)
 	}
 	s.writes.wrote(updated)
+	s.foreign.writers.wrote(KindProfile, updated.Namespace, updated.Name, updated.ResourceVersion, intent)
 	s.notifyProfile(stream.ProfileUpdated, updated)
 	if providersChanged(cur, updated) {
 		s.notifyProfile(stream.AccessProviderUpdated, updated)
 	}
 	return nil
+}
+
+// holdProfile reports whether hubsync must leave a profile alone now,
+// because another controller keeps writing what hubsync wants it to say
+// (want's labels and spec, status st).
+func (s *Syncer) holdProfile(ctx context.Context, cur, want *cpv1alpha1.ClusterProfile, st *cpv1alpha1.ClusterProfileStatus, providers []Provider, intent uint64) bool {
+	return s.foreign.hold(ctx, ownedWrite{
+		kind: KindProfile, namespace: cur.Namespace, name: cur.Name, rv: cur.ResourceVersion, intent: intent,
+		requeue: func(d time.Duration) { s.queue.AddAfter(cur.Name, d) },
+		subject: cur,
+		drift:   func() []string { return profileDrift(cur, want, st, providers) },
+		managedFields: func(ctx context.Context) ([]metav1.ManagedFieldsEntry, error) {
+			// A list of the one profile: hubsync's role may list profiles,
+			// not get them.
+			l, err := s.clients.Profiles.ApisV1alpha1().ClusterProfiles(cur.Namespace).List(ctx, metav1.ListOptions{
+				FieldSelector: fields.OneTermEqualSelector("metadata.name", cur.Name).String(),
+			})
+			if err != nil || len(l.Items) == 0 {
+				return nil, err
+			}
+			return l.Items[0].ManagedFields, nil
+		},
+	})
 }
 
 func (s *Syncer) delete(ctx context.Context, p *cpv1alpha1.ClusterProfile) error {
@@ -220,6 +256,7 @@ func (s *Syncer) delete(ctx context.Context, p *cpv1alpha1.ClusterProfile) error
 		return fmt.Errorf("delete profile %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	s.writes.deletedObj(p)
+	s.foreign.writers.forget(KindProfile, p.Namespace, p.Name)
 	if err == nil {
 		s.notifyProfile(stream.ProfileDeleted, p)
 	}

@@ -26,6 +26,13 @@ func TestMainCommands(t *testing.T) {
 	impersonatorSink := writeFile(t, dir, "impersonator.yaml", "tunnel: {enabled: true, transport: direct, managedServiceAccount: gateway-impersonator}\n"+
 		"accessProviders: [{name: direct, type: direct}]\n"+
 		"sinks:\n- {name: files, type: kubeconfig, kubeconfig: {directory: /var/lib/kubeconfigs, accessProvider: direct, managedServiceAccount: gateway-impersonator}}\n")
+	providers := "accessProviders: [{name: proxy, server: 'https://cluster-proxy-addon-user.ocm:9092/{{.ClusterName}}'}]\n"
+	kueueExec := writeFile(t, dir, "kueue-exec.yaml", providers+
+		"sinks:\n- {name: files, type: kubeconfig, kubeconfig: {directory: /etc/multikueue/kubeconfigs, accessProvider: proxy, managedServiceAccount: kueue, consumer: kueue, auth: exec}}\n")
+	multikueueExec := writeFile(t, dir, "multikueue-exec.yaml", providers+
+		"sinks:\n- {name: multikueue, type: kubeconfig, filter: {namespaces: [kueue-system]}, kubeconfig: {directory: /var/lib/hubsync/kubeconfigs, accessProvider: proxy, managedServiceAccount: kueue}}\n")
+	kueueOutside := writeFile(t, dir, "kueue-outside.yaml", providers+
+		"sinks:\n- {name: multikueue, type: kubeconfig, kubeconfig: {directory: /var/lib/hubsync/kubeconfigs, accessProvider: proxy, managedServiceAccount: kueue, consumer: kueue}}\n")
 	bad := writeFile(t, dir, "bad.yaml", "hub:\n  qps: -3\n  qsp: 3\nlogging:\n  level: loud\nserver:\n  address: nope\nresyncPeriod: 5s\n")
 	for _, tc := range []struct {
 		name       string
@@ -50,6 +57,14 @@ func TestMainCommands(t *testing.T) {
 		{name: "check-config refuses a sink handing out the gateway's impersonating credential", args: []string{"check-config", impersonatorSink}, wantCode: 1,
 			wantStderr: []string{"impersonator.yaml", `sinks[0].kubeconfig.managedServiceAccount: Invalid value: "gateway-impersonator": is the gateway's impersonating credential`,
 				"it may impersonate anyone on its clusters and is never handed to consumers; use another ManagedServiceAccount"}},
+		{name: "check-config refuses exec auth for Kueue", args: []string{"check-config", kueueExec}, wantCode: 1,
+			wantStderr: []string{`sinks[0].kubeconfig.auth: Invalid value: "exec": consumer kueue: Kueue refuses kubeconfigs that run an exec plugin`, "use auth: token"}},
+		{name: "check-config warns of exec auth that looks meant for Kueue", args: []string{"check-config", multikueueExec}, wantCode: 0,
+			wantStdout: []string{"multikueue-exec.yaml: ok"},
+			wantStderr: []string{"multikueue-exec.yaml: warning: sinks[0] (multikueue) writes kubeconfigs with auth exec", "set kubeconfig.consumer: kueue"}},
+		{name: "check-config warns of a Kueue directory Kueue may not read", args: []string{"check-config", kueueOutside}, wantCode: 0,
+			wantStdout: []string{"kueue-outside.yaml: ok"},
+			wantStderr: []string{"kueue-outside.yaml: warning: sinks[0] (multikueue).kubeconfig.directory /var/lib/hubsync/kubeconfigs is not under /etc/multikueue/kubeconfigs/"}},
 		{name: "check-config missing file", args: []string{"check-config", filepath.Join(dir, "nope.yaml")}, wantCode: 1,
 			wantStderr: []string{"nope.yaml", "no such file"}},
 		{name: "check-config no file", args: []string{"check-config"}, wantCode: 2, wantStderr: []string{"Usage: hubsync check-config"}},

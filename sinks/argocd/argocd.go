@@ -6,13 +6,19 @@
 // in the configuration, and authenticates with the credential copy of the
 // configured ManagedServiceAccount: by running `hubsync creds` (exec mode,
 // the default: the Secret never changes when the token rotates) or with
-// the token itself (token mode: rewritten on every rotation).
+// the token itself (token mode: rewritten on every rotation). In exec mode
+// the cluster is named in the plugin's arguments, or, with
+// provideClusterInfo (Argo CD 3.5 and later), handed to the plugin by Argo
+// CD, which lets the Secret run managed-serviceaccount's cp-creds too.
 //
 // Argo CD knows clusters by server URL, so the sink never writes two
 // Secrets with one server: of several clusters with one server the first
 // by name gets it, and a server that already belongs to a cluster Secret
 // hubsync does not own is left to it. Both are reported (log lines and the
-// hubsync_argocd_conflicts gauge), not retried as errors. The sink never
+// hubsync_argocd_conflicts gauge), not retried as errors. A cluster the
+// argoproj-labs ClusterProfile integration already gives Argo CD (a Secret
+// of the same profile or server) is left to it, and reported apart
+// (hubsync_argocd_clusters_skipped): see integration.go. The sink never
 // changes or deletes a Secret that lacks its ownership labels.
 //
 // May import sinks, config, stream and hub; never syncer or bus.
@@ -59,6 +65,10 @@ type Sink struct {
 	// conflicted holds the clusters currently reported, with the reason,
 	// so each conflict is logged once rather than on every delivery.
 	conflicted map[string]string
+	// skipped holds the clusters left to the ClusterProfile integration,
+	// for the same reason, and skips counts them.
+	skipped map[string]skip
+	skips   *skipGauge
 	// retry holds the clusters of a delivery that failed. The state took
 	// the changes already, so a retried batch no longer shows which other
 	// clusters competed for a server it freed; they are decided again on
@@ -72,6 +82,11 @@ type Sink struct {
 	obsAt  time.Time
 	now    func() time.Time
 	closed bool
+
+	// watch follows the ClusterProfile integration's Secrets once the sink
+	// is attached to a worker; it has a lock of its own, so that Close can
+	// stop it while a delivery holds mu.
+	watch integrationWatch
 }
 
 // clusterState is what the sink knows of one cluster.
@@ -109,6 +124,11 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		return nil, fmt.Errorf("argocd sink %s: no managedServiceAccount", cfg.Name)
 	case a.Auth != config.AuthExec && a.Auth != config.AuthToken:
 		return nil, fmt.Errorf("argocd sink %s: auth %q is neither %s nor %s", cfg.Name, a.Auth, config.AuthExec, config.AuthToken)
+	case a.ExecPlugin != config.ExecPluginHubsync && a.ExecPlugin != config.ExecPluginCPCreds:
+		return nil, fmt.Errorf("argocd sink %s: exec plugin %q is neither %s nor %s (config.SetDefaults fills it)",
+			cfg.Name, a.ExecPlugin, config.ExecPluginHubsync, config.ExecPluginCPCreds)
+	case a.ExecPlugin == config.ExecPluginCPCreds && !a.ProvideClusterInfo:
+		return nil, fmt.Errorf("argocd sink %s: cp-creds learns the cluster only from provideClusterInfo", cfg.Name)
 	}
 	if a.Shard != "" {
 		// Argo CD ignores a shard that is not a number, with a warning in
@@ -126,6 +146,10 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("argocd sink %s: %w", cfg.Name, err)
 	}
+	skips, err := newSkipGauge(deps.Registerer, cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("argocd sink %s: %w", cfg.Name, err)
+	}
 	log := deps.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -137,20 +161,24 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		kube:       deps.Kube,
 		log:        log.With("sink", cfg.Name, "argocdNamespace", a.Namespace),
 		conflicts:  gauge,
+		skips:      skips,
 		clusters:   map[string]*clusterState{},
 		conflicted: map[string]string{},
+		skipped:    map[string]skip{},
 		retry:      map[string]bool{},
 	}, nil
 }
 
-// Close forgets the sink's metric series. The Secrets stay: a sink taken
-// out of the configuration leaves its output as it is.
+// Close stops the sink's watch and forgets its metric series. The Secrets
+// stay: a sink taken out of the configuration leaves its output as it is.
 func (s *Sink) Close() error {
+	s.stopWatch()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
 		s.conflicts.forget()
+		s.skips.forget()
 	}
 	return nil
 }
@@ -241,6 +269,7 @@ func (s *Sink) forgetIfGone(cluster string) {
 	if st := s.clusters[cluster]; st != nil && st.profile == nil && !st.credential {
 		delete(s.clusters, cluster)
 		s.setConflict(cluster, "")
+		s.setSkip(cluster, nil)
 	}
 }
 
@@ -262,6 +291,11 @@ func (s *Sink) Resync(ctx context.Context, snapshot []stream.Change) error {
 	for cluster := range s.conflicted {
 		if s.clusters[cluster] == nil {
 			s.setConflict(cluster, "")
+		}
+	}
+	for cluster := range s.skipped {
+		if s.clusters[cluster] == nil {
+			s.setSkip(cluster, nil)
 		}
 	}
 	s.obs = nil
@@ -318,12 +352,13 @@ func (s *Sink) candidateServer(cluster string) string {
 }
 
 // winners returns, per server, the cluster that gets it: the first by
-// name of those that want it.
-func (s *Sink) winners() map[string]string {
+// name of those that want it, leaving out the clusters the ClusterProfile
+// integration covers (they get no Secret, so they take no server).
+func (s *Sink) winners(obs *observed) map[string]string {
 	w := map[string]string{}
 	for cluster := range s.clusters {
 		srv := s.candidateServer(cluster)
-		if srv == "" {
+		if srv == "" || obs.integration.covering(s.cfg.ConsumerNamespace, cluster, srv) != nil {
 			continue
 		}
 		if cur, ok := w[srv]; !ok || cluster < cur {
@@ -339,6 +374,8 @@ type observed struct {
 	ours map[string]*corev1.Secret
 	// foreign are the cluster Secrets the sink does not own, by server.
 	foreign map[string][]*corev1.Secret
+	// integration are those of them the ClusterProfile integration wrote.
+	integration integrationSecrets
 }
 
 // observe lists the sink's Secrets and every other cluster Secret of the
@@ -383,7 +420,7 @@ func (s *Sink) observe(ctx context.Context) (*observed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list the Argo CD cluster Secrets in %s: %w", s.cfg.Namespace, err)
 	}
-	obs := &observed{ours: map[string]*corev1.Secret{}, foreign: map[string][]*corev1.Secret{}}
+	obs := &observed{ours: map[string]*corev1.Secret{}, foreign: map[string][]*corev1.Secret{}, integration: newIntegrationSecrets()}
 	for i := range ours.Items {
 		if sec := &ours.Items[i]; owned(sec, s.name) {
 			obs.ours[sec.Name] = sec
@@ -396,6 +433,9 @@ func (s *Sink) observe(ctx context.Context) (*observed, error) {
 		}
 		srv := trimServer(string(sec.Data["server"]))
 		obs.foreign[srv] = append(obs.foreign[srv], sec)
+		if isIntegrationSecret(sec) {
+			obs.integration.add(sec)
+		}
 	}
 	return obs, nil
 }
@@ -410,31 +450,49 @@ type decision struct {
 	// conflict says why the cluster gets no Secret, or, with a server,
 	// which foreign Secret duplicates the one the sink keeps.
 	conflict string
+	// skip, when set, says that the ClusterProfile integration's Secret
+	// gives Argo CD the cluster already, so the sink keeps none.
+	skip *skip
+}
+
+// decide computes what the sink does about cluster, given the Argo CD
+// namespace and the winners of each server among the sink's clusters.
+func (s *Sink) decide(obs *observed, winners map[string]string, cluster string) decision {
+	d := decision{cluster: cluster, cur: obs.ours[SecretName(s.name, cluster)]}
+	srv := s.candidateServer(cluster)
+	if srv == "" {
+		return d
+	}
+	// The integration's Secret wins over the sink's whichever is older;
+	// other foreign Secrets only when they are.
+	if d.skip = obs.integration.covering(s.cfg.ConsumerNamespace, cluster, srv); d.skip != nil {
+		return d
+	}
+	switch f := oldestForeign(obs.foreign[srv]); {
+	case winners[srv] != cluster:
+		d.conflict = fmt.Sprintf("cluster %s has the same server %s and comes first by name", winners[srv], srv)
+	case f != nil && (d.cur == nil || !olderThan(d.cur, f)):
+		d.conflict = fmt.Sprintf("Secret %s, which hubsync does not own, already has the server %s", f.Name, srv)
+	case f != nil:
+		// The sink's Secret came first: it keeps the server, and the
+		// newcomer is reported for its owner to remove.
+		d.server = srv
+		d.conflict = fmt.Sprintf("Secret %s, which hubsync does not own, was created later with the same server %s", f.Name, srv)
+	default:
+		d.server = srv
+	}
+	return d
 }
 
 // reconcile brings the Secrets of clusters to what the state says. It
 // deletes before it writes, so a server moving from one cluster to another
 // never has two Secrets, even briefly.
 func (s *Sink) reconcile(ctx context.Context, obs *observed, clusters []string) error {
-	winners := s.winners()
+	winners := s.winners(obs)
 	var deletes, writes []decision
 	for _, cluster := range clusters {
-		d := decision{cluster: cluster, cur: obs.ours[SecretName(s.name, cluster)]}
-		srv := s.candidateServer(cluster)
-		switch f := oldestForeign(obs.foreign[srv]); {
-		case srv == "":
-		case winners[srv] != cluster:
-			d.conflict = fmt.Sprintf("cluster %s has the same server %s and comes first by name", winners[srv], srv)
-		case f != nil && (d.cur == nil || !olderThan(d.cur, f)):
-			d.conflict = fmt.Sprintf("Secret %s, which hubsync does not own, already has the server %s", f.Name, srv)
-		case f != nil:
-			// The sink's Secret came first: it keeps the server, and the
-			// newcomer is reported for its owner to remove.
-			d.server = srv
-			d.conflict = fmt.Sprintf("Secret %s, which hubsync does not own, was created later with the same server %s", f.Name, srv)
-		default:
-			d.server = srv
-		}
+		d := s.decide(obs, winners, cluster)
+		s.setSkip(cluster, d.skip)
 		if d.server == "" {
 			s.setConflict(cluster, d.conflict)
 			if d.cur != nil {

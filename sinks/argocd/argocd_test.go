@@ -696,6 +696,10 @@ func TestNewRejects(t *testing.T) {
 		"no namespace":         func(s *config.Sink) { s.ArgoCD.Namespace = "" },
 		"exec without command": func(s *config.Sink) { s.ArgoCD.Exec.Command = "" },
 		"bad shard":            func(s *config.Sink) { s.ArgoCD.Shard = "one" },
+		"no exec plugin":       func(s *config.Sink) { s.ArgoCD.ExecPlugin = "" },
+		"cp-creds without cluster info": func(s *config.Sink) {
+			s.ArgoCD.ExecPlugin = config.ExecPluginCPCreds
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			a := ok
@@ -722,24 +726,24 @@ func TestMetricsShared(t *testing.T) {
 		}
 		made = append(made, s)
 	}
-	series := func() int {
+	series := func(name string) int {
 		mfs, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, mf := range mfs {
-			if mf.GetName() == "hubsync_argocd_conflicts" {
+			if mf.GetName() == name {
 				return len(mf.GetMetric())
 			}
 		}
 		return 0
 	}
-	if n := series(); n != 2 {
-		t.Errorf("%d series, want one per sink", n)
+	if n, m := series("hubsync_argocd_conflicts"), series("hubsync_argocd_clusters_skipped"); n != 2 || m != 4 {
+		t.Errorf("%d conflict and %d skip series, want one per sink and two per sink (one per reason)", n, m)
 	}
 	_ = made[0].Close()
-	if n := series(); n != 1 {
-		t.Errorf("%d series after Close, want 1", n)
+	if n, m := series("hubsync_argocd_conflicts"), series("hubsync_argocd_clusters_skipped"); n != 1 || m != 2 {
+		t.Errorf("%d conflict and %d skip series after Close, want 1 and 2", n, m)
 	}
 	_ = made[1].Close()
 }

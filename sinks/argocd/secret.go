@@ -9,9 +9,12 @@ import (
 	"maps"
 	"strings"
 
-	"github.com/hubsync/hubsync/hub"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hub"
+	"github.com/hubsync/hubsync/sinks"
 )
 
 // Labels and values of the Secrets the sink writes.
@@ -21,11 +24,11 @@ const (
 	// SecretTypeCluster is its value for a cluster Secret.
 	SecretTypeCluster = "cluster"
 	// LabelManagedBy and ManagedBy mark a Secret as hubsync's.
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedBy      = "hubsync"
+	LabelManagedBy = hub.LabelManagedBy
+	ManagedBy      = hub.ManagedBy
 	// LabelSink names the sink that wrote a Secret: a Secret is the sink's
 	// only when it carries both LabelManagedBy and this label.
-	LabelSink = "hubsync.io/sink"
+	LabelSink = hub.LabelSink
 	// LabelClusterName is the cluster's name, or a shortened form with a
 	// hash when the name is longer than a label value may be.
 	LabelClusterName = hub.LabelClusterName
@@ -77,12 +80,31 @@ type tlsClientConfig struct {
 	CAData []byte `json:"caData,omitempty"`
 }
 
+// execProviderConfig is Argo CD's ExecProviderConfig. ProvideClusterInfo
+// and Config are Argo CD 3.5's; 3.2 reads past them, but its UI or CLI
+// would drop them on a save, so they are written only when configured.
 type execProviderConfig struct {
-	Command     string   `json:"command,omitempty"`
-	Args        []string `json:"args,omitempty"`
-	APIVersion  string   `json:"apiVersion,omitempty"`
-	InstallHint string   `json:"installHint,omitempty"`
+	Command            string            `json:"command,omitempty"`
+	Args               []string          `json:"args,omitempty"`
+	Env                map[string]string `json:"env,omitempty"`
+	APIVersion         string            `json:"apiVersion,omitempty"`
+	InstallHint        string            `json:"installHint,omitempty"`
+	ProvideClusterInfo bool              `json:"provideClusterInfo,omitempty"`
+	// Config becomes the plugin's spec.cluster.config in
+	// KUBERNETES_EXEC_INFO.
+	Config json.RawMessage `json:"config,omitempty"`
 }
+
+// execClusterConfig is the cluster config `hubsync creds` and cp-creds read
+// the cluster's name from: the value of the hub.ExecExtensionKey extension
+// of a ClusterProfile's access provider.
+type execClusterConfig struct {
+	ClusterName string `json:"clusterName"`
+}
+
+// cpCredsNamespaceEnv names the namespace cp-creds reads the credential
+// copy from; without it, cp-creds would look in Argo CD's own namespace.
+const cpCredsNamespaceEnv = "NAMESPACE"
 
 // clusterSecret is what the sink knows of one cluster when it renders its
 // Secret. token is set in token mode only.
@@ -99,14 +121,13 @@ func (s *Sink) render(c clusterSecret) (*corev1.Secret, error) {
 	if s.tokenMode() {
 		cfg.BearerToken = c.token
 	} else {
-		cfg.ExecProviderConfig = &execProviderConfig{
-			Command:     s.cfg.Exec.Command,
-			Args:        s.credsArgs(c.cluster),
-			APIVersion:  ExecAPIVersion,
-			InstallHint: s.cfg.Exec.InstallHint,
+		exec, err := s.execConfig(c.cluster)
+		if err != nil {
+			return nil, err
 		}
+		cfg.ExecProviderConfig = exec
 	}
-	config, err := json.Marshal(cfg)
+	encoded, err := json.Marshal(cfg)
 	if err != nil {
 		// Strings and bytes do not fail to encode; the error is not quoted
 		// in case it held the token.
@@ -115,7 +136,7 @@ func (s *Sink) render(c clusterSecret) (*corev1.Secret, error) {
 	data := map[string][]byte{
 		"name":   []byte(c.cluster),
 		"server": []byte(c.server),
-		"config": config,
+		"config": encoded,
 	}
 	if len(s.cfg.Namespaces) > 0 {
 		data["namespaces"] = []byte(strings.Join(s.cfg.Namespaces, ","))
@@ -153,6 +174,35 @@ func (s *Sink) render(c clusterSecret) (*corev1.Secret, error) {
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
 	}, nil
+}
+
+// execConfig is the exec plugin stanza of cluster's Secret. By default it
+// runs `hubsync creds` with the cluster in its arguments, which every Argo
+// CD version passes on. With provideClusterInfo it names no cluster in
+// the arguments: Argo CD 3.5 and later hand the plugin the config below in
+// KUBERNETES_EXEC_INFO, as client-go does for a kubeconfig, so the same
+// stanza suits `hubsync creds` and managed-serviceaccount's cp-creds.
+func (s *Sink) execConfig(cluster string) (*execProviderConfig, error) {
+	e := &execProviderConfig{Command: s.cfg.Exec.Command, APIVersion: ExecAPIVersion, InstallHint: s.cfg.Exec.InstallHint}
+	if !s.cfg.ProvideClusterInfo {
+		e.Args = s.credsArgs(cluster)
+		return e, nil
+	}
+	raw, err := json.Marshal(execClusterConfig{ClusterName: cluster})
+	if err != nil {
+		return nil, fmt.Errorf("encode the exec cluster config of %s: %w", cluster, err)
+	}
+	e.ProvideClusterInfo, e.Config = true, raw
+	msa, ns := s.cfg.ManagedServiceAccount, s.cfg.ConsumerNamespace
+	if s.cfg.ExecPlugin == config.ExecPluginCPCreds {
+		// cp-creds takes one flag and finds the copy's namespace in its
+		// environment.
+		e.Args = []string{"--managed-serviceaccount=" + msa}
+		e.Env = map[string]string{cpCredsNamespaceEnv: ns}
+	} else {
+		e.Args = sinks.ClusterInfoCredsArgs(msa, ns)
+	}
+	return e, nil
 }
 
 // owned reports whether sec is one of sink's Secrets.

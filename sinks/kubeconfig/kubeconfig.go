@@ -27,6 +27,13 @@
 // the token of the credential copy, and the file is rewritten on rotation
 // and removed with the copy.
 //
+// With consumer: kueue (for Kueue MultiKueue's locationType: Path) the
+// sink runs in token mode, since Kueue refuses exec plugins, and checks
+// every file against Kueue's kubeconfig rules (sinks.CheckKueueKubeconfig)
+// before writing it: a file Kueue would refuse (a server host that is not
+// an IP address or a DNS name, say) is logged and not written, and a
+// file already there stays as it is.
+//
 // # Ownership
 //
 // Every file carries the top-level extension "hubsync.io/managed-by" =
@@ -82,10 +89,13 @@ type Sink struct {
 	provider  string
 	msa       string
 	tokenMode bool
-	exec      execSettings
-	kube      kubernetes.Interface
-	log       *slog.Logger
-	now       func() time.Time
+	// kueue checks each file against Kueue's kubeconfig rules before it
+	// is written (consumer: kueue).
+	kueue bool
+	exec  execSettings
+	kube  kubernetes.Interface
+	log   *slog.Logger
+	now   func() time.Time
 
 	// mu guards state. The worker never calls Deliver and Resync
 	// concurrently, but the lock keeps the sink safe if a caller does.
@@ -126,6 +136,7 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		dir:      filepath.Clean(k.Directory),
 		provider: k.AccessProvider,
 		msa:      k.ManagedServiceAccount,
+		kueue:    k.Consumer == config.ConsumerKueue,
 		exec:     execSettings{command: k.Exec.Command, installHint: k.Exec.InstallHint},
 		kube:     deps.Kube,
 		log:      deps.Log,
@@ -135,6 +146,9 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 	}
 	switch k.Auth {
 	case config.AuthExec:
+		if s.kueue {
+			return nil, fmt.Errorf("kubeconfig sink %s: consumer %s needs auth %s: Kueue refuses exec plugins", cfg.Name, config.ConsumerKueue, config.AuthToken)
+		}
 		if s.exec.command == "" {
 			return nil, fmt.Errorf("kubeconfig sink %s: no exec command (config.SetDefaults fills it)", cfg.Name)
 		}
@@ -242,6 +256,7 @@ func (s *Sink) render(ctx context.Context, key stream.Key) ([]byte, error) {
 		provider:  s.state[key],
 		msa:       s.msa,
 		tokenMode: s.tokenMode,
+		kueue:     s.kueue,
 	}
 	if s.tokenMode {
 		tok, err := sinks.Token(ctx, s.kube, key.Namespace, key.Cluster, s.msa)
@@ -259,9 +274,14 @@ func (s *Sink) render(ctx context.Context, key stream.Key) ([]byte, error) {
 }
 
 // sync writes key's file from the state, or removes it when token mode has
-// no token to put in it.
+// no token to put in it. A file Kueue would refuse is not written: that is
+// logged, not retried, and the file already there (if any) stays.
 func (s *Sink) sync(ctx context.Context, key stream.Key, log *slog.Logger) error {
 	data, err := s.render(ctx, key)
+	if errors.Is(err, sinks.ErrKueueRefuses) {
+		logKueueRefusal(log, FileName(key.Namespace, key.Cluster), err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -311,6 +331,13 @@ func (s *Sink) write(key stream.Key, data []byte, log *slog.Logger) (writeResult
 	s.written[name] = sha256.Sum256(data)
 	log.Debug("kubeconfig file written", "file", name)
 	return written, nil
+}
+
+// logKueueRefusal reports a file not written because Kueue would refuse
+// it. The error names the broken rules and never the token.
+func logKueueRefusal(log *slog.Logger, file string, err error) {
+	log.Error("kubeconfig sink: not writing a file Kueue's MultiKueue would refuse (its MultiKueueCluster would stay inactive, reason InsecureKubeConfig); "+
+		"the file already there, if any, is left as it is", "file", file, "error", err)
 }
 
 // tighten sets path's mode back to 0600 if it is anything else.
@@ -441,6 +468,13 @@ func (s *Sink) writeAll(ctx context.Context, state map[stream.Key]stream.AccessP
 		}
 		name := FileName(key.Namespace, key.Cluster)
 		data, err := s.render(ctx, key)
+		if errors.Is(err, sinks.ErrKueueRefuses) {
+			// Kept as it is, like a file whose render fails, but a retry
+			// cannot change the verdict: not an error.
+			r.desired[name] = true
+			logKueueRefusal(s.log.With("namespace", key.Namespace, "cluster", key.Cluster), name, err)
+			continue
+		}
 		if err != nil {
 			r.desired[name] = true
 			r.errs = append(r.errs, fmt.Errorf("%s/%s: %w", key.Namespace, key.Cluster, err))

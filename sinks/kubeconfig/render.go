@@ -7,8 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	clientcmdlatest "k8s.io/client-go/tools/clientcmd/api/latest"
-	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 
 	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/sinks"
@@ -43,14 +41,13 @@ type content struct {
 	exec      *clientcmdapi.ExecConfig // exec mode
 	token     string                   // token mode
 	tokenMode bool
+	// kueue checks the file against Kueue's rules (consumer: kueue): a
+	// file Kueue would refuse is an error wrapping sinks.ErrKueueRefuses.
+	kueue bool
 }
 
-// render encodes c as a kubeconfig, in JSON: every kubeconfig reader
-// (client-go's clientcmd, kubectl, Kueue) takes JSON as well as YAML, and
-// JSON costs a fraction of the YAML conversion, which dominated the sink's
-// CPU time with thousands of files. The conversion to v1 sorts maps and
-// extensions into lists, so equal contents give equal bytes, which is what
-// lets the sink skip writes that would change nothing.
+// render encodes c as a kubeconfig with sinks.EncodeKubeconfig (JSON, equal
+// contents giving equal bytes).
 func render(c content) ([]byte, error) {
 	cluster := c.key.Cluster
 	user := hub.CopyName(cluster, c.msa)
@@ -80,17 +77,14 @@ func render(c content) ([]byte, error) {
 	cfg.Contexts[cluster] = &clientcmdapi.Context{Cluster: cluster, AuthInfo: user}
 	cfg.CurrentContext = cluster
 	cfg.Extensions[MarkerKey] = mark
-
-	v1cfg := &clientcmdv1.Config{}
-	if err := clientcmdlatest.Scheme.Convert(cfg, v1cfg, nil); err != nil {
-		return nil, fmt.Errorf("encode kubeconfig of %s/%s: %w", c.key.Namespace, cluster, err)
+	if c.kueue {
+		if err := sinks.CheckKueueKubeconfig(cfg); err != nil {
+			return nil, err
+		}
 	}
-	v1cfg.APIVersion, v1cfg.Kind = "v1", "Config"
-	data, err := json.MarshalIndent(v1cfg, "", "  ")
+	data, err := sinks.EncodeKubeconfig(cfg)
 	if err != nil {
-		// The encoder's error does not quote field values, but say
-		// nothing more than which file failed in any case.
-		return nil, fmt.Errorf("encode kubeconfig of %s/%s: %w", c.key.Namespace, cluster, err)
+		return nil, fmt.Errorf("kubeconfig of %s/%s: %w", c.key.Namespace, cluster, err)
 	}
 	return data, nil
 }

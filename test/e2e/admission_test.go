@@ -135,12 +135,17 @@ func TestAdmissionPolicy(t *testing.T) {
 	}
 	_, err = s.Create(ctx, secret("argocd-c1", corev1.SecretTypeOpaque, argoLabels), metav1.CreateOptions{})
 	allowed("create an Argo CD cluster Secret", err)
+	kueueLabels := map[string]string{"app.kubernetes.io/managed-by": "hubsync", "hubsync.io/sink": "multikueue"}
+	_, err = s.Create(ctx, secret("hubsync-kubeconfig-c1", corev1.SecretTypeOpaque, kueueLabels), metav1.CreateOptions{})
+	allowed("create a kueue sink's kubeconfig Secret", err)
 
 	// Anything else.
 	_, err = s.Create(ctx, secret("plain", corev1.SecretTypeOpaque, nil), metav1.CreateOptions{})
 	refused("create an unlabelled Secret", err)
 	_, err = s.Create(ctx, secret("argo-other", corev1.SecretTypeOpaque, map[string]string{"argocd.argoproj.io/secret-type": "cluster", "app.kubernetes.io/managed-by": "someone", "hubsync.io/sink": "x"}), metav1.CreateOptions{})
 	refused("create an Argo CD Secret managed by someone else", err)
+	_, err = s.Create(ctx, secret("kubeconfig-c1", corev1.SecretTypeOpaque, kueueLabels), metav1.CreateOptions{})
+	refused("create a Secret with a kueue sink's labels but not its name", err)
 	tokenSecret := secret("mint", corev1.SecretTypeServiceAccountToken, copyLabels)
 	tokenSecret.Annotations = map[string]string{corev1.ServiceAccountNameKey: "default"}
 	_, err = s.Create(ctx, tokenSecret, metav1.CreateOptions{})
@@ -171,4 +176,5 @@ func TestAdmissionPolicy(t *testing.T) {
 	// hubsync deletes its own.
 	allowed("delete a credential copy", s.Delete(ctx, "c1-app", metav1.DeleteOptions{}))
 	allowed("delete an Argo CD cluster Secret", s.Delete(ctx, "argocd-c1", metav1.DeleteOptions{}))
+	allowed("delete a kueue sink's kubeconfig Secret", s.Delete(ctx, "hubsync-kubeconfig-c1", metav1.DeleteOptions{}))
 }

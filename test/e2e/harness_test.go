@@ -111,6 +111,9 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 		RetryBase:      50 * time.Millisecond,
 		RetryMax:       2 * time.Second,
 		RequestTimeout: config.Default().Hub.Timeout.Duration,
+		ForeignWriters: syncer.ForeignOptions{
+			HoldOff: config.Default().ForeignWriters.HoldOff.Duration, MaxHoldOff: config.Default().ForeignWriters.MaxHoldOff.Duration,
+		},
 	}
 	for _, f := range o.tune {
 		f(&sopts)

@@ -29,13 +29,18 @@ var allowed = map[string][]string{
 	"sinks":             {"config", "stream", "hub"},
 	"sinks/kubeconfig":  {"config", "stream", "hub", "sinks"},
 	"sinks/argocd":      {"config", "stream", "hub", "sinks"},
+	"sinks/kueue":       {"config", "stream", "hub", "sinks"},
 	"sinks/webhook":     {"config", "stream", "hub", "events", "sinks"},
 	"tunnel":            {"config", "stream", "hub"},
 	"gateway":           {"config", "tunnel", "hub"},
+	// access is imported by consumers, not by hubsync: it may know only
+	// the naming contract; access/rotations adds the event contract.
+	"access":           {"hub"},
+	"access/rotations": {"access", "events", "stream"},
 	"daemon": {"config", "stream", "hub", "events", "syncer", "bus", "sinks", "sinks/kubeconfig",
-		"sinks/argocd", "sinks/webhook", "tunnel", "gateway"},
+		"sinks/argocd", "sinks/webhook", "sinks/kueue", "tunnel", "gateway"},
 	"cmd/hubsync": {"config", "stream", "hub", "events", "syncer", "bus", "sinks", "sinks/kubeconfig",
-		"sinks/argocd", "sinks/webhook", "tunnel", "gateway", "daemon"},
+		"sinks/argocd", "sinks/webhook", "sinks/kueue", "tunnel", "gateway", "daemon"},
 }
 
 // forbiddenDeps lists, for a package, module path prefixes that must not
@@ -51,8 +56,13 @@ var forbiddenDeps = map[string][]string{
 	"sinks":         {"github.com/nats-io/"},
 	"sinks/webhook": {"github.com/nats-io/"},
 	"sinks/argocd":  {"github.com/nats-io/"},
+	"sinks/kueue":   {"github.com/nats-io/"},
 	"tunnel":        {"github.com/nats-io/"},
 	"gateway":       {"github.com/nats-io/"},
+	// A consumer of access links neither NATS nor (with
+	// access/rotations) the NATS server.
+	"access":           {"github.com/nats-io/", "google.golang.org/grpc"},
+	"access/rotations": {"github.com/nats-io/nats-server/", "google.golang.org/grpc"},
 }
 
 type pkg struct {

@@ -21,6 +21,7 @@ var metricPrefix = map[string]string{
 	"stream":        "hubsync_sink_",
 	"sinks/webhook": "hubsync_webhook_",
 	"sinks/argocd":  "hubsync_argocd_",
+	"sinks/kueue":   "hubsync_kueue_",
 }
 
 // metricDef is one metric name written in product code.
