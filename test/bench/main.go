@@ -54,12 +54,17 @@
 //     replaced in turn and when the leader is SIGKILLed, the leader
 //     handover after SIGTERM and after SIGKILL, and a new replica's time
 //     to /readyz 200;
+//   - revoking rotations: a managed kube-apiserver's ServiceAccount token
+//     rotated through a ManagedServiceAccount and the real binary's copy,
+//     the old token revoked, 20 times: the failed GETs of long-lived
+//     clients built with the exec plugin (`hubsync creds`) and with
+//     package access;
 //   - with --scale only: 3000 clusters x 10 namespaces (10,000 profiles)
 //     and 10,000 credential copies against their raw writes, hubsync's
 //     peak RSS and CPU time; with --soak, RSS, goroutines and open files
 //     every minute under steady rotations and relabels, with their slopes.
 //
-// --tunnel-only, --gateway-only, --flood-only, --replicas-only, --rolling-only, --initial-only, --initial-pairs,
+// --tunnel-only, --gateway-only, --flood-only, --replicas-only, --rolling-only, --rotation-only, --initial-only, --initial-pairs,
 // --sink-pairs, --sinks and --cpuprofile narrow it down for diagnosis.
 package main
 
@@ -130,6 +135,8 @@ func main() {
 	flag.IntVar(&replicaFleetConc, "replica-fleet-writers", 64, "goroutines creating the replica fleet's clusters")
 	flag.BoolVar(&rollingOnly, "rolling-only", false, "print only the rolling-update figures: failed requests while replicas are replaced or the leader killed, leader handovers, time to ready")
 	flag.IntVar(&rollingRepeats, "rolling-repeats", 3, "rolling updates of the three replicas, each followed by a SIGKILL of the leader")
+	flag.BoolVar(&rotationOnly, "rotation-only", false, "print only the revoking-rotation figures: failed GETs of long-lived clients (exec plugin, package access) while the token rotates and the old one is revoked")
+	flag.IntVar(&rotationRepeats, "rotation-repeats", 20, "revoking token rotations")
 	flag.BoolVar(&scaleMode, "scale", false, "only the scale figures: a large fleet with credential copies (see --scale-clusters)")
 	flag.IntVar(&scaleClusters, "scale-clusters", 3000, "clusters of the scale fleet")
 	flag.IntVar(&scaleNamespaces, "scale-namespaces", 10, "namespaces of the scale fleet, each bound to one of three sets")
@@ -152,8 +159,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: --replica-repeats and --replica-used must be at least 1, --replica-used at most --replica-ondemand, --replica-idle over --replica-settle by more than 1s")
 		os.Exit(2)
 	}
-	if rollingRepeats < 1 {
-		fmt.Fprintln(os.Stderr, "bench: --rolling-repeats must be at least 1")
+	if rollingRepeats < 1 || rotationRepeats < 1 {
+		fmt.Fprintln(os.Stderr, "bench: --rolling-repeats and --rotation-repeats must be at least 1")
 		os.Exit(2)
 	}
 	if initialPairs < 1 || sinkPairs < 1 {
@@ -220,6 +227,9 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	if rollingOnly {
 		return benchRolling(ctx, cp, binary, logs)
 	}
+	if rotationOnly {
+		return benchRotation(ctx, cp, binary, logs)
+	}
 	if !gatewayOnly && !initialOnly {
 		if err := benchTunnel(ctx, cp); err != nil {
 			return fmt.Errorf("tunnel figures: %w", err)
@@ -236,6 +246,9 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	if !tunnelOnly && !gatewayOnly && !initialOnly {
 		if err := benchRolling(ctx, cp, binary, logs); err != nil {
 			return fmt.Errorf("rolling-update figures: %w", err)
+		}
+		if err := benchRotation(ctx, cp, binary, logs); err != nil {
+			return fmt.Errorf("revoking-rotation figures: %w", err)
 		}
 	}
 	if tunnelOnly || gatewayOnly {
