@@ -154,7 +154,7 @@ func run(ctx context.Context, binary string, keep bool) error {
 		Name:     "open-cluster-management",
 		Server:   "https://cluster-proxy-addon-user." + proxyNamespace + ":9092/{{.ClusterName}}",
 		CASecret: &config.SecretKeyRef{Namespace: proxyNamespace, Name: proxyCASecret, Key: "tls.crt"},
-	}}, Sinks: sinks.sinks(binary), Tunnel: tunnelConf, Gateway: gwConf}
+	}}, Sinks: sinks.sinks(), Tunnel: tunnelConf, Gateway: gwConf}
 	// Leader election, so that a second replica can join later and take
 	// over; a short drain delay, since the demo's balancer follows
 	// readiness within 100 ms.

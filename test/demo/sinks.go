@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hubsync/hubsync/config"
+	hubkeys "github.com/hubsync/hubsync/hub"
+	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/sinks/webhook"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/testutil"
@@ -79,15 +81,14 @@ func (s *demoSinks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// sinks are the demo's sinks: kubeconfig files for kueue-system (for
-// MultiKueue), Argo CD cluster Secrets for team-payments, and every event
-// of team-ml to the webhook.
-func (s *demoSinks) sinks(binary string) []config.Sink {
-	abs, _ := filepath.Abs(binary)
+// sinks are the demo's sinks: kubeconfig files for kueue-system that
+// Kueue's MultiKueue accepts (token auth, CA inline), Argo CD cluster
+// Secrets for team-payments, and every event of team-ml to the webhook.
+func (s *demoSinks) sinks() []config.Sink {
 	return []config.Sink{
 		{Name: "multikueue", Type: config.SinkKubeconfig, Filter: config.SinkFilter{Namespaces: []string{"kueue-system"}},
 			Kubeconfig: &config.KubeconfigSink{Directory: filepath.Join(s.dir, "kubeconfigs"), AccessProvider: "open-cluster-management",
-				ManagedServiceAccount: demoMSA, Exec: config.ExecAuth{Command: abs}}},
+				ManagedServiceAccount: demoMSA, Consumer: config.ConsumerKueue}},
 		{Name: "argocd", Type: config.SinkArgoCD, ArgoCD: &config.ArgoCDSink{Namespace: demoArgoNamespace, ConsumerNamespace: "team-payments",
 			AccessProvider: "open-cluster-management", ManagedServiceAccount: demoMSA, Exec: config.ExecAuth{Command: "/usr/local/bin/hubsync"}}},
 		{Name: "audit", Type: config.SinkWebhook, Filter: config.SinkFilter{Namespaces: []string{"team-ml"}},
@@ -112,17 +113,21 @@ func (s *demoSinks) print(ctx context.Context, hub *fleet.Hub, d *fleet.Daemon) 
 	if err != nil {
 		return err
 	}
-	fmt.Printf("   multikueue (kubeconfig, namespace kueue-system): %d files in %s\n", len(entries), dir)
+	fmt.Printf("   multikueue (kubeconfig for Kueue, namespace kueue-system): %d files in %s\n", len(entries), dir)
 	for _, e := range entries {
 		kc, err := clientcmd.LoadFromFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			return err
 		}
 		fi, _ := e.Info()
+		verdict := "Kueue's rules: pass"
+		if err := sinks.CheckKueueKubeconfig(kc); err != nil {
+			verdict = "Kueue would refuse it: " + err.Error()
+		}
 		for _, c := range kc.Clusters {
 			user := kc.AuthInfos[kc.Contexts[kc.CurrentContext].AuthInfo]
-			fmt.Printf("     %-34s %v  server %s  exec: %s %s\n", e.Name(), fi.Mode(), c.Server,
-				filepath.Base(user.Exec.Command), strings.Join(user.Exec.Args, " "))
+			fmt.Printf("     %-34s %v  server %s  token %s  %s\n", e.Name(), fi.Mode(), c.Server,
+				hubkeys.TokenFingerprint([]byte(user.Token)), verdict)
 		}
 	}
 	secrets, err := hub.Kube.CoreV1().Secrets(demoArgoNamespace).List(ctx, metav1.ListOptions{LabelSelector: "argocd.argoproj.io/secret-type=cluster"})
