@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -119,13 +117,9 @@ type rotationRig struct {
 	daemon  *fleet.Daemon
 	dir     string
 	closers []func()
-	// tokens holds the bound Secret name of each token minted, in order;
-	// the last is the current one.
-	tokens []rotationToken
-}
-
-type rotationToken struct {
-	secret, token string
+	// tokens holds every token minted, in order; the last is the
+	// current one.
+	tokens []controlplane.BoundToken
 }
 
 // rotationRun is what one revoking rotation measured.
@@ -223,17 +217,14 @@ func (r *rotationRig) setUp(ctx context.Context, cp *controlplane.ControlPlane, 
 	if err := r.daemon.WaitReady(ctx, rotationWait); err != nil {
 		return err
 	}
-	_, err = r.waitCopy(ctx, r.tokens[0].token)
+	_, err = r.waitCopy(ctx, r.tokens[0].Token)
 	return err
 }
 
 // agentServiceAccount makes the ServiceAccount whose tokens the
 // ManagedServiceAccount carries, allowed to get namespaces.
 func (r *rotationRig) agentServiceAccount(ctx context.Context) error {
-	if _, err := r.mkube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rotationAgentNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	if _, err := r.mkube.CoreV1().ServiceAccounts(rotationAgentNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: rotationMSA}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := controlplane.CreateServiceAccount(ctx, r.managed.Config, rotationAgentNS, rotationMSA); err != nil {
 		return err
 	}
 	role := &rbacv1.ClusterRole{
@@ -288,23 +279,14 @@ func (r *rotationRig) hubObjects(ctx context.Context) error {
 // token Secret, as the agent does on a refresh.
 func (r *rotationRig) putToken(ctx context.Context) error {
 	name := fmt.Sprintf("rotation-token-%d", len(r.tokens))
-	sec, err := r.mkube.CoreV1().Secrets(rotationAgentNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	// Ten minutes is the least TokenRequest allows.
+	tok, err := controlplane.MintBoundToken(ctx, r.managed.Config, rotationAgentNS, rotationMSA, name, 10*time.Minute)
 	if err != nil {
 		return err
 	}
-	exp := int64(600) // the least TokenRequest allows
-	tr, err := r.mkube.CoreV1().ServiceAccounts(rotationAgentNS).CreateToken(ctx, rotationMSA, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			ExpirationSeconds: &exp,
-			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: sec.Name, UID: sec.UID},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("request token %s: %w", name, err)
-	}
-	r.tokens = append(r.tokens, rotationToken{secret: name, token: tr.Status.Token})
+	r.tokens = append(r.tokens, tok)
 	return r.hub.PutToken(ctx, rotationCluster, rotationMSA, "", map[string][]byte{
-		hub.TokenKey: []byte(tr.Status.Token), hub.CAKey: r.managed.CA,
+		hub.TokenKey: []byte(tok.Token), hub.CAKey: r.managed.CA,
 	})
 }
 
@@ -475,17 +457,12 @@ func (r *rotationRig) rotate(ctx context.Context, clients []*rotationClient) (ro
 		return run, err
 	}
 	var err error
-	if run.copied, err = r.waitCopy(ctx, r.tokens[len(r.tokens)-1].token); err != nil {
+	if run.copied, err = r.waitCopy(ctx, r.tokens[len(r.tokens)-1].Token); err != nil {
 		return run, err
 	}
-	revoked := time.Now()
-	if err := r.mkube.CoreV1().Secrets(rotationAgentNS).Delete(ctx, old.secret, metav1.DeleteOptions{}); err != nil {
-		return run, fmt.Errorf("revoke %s: %w", old.secret, err)
-	}
-	if err := r.waitRefused(ctx, old); err != nil {
+	if run.refused, err = controlplane.RevokeBoundToken(ctx, r.managed.Config, old, rotationWait); err != nil {
 		return run, err
 	}
-	run.refused = time.Since(revoked)
 	if err := r.waitRecovered(ctx, clients, time.Now().Add(time.Second)); err != nil {
 		return run, err
 	}
@@ -494,21 +471,6 @@ func (r *rotationRig) rotate(ctx context.Context, clients []*rotationClient) (ro
 		run.sent, run.failed = append(run.sent, sent), append(run.failed, fails)
 	}
 	return run, nil
-}
-
-// waitRefused waits until the managed cluster refuses tok.
-func (r *rotationRig) waitRefused(ctx context.Context, tok rotationToken) error {
-	kube, err := kubernetes.NewForConfig(&rest.Config{Host: r.managed.Config.Host, BearerToken: tok.token, TLSClientConfig: rest.TLSClientConfig{CAData: r.managed.CA}})
-	if err != nil {
-		return err
-	}
-	return testutil.Poll(ctx, rotationWait, 50*time.Millisecond, func() error {
-		_, err := kube.CoreV1().Namespaces().Get(ctx, rotationAgentNS, metav1.GetOptions{})
-		if apierrors.IsUnauthorized(err) {
-			return nil
-		}
-		return fmt.Errorf("%s still accepted (%v)", tok.secret, err)
-	})
 }
 
 // waitRecovered waits until every client has succeeded after since.

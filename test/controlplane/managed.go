@@ -22,8 +22,6 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -236,16 +234,11 @@ func (m *Managed) Close() error {
 // ServiceAccountToken creates namespace/name (a ServiceAccount) if needed
 // and returns a token for it from the TokenRequest API.
 func (m *Managed) ServiceAccountToken(ctx context.Context, namespace, name string, ttl time.Duration) (string, error) {
+	if err := CreateServiceAccount(ctx, m.Config, namespace, name); err != nil {
+		return "", err
+	}
 	kube, err := kubernetes.NewForConfig(m.Config)
 	if err != nil {
-		return "", err
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", err
-	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
-	if _, err := kube.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
 	secs := int64(ttl.Seconds())

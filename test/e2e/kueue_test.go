@@ -263,7 +263,7 @@ func TestKueueSink(t *testing.T) {
 		h.must(err)
 		tok := fleet.FakeJWT(time.Now().Add(time.Hour))
 		if name == live {
-			tok = tokA.token
+			tok = tokA.Token
 		}
 		tokens[name] = tok
 		h.must(h.hub.PutToken(h.ctx, name, "kueue", "", map[string][]byte{hub.TokenKey: []byte(tok), hub.CAKey: m.cfg.CAData}))
@@ -315,11 +315,11 @@ func TestKueueSink(t *testing.T) {
 	// Source secret.
 	e.expectSource(live, true)
 	e.expectSource(other, true)
-	sec, cfg := e.expectKubeconfig(live, tokA.token, m.cfg.CAData)
+	sec, cfg := e.expectKubeconfig(live, tokA.Token, m.cfg.CAData)
 	e.expectKubeconfig(other, tokens[other], servers[other].CABundle)
 	kube, err := kubernetes.NewForConfig(cfg)
 	h.must(err)
-	if jti, err := whoami(h.ctx, kube); err != nil || jti != tokA.jti {
+	if jti, err := whoami(h.ctx, kube); err != nil || jti != tokA.JTI {
 		t.Fatalf("a client from the kubeconfig Secret: %q, %v; want token A", jti, err)
 	}
 	e.expectConfig(mkConfig, other, live)
@@ -336,14 +336,14 @@ func TestKueueSink(t *testing.T) {
 
 	// Rotation: the Secret holds token B, the MultiKueueCluster is as it was.
 	before := e.expectSource(live, true)
-	h.must(h.hub.PutToken(h.ctx, live, "kueue", "", map[string][]byte{hub.TokenKey: []byte(tokB.token), hub.CAKey: m.cfg.CAData}))
-	rotated, cfg := e.expectKubeconfig(live, tokB.token, m.cfg.CAData)
+	h.must(h.hub.PutToken(h.ctx, live, "kueue", "", map[string][]byte{hub.TokenKey: []byte(tokB.Token), hub.CAKey: m.cfg.CAData}))
+	rotated, cfg := e.expectKubeconfig(live, tokB.Token, m.cfg.CAData)
 	if rotated.ResourceVersion == sec.ResourceVersion {
 		t.Error("the Secret was not rewritten")
 	}
 	kube, err = kubernetes.NewForConfig(cfg)
 	h.must(err)
-	if jti, err := whoami(h.ctx, kube); err != nil || jti != tokB.jti {
+	if jti, err := whoami(h.ctx, kube); err != nil || jti != tokB.JTI {
 		t.Errorf("a client from the rotated kubeconfig Secret: %q, %v; want token B", jti, err)
 	}
 	if after := e.expectSource(live, true); after.GetResourceVersion() != before.GetResourceVersion() {
@@ -408,7 +408,7 @@ func TestKueueSink(t *testing.T) {
 	metricsText, err := d.Metrics()
 	h.must(err)
 	for what, text := range map[string]string{"the daemon's /metrics": metricsText, "the daemon's log": out} {
-		for _, f := range leak.Tokens(text, []string{tokA.token, tokB.token}) {
+		for _, f := range leak.Tokens(text, []string{tokA.Token, tokB.Token}) {
 			t.Errorf("%s appears in %s", f, what)
 		}
 	}

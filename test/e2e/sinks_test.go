@@ -19,6 +19,7 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/hub"
+	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/leak"
 	"github.com/hubsync/hubsync/test/testutil"
@@ -97,10 +98,8 @@ func whoami(ctx context.Context, kube kubernetes.Interface) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for _, v := range r.Status.UserInfo.Extra[credentialIDExtra] {
-		if jti, ok := strings.CutPrefix(v, "JTI="); ok {
-			return jti, nil
-		}
+	if jti := controlplane.CredentialJTI(r.Status.UserInfo.Extra); jti != "" {
+		return jti, nil
 	}
 	return "", fmt.Errorf("no credential id in %v", r.Status.UserInfo.Extra)
 }
@@ -128,7 +127,7 @@ func TestKubeconfigSinkThroughRotation(t *testing.T) {
 	tokA, tokB := m.mintToken(t, "token-a"), m.mintToken(t, "token-b")
 	_, err := h.hub.CreateMSA(h.ctx, cluster, msa, true)
 	h.must(err)
-	h.must(h.hub.PutToken(h.ctx, cluster, msa, "", map[string][]byte{hub.TokenKey: []byte(tokA.token), hub.CAKey: m.cfg.CAData}))
+	h.must(h.hub.PutToken(h.ctx, cluster, msa, "", map[string][]byte{hub.TokenKey: []byte(tokA.Token), hub.CAKey: m.cfg.CAData}))
 	// A short declared expiry makes client-go run the plugin again during
 	// the test (see TestConsumerPathSurvivesRotation).
 	expA := time.Now().Add(8 * time.Second).UTC().Truncate(time.Second)
@@ -177,7 +176,7 @@ func TestKubeconfigSinkThroughRotation(t *testing.T) {
 	}
 	execBefore, err := os.ReadFile(execFile)
 	h.must(err)
-	if strings.Contains(string(execBefore), tokA.token) {
+	if strings.Contains(string(execBefore), tokA.Token) {
 		t.Fatal("the exec-mode file holds the token")
 	}
 
@@ -214,17 +213,17 @@ func TestKubeconfigSinkThroughRotation(t *testing.T) {
 	h.eventually("the exec-mode client authenticates with token A", func() error {
 		mu.Lock()
 		defer mu.Unlock()
-		if !slices.Contains(seen, tokA.jti) {
+		if !slices.Contains(seen, tokA.JTI) {
 			return fmt.Errorf("seen %v", seen)
 		}
 		return nil
 	})
-	if jti, err := whoami(h.ctx, clientFromFile(t, tokenFile)); err != nil || jti != tokA.jti {
+	if jti, err := whoami(h.ctx, clientFromFile(t, tokenFile)); err != nil || jti != tokA.JTI {
 		t.Fatalf("token-mode file: %q, %v; want token A", jti, err)
 	}
 
 	// Rotate as the agent does, then revoke token A.
-	h.must(h.hub.PutToken(h.ctx, cluster, msa, "", map[string][]byte{hub.TokenKey: []byte(tokB.token), hub.CAKey: m.cfg.CAData}))
+	h.must(h.hub.PutToken(h.ctx, cluster, msa, "", map[string][]byte{hub.TokenKey: []byte(tokB.Token), hub.CAKey: m.cfg.CAData}))
 	h.must(h.hub.SetMSAExpiration(h.ctx, cluster, msa, time.Now().Add(10*time.Minute)))
 	h.eventually("the token-mode file holds token B", func() error {
 		data, err := os.ReadFile(tokenFile)
@@ -236,7 +235,7 @@ func TestKubeconfigSinkThroughRotation(t *testing.T) {
 			return err
 		}
 		for _, a := range kc.AuthInfos {
-			if a.Token == tokB.token {
+			if a.Token == tokB.Token {
 				return nil
 			}
 		}
@@ -246,7 +245,7 @@ func TestKubeconfigSinkThroughRotation(t *testing.T) {
 	h.eventually("the exec-mode client moved to token B", func() error {
 		mu.Lock()
 		defer mu.Unlock()
-		if len(seen) == 0 || seen[len(seen)-1] != tokB.jti {
+		if len(seen) == 0 || seen[len(seen)-1] != tokB.JTI {
 			return fmt.Errorf("seen %v", seen)
 		}
 		return nil
@@ -256,7 +255,7 @@ func TestKubeconfigSinkThroughRotation(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if jti != tokB.jti {
+		if jti != tokB.JTI {
 			return fmt.Errorf("authenticated with %s", jti)
 		}
 		return nil
@@ -275,7 +274,7 @@ func TestKubeconfigSinkThroughRotation(t *testing.T) {
 	}
 	// Nothing but the token-mode files holds a token, in any encoding:
 	// every file of the exec-mode directory, the daemon's metrics and log.
-	tokens := []string{tokA.token, tokB.token}
+	tokens := []string{tokA.Token, tokB.Token}
 	h.must(filepath.WalkDir(execDir, func(path string, e os.DirEntry, err error) error {
 		if err != nil || e.IsDir() {
 			return err

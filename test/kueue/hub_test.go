@@ -13,6 +13,7 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/hub"
+	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/leak"
 	"github.com/hubsync/hubsync/test/testutil"
@@ -53,7 +54,7 @@ func newHubFixture(t *testing.T) *hubFixture {
 
 // cluster registers a managed cluster in set whose API server is the
 // worker, with a ManagedServiceAccount synced to its profiles holding tok.
-func (f *hubFixture) cluster(t *testing.T, name, set string, tok boundToken) {
+func (f *hubFixture) cluster(t *testing.T, name, set string, tok controlplane.BoundToken) {
 	t.Helper()
 	ctx := t.Context()
 	_, err := f.CreateCluster(ctx, fleet.ClusterSpec{
@@ -73,10 +74,10 @@ func (f *hubFixture) cluster(t *testing.T, name, set string, tok boundToken) {
 // rotate does what the managed-serviceaccount agent does on a refresh:
 // the new token into the hub token Secret, its expiry into the MSA's
 // status.
-func (f *hubFixture) rotate(t *testing.T, cluster string, tok boundToken) {
+func (f *hubFixture) rotate(t *testing.T, cluster string, tok controlplane.BoundToken) {
 	t.Helper()
 	ctx := t.Context()
-	data := map[string][]byte{hub.TokenKey: []byte(tok.token), hub.CAKey: suite.worker.m.CA}
+	data := map[string][]byte{hub.TokenKey: []byte(tok.Token), hub.CAKey: suite.worker.m.CA}
 	if err := f.PutToken(ctx, cluster, msa, "", data); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func (f *hubFixture) rotate(t *testing.T, cluster string, tok boundToken) {
 
 // waitCopy waits until the credential copy of cluster in Kueue's
 // namespace holds tok.
-func (f *hubFixture) waitCopy(t *testing.T, cluster string, tok boundToken) {
+func (f *hubFixture) waitCopy(t *testing.T, cluster string, tok controlplane.BoundToken) {
 	t.Helper()
 	name := hub.CopyName(cluster, msa)
 	testutil.Eventually(t, 60*time.Second, 100*time.Millisecond, func() error {
@@ -95,8 +96,8 @@ func (f *hubFixture) waitCopy(t *testing.T, cluster string, tok boundToken) {
 		if err != nil {
 			return err
 		}
-		if string(sec.Data[hub.TokenKey]) != tok.token {
-			return fmt.Errorf("copy %s does not hold token %s", name, tok.secret)
+		if string(sec.Data[hub.TokenKey]) != tok.Token {
+			return fmt.Errorf("copy %s does not hold token %s", name, tok.Secret)
 		}
 		return nil
 	}, "credential copy %s/%s", kueueNS, name)

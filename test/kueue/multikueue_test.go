@@ -22,6 +22,7 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/hub"
+	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/testutil"
 )
 
@@ -38,10 +39,10 @@ type tokens struct {
 	all []string
 }
 
-func (k *tokens) add(tok boundToken) boundToken {
+func (k *tokens) add(tok controlplane.BoundToken) controlplane.BoundToken {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.all = append(k.all, tok.token)
+	k.all = append(k.all, tok.Token)
 	return tok
 }
 
@@ -116,7 +117,7 @@ func proveSource(t *testing.T, f *hubFixture, k *kueueController, source, prefix
 	toks := &tokens{}
 	set, c1, c2 := prefix+"-set", prefix+"-1", prefix+"-2"
 	userCfg, hubsyncCfg := prefix+"-user", prefix+"-hubsync"
-	a := map[string]boundToken{}
+	a := map[string]controlplane.BoundToken{}
 	for _, c := range []string{c1, c2} {
 		suite.worker.identity(t, c)
 		a[c] = toks.add(suite.worker.mint(t, c, c+"-a"))
@@ -181,7 +182,7 @@ func proveSource(t *testing.T, f *hubFixture, k *kueueController, source, prefix
 // expectMKC waits for the MultiKueueCluster hubsync writes for profile:
 // hubsync's labels and the source's clusterSource; for source secret, the
 // kubeconfig Secret it names, holding tok inline.
-func expectMKC(t *testing.T, k *kueueController, source, profile string, tok boundToken) {
+func expectMKC(t *testing.T, k *kueueController, source, profile string, tok controlplane.BoundToken) {
 	t.Helper()
 	testutil.Eventually(t, 60*time.Second, 100*time.Millisecond, func() error {
 		m, err := k.mkc(t.Context(), profile)
@@ -214,7 +215,7 @@ func expectMKC(t *testing.T, k *kueueController, source, profile string, tok bou
 
 // secretHolds checks that the kubeconfig Secret name is hubsync's and
 // holds a kubeconfig with tok inline, for the worker.
-func secretHolds(t *testing.T, k *kueueController, name string, tok boundToken) error {
+func secretHolds(t *testing.T, k *kueueController, name string, tok controlplane.BoundToken) error {
 	s, err := k.secret(t.Context(), name)
 	if err != nil || s == nil {
 		return fmt.Errorf("kubeconfig Secret %s: %v", name, err)
@@ -230,8 +231,8 @@ func secretHolds(t *testing.T, k *kueueController, name string, tok boundToken) 
 	if ctx == nil || kc.AuthInfos[ctx.AuthInfo] == nil || kc.Clusters[ctx.Cluster] == nil {
 		return fmt.Errorf("Secret %s: no complete current context", name)
 	}
-	if kc.AuthInfos[ctx.AuthInfo].Token != tok.token {
-		return fmt.Errorf("Secret %s does not hold token %s", name, tok.secret)
+	if kc.AuthInfos[ctx.AuthInfo].Token != tok.Token {
+		return fmt.Errorf("Secret %s does not hold token %s", name, tok.Secret)
 	}
 	if c := kc.Clusters[ctx.Cluster]; c.Server != suite.worker.server() {
 		return fmt.Errorf("Secret %s: server %s, want the worker's %s", name, c.Server, suite.worker.server())
@@ -244,7 +245,7 @@ func secretHolds(t *testing.T, k *kueueController, name string, tok boundToken) 
 // stay True (and c's must not even flip and back: its transition time
 // stays), and Kueue's remote client of c must reach the worker with b
 // after the worker has refused a, with no request refused.
-func rotateAndRevoke(t *testing.T, f *hubFixture, k *kueueController, source, c string, a, b boundToken, other string) {
+func rotateAndRevoke(t *testing.T, f *hubFixture, k *kueueController, source, c string, a, b controlplane.BoundToken, other string) {
 	t.Helper()
 	before := k.waitActive(t, c)
 	watch := k.watchActive(c, other)
@@ -401,17 +402,17 @@ func oneFile(t *testing.T, dir string) string {
 }
 
 // fileHolds checks that the kubeconfig file at path holds tok.
-func fileHolds(path string, tok boundToken) error {
+func fileHolds(path string, tok controlplane.BoundToken) error {
 	kc, err := clientcmd.LoadFromFile(path)
 	if err != nil {
 		return err
 	}
 	for _, a := range kc.AuthInfos {
-		if a.Token == tok.token {
+		if a.Token == tok.Token {
 			return nil
 		}
 	}
-	return fmt.Errorf("%s does not hold token %s", path, tok.secret)
+	return fmt.Errorf("%s does not hold token %s", path, tok.Secret)
 }
 
 func must(t *testing.T, err error) {

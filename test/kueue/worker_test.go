@@ -1,20 +1,15 @@
 package kueue_test
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/testutil"
@@ -23,10 +18,6 @@ import (
 // workerNS holds the worker cluster's ServiceAccounts that the managed
 // service accounts stand for.
 const workerNS = "open-cluster-management-agent-addon"
-
-// credentialIDExtra is the user-info extra in which kube-apiserver reports
-// the JTI of the service-account token a request authenticated with.
-const credentialIDExtra = "authentication.kubernetes.io/credential-id"
 
 // workloadsPath is the path of every request Kueue's remote client makes
 // to a worker: its Workload watch and its garbage collector's lists.
@@ -48,11 +39,7 @@ func (w *worker) server() string { return "https://" + w.m.Address }
 func (w *worker) identity(t *testing.T, sa string) {
 	t.Helper()
 	ctx := t.Context()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: workerNS}}
-	if _, err := w.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	if _, err := w.kube.CoreV1().ServiceAccounts(workerNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+	if err := controlplane.CreateServiceAccount(ctx, w.m.Config, workerNS, sa); err != nil {
 		t.Fatal(err)
 	}
 	binding := &rbacv1.ClusterRoleBinding{
@@ -65,61 +52,24 @@ func (w *worker) identity(t *testing.T, sa string) {
 	}
 }
 
-// boundToken is a token of a worker ServiceAccount bound to a Secret of
-// its own: deleting the Secret revokes the token.
-type boundToken struct {
-	sa, secret, token, jti string
-}
-
 // mint returns a new token of sa, bound to a new Secret named name.
-func (w *worker) mint(t *testing.T, sa, name string) boundToken {
+func (w *worker) mint(t *testing.T, sa, name string) controlplane.BoundToken {
 	t.Helper()
-	ctx := t.Context()
-	sec, err := w.kube.CoreV1().Secrets(workerNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	tok, err := controlplane.MintBoundToken(t.Context(), w.m.Config, workerNS, sa, name, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	exp := int64(3600)
-	tr, err := w.kube.CoreV1().ServiceAccounts(workerNS).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			ExpirationSeconds: &exp,
-			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: sec.Name, UID: sec.UID},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("request token %s: %v", name, err)
-	}
-	jti, err := jwtID(tr.Status.Token)
-	if err != nil {
-		t.Fatalf("token %s: %v", name, err)
-	}
-	return boundToken{sa: sa, secret: name, token: tr.Status.Token, jti: jti}
+	return tok
 }
 
-// revoke deletes tok's Secret and waits until the worker refuses tok
-// (kube-apiserver caches a successful authentication for about 10 s). It
-// returns when the refusal was first seen.
-func (w *worker) revoke(t *testing.T, tok boundToken) time.Time {
+// revoke revokes tok and waits until the worker refuses it. It returns
+// when the refusal was first seen.
+func (w *worker) revoke(t *testing.T, tok controlplane.BoundToken) time.Time {
 	t.Helper()
-	ctx := t.Context()
-	if err := w.kube.CoreV1().Secrets(workerNS).Delete(ctx, tok.secret, metav1.DeleteOptions{}); err != nil {
-		t.Fatalf("revoke token %s: %v", tok.secret, err)
-	}
-	cfg := &rest.Config{Host: w.server(), BearerToken: tok.token, TLSClientConfig: rest.TLSClientConfig{CAData: w.m.CA}, UserAgent: "revocation-probe"}
-	probe, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
+	if _, err := controlplane.RevokeBoundToken(t.Context(), w.m.Config, tok, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	var at time.Time
-	testutil.Eventually(t, 30*time.Second, 200*time.Millisecond, func() error {
-		_, err := probe.CoreV1().Namespaces().Get(ctx, workerNS, metav1.GetOptions{})
-		if apierrors.IsUnauthorized(err) {
-			at = time.Now()
-			return nil
-		}
-		return fmt.Errorf("token %s still accepted (%v)", tok.secret, err)
-	}, "revoked token %s refused by the worker", tok.secret)
-	return at
+	return time.Now()
 }
 
 // request is one audited request to the worker's Workloads API.
@@ -170,9 +120,7 @@ func (w *worker) workloadRequests() ([]request, error) {
 			continue
 		}
 		r := request{verb: e.Verb, username: e.User.Username, code: e.ResponseStatus.Code, at: e.StageTimestamp.Time}
-		for _, v := range e.User.Extra[credentialIDExtra] {
-			r.jti = strings.TrimPrefix(v, "JTI=")
-		}
+		r.jti = controlplane.CredentialJTI(e.User.Extra)
 		out = append(out, r)
 	}
 	return out, nil
@@ -196,10 +144,10 @@ func (w *worker) requestsSince(t0 time.Time) ([]request, error) {
 
 // servedWith counts the requests in reqs that the worker served, made
 // with tok.
-func servedWith(reqs []request, tok boundToken) int {
+func servedWith(reqs []request, tok controlplane.BoundToken) int {
 	n := 0
 	for _, r := range reqs {
-		if r.code == 200 && r.jti == tok.jti {
+		if r.code == 200 && r.jti == tok.JTI {
 			n++
 		}
 	}
@@ -209,7 +157,7 @@ func servedWith(reqs []request, tok boundToken) int {
 // usedAfter waits until the worker has served n Workloads requests of
 // Kueue's made with tok since t0, and returns every request Kueue made
 // since t0.
-func (w *worker) usedAfter(t *testing.T, tok boundToken, t0 time.Time, n int, within time.Duration) []request {
+func (w *worker) usedAfter(t *testing.T, tok controlplane.BoundToken, t0 time.Time, n int, within time.Duration) []request {
 	t.Helper()
 	var since []request
 	testutil.Eventually(t, within, 250*time.Millisecond, func() error {
@@ -218,10 +166,10 @@ func (w *worker) usedAfter(t *testing.T, tok boundToken, t0 time.Time, n int, wi
 			return err
 		}
 		if got := servedWith(since, tok); got < n {
-			return fmt.Errorf("%d of %d requests made with token %s since %s (%d requests in all)", got, n, tok.secret, t0.Format(time.RFC3339Nano), len(since))
+			return fmt.Errorf("%d of %d requests made with token %s since %s (%d requests in all)", got, n, tok.Secret, t0.Format(time.RFC3339Nano), len(since))
 		}
 		return nil
-	}, "Kueue's remote client for %s used token %s", tok.sa, tok.secret)
+	}, "Kueue's remote client for %s used token %s", tok.ServiceAccount, tok.Secret)
 	return since
 }
 
@@ -229,34 +177,15 @@ func (w *worker) usedAfter(t *testing.T, tok boundToken, t0 time.Time, n int, wi
 // three times with tok since t0 (its garbage collector lists every
 // gcInterval), and fails t if any Workloads request since t0 was refused
 // or, from tok's ServiceAccount, made with another token.
-func (w *worker) keepsWorking(t *testing.T, tok boundToken, t0 time.Time) {
+func (w *worker) keepsWorking(t *testing.T, tok controlplane.BoundToken, t0 time.Time) {
 	t.Helper()
 	since := w.usedAfter(t, tok, t0, 3, 30*time.Second)
 	for _, r := range since {
 		switch {
 		case r.code >= 400:
 			t.Errorf("the worker answered Kueue's %s of Workloads with %d at %s (user %q)", r.verb, r.code, r.at.Format(time.RFC3339Nano), r.username)
-		case r.username == "system:serviceaccount:"+workerNS+":"+tok.sa && r.jti != tok.jti:
-			t.Errorf("Kueue's client of %s used a token other than %s at %s", tok.sa, tok.secret, r.at.Format(time.RFC3339Nano))
+		case r.username == "system:serviceaccount:"+workerNS+":"+tok.ServiceAccount && r.jti != tok.JTI:
+			t.Errorf("Kueue's client of %s used a token other than %s at %s", tok.ServiceAccount, tok.Secret, r.at.Format(time.RFC3339Nano))
 		}
 	}
-}
-
-// jwtID reads a JWT's jti claim (unverified).
-func jwtID(token string) (string, error) {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return "", fmt.Errorf("not a JWT")
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return "", fmt.Errorf("JWT payload: %w", err)
-	}
-	var claims struct {
-		JTI string `json:"jti"`
-	}
-	if err := json.Unmarshal(payload, &claims); err != nil || claims.JTI == "" {
-		return "", fmt.Errorf("JWT without jti")
-	}
-	return claims.JTI, nil
 }

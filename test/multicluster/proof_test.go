@@ -20,6 +20,7 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/hub"
+	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/leak"
 	"github.com/hubsync/hubsync/test/pki"
@@ -47,7 +48,7 @@ func clusterKey(name string) string { return consumerNS + "/" + name }
 type proof struct {
 	hub    *fleet.Hub
 	spokes []*spoke
-	tokens map[string]boundToken
+	tokens map[string]controlplane.BoundToken
 	logs   *fleet.LogBuffer
 	hist   *history
 	c      *consumer
@@ -117,7 +118,7 @@ func newProof(t *testing.T) *proof {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proof{hub: h, tokens: map[string]boundToken{}}
+	p := &proof{hub: h, tokens: map[string]controlplane.BoundToken{}}
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -134,7 +135,7 @@ func newProof(t *testing.T) *proof {
 		p.tokens[name] = tok
 		_, err := h.CreateMSA(ctx, name, msaName, true)
 		must(err)
-		must(h.PutToken(ctx, name, msaName, tok.token, map[string][]byte{hub.TokenKey: []byte(tok.token), hub.CAKey: s.m.CA}))
+		must(h.PutToken(ctx, name, msaName, tok.Token, map[string][]byte{hub.TokenKey: []byte(tok.Token), hub.CAKey: s.m.CA}))
 		_, err = h.CreateCluster(ctx, fleet.ClusterSpec{
 			Name:          name,
 			Labels:        map[string]string{memberLabel: "yes", hub.LabelClusterSet: "blue", "env": "a"},
@@ -200,12 +201,12 @@ func (p *proof) awaitProfiles(t *testing.T) {
 }
 
 // copyHolds says whether the cluster's credential copy holds tok.
-func (p *proof) copyHolds(t *testing.T, cluster string, tok boundToken) error {
+func (p *proof) copyHolds(t *testing.T, cluster string, tok controlplane.BoundToken) error {
 	sec, err := p.hub.Kube.CoreV1().Secrets(consumerNS).Get(t.Context(), hub.CopyName(cluster, msaName), metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	if got, want := sec.Annotations[hub.AnnotationTokenFingerprint], hub.TokenFingerprint([]byte(tok.token)); got != want {
+	if got, want := sec.Annotations[hub.AnnotationTokenFingerprint], hub.TokenFingerprint([]byte(tok.Token)); got != want {
 		return fmt.Errorf("copy of %s holds fingerprint %s, want %s", cluster, got, want)
 	}
 	return nil
@@ -371,11 +372,11 @@ func (p *proof) relabelSet(t *testing.T, value string) {
 // to be reconciled: the controller's long-lived clusters must switch to
 // the new token.
 func (p *proof) rotate(t *testing.T) {
-	old := map[string]boundToken{}
+	old := map[string]controlplane.BoundToken{}
 	for _, s := range p.spokes {
 		tok := s.mintToken(t, "token-2")
 		old[s.name], p.tokens[s.name] = p.tokens[s.name], tok
-		if err := p.hub.PutToken(t.Context(), s.name, msaName, tok.token, map[string][]byte{hub.TokenKey: []byte(tok.token), hub.CAKey: s.m.CA}); err != nil {
+		if err := p.hub.PutToken(t.Context(), s.name, msaName, tok.Token, map[string][]byte{hub.TokenKey: []byte(tok.Token), hub.CAKey: s.m.CA}); err != nil {
 			t.Fatal(err)
 		}
 	}

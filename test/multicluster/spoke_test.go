@@ -5,13 +5,11 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/testutil"
@@ -39,13 +37,6 @@ type spoke struct {
 	admin kubernetes.Interface
 }
 
-// boundToken is a ServiceAccount token bound to a Secret of the same name
-// on the managed cluster: deleting the Secret revokes the token.
-type boundToken struct {
-	secret string
-	token  string
-}
-
 // newSpoke prepares a managed cluster: the controller's ServiceAccount,
 // allowed to read and update ConfigMaps and nothing else, and the
 // namespace of the ConfigMaps.
@@ -63,12 +54,9 @@ func newSpoke(t *testing.T, name string, m *controlplane.Managed) *spoke {
 			t.Fatalf("%s on %s: %v", what, name, err)
 		}
 	}
-	for _, ns := range []string{agentNS, appNS} {
-		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-		create("namespace "+ns, err)
-	}
-	_, err = admin.CoreV1().ServiceAccounts(agentNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: msaName}}, metav1.CreateOptions{})
-	create("service account", err)
+	create("service account", controlplane.CreateServiceAccount(ctx, m.Config, agentNS, msaName))
+	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appNS}}, metav1.CreateOptions{})
+	create("namespace "+appNS, err)
 	_, err = admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: msaName},
 		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "update", "patch"}}},
@@ -85,56 +73,24 @@ func newSpoke(t *testing.T, name string, m *controlplane.Managed) *spoke {
 
 // mintToken returns a new token of the controller's ServiceAccount, bound
 // to a Secret named secret.
-func (s *spoke) mintToken(t *testing.T, secret string) boundToken {
+func (s *spoke) mintToken(t *testing.T, secret string) controlplane.BoundToken {
 	t.Helper()
-	ctx := t.Context()
-	sec, err := s.admin.CoreV1().Secrets(agentNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("token binding Secret on %s: %v", s.name, err)
-	}
-	exp := int64(3600)
-	tr, err := s.admin.CoreV1().ServiceAccounts(agentNS).CreateToken(ctx, msaName, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			ExpirationSeconds: &exp,
-			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: sec.Name, UID: sec.UID},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("token request on %s: %v", s.name, err)
-	}
-	return boundToken{secret: secret, token: tr.Status.Token}
-}
-
-// revoke deletes the Secret tok is bound to and waits until the managed
-// API server rejects tok: it caches successful token authentications for
-// about 10 s, so the rejection is polled for, not assumed. It returns how
-// long the rejection took.
-func (s *spoke) revoke(t *testing.T, tok boundToken) time.Duration {
-	t.Helper()
-	ctx := t.Context()
-	start := time.Now()
-	if err := s.admin.CoreV1().Secrets(agentNS).Delete(ctx, tok.secret, metav1.DeleteOptions{}); err != nil {
-		t.Fatalf("revoke %s on %s: %v", tok.secret, s.name, err)
-	}
-	static, err := kubernetes.NewForConfig(&rest.Config{
-		Host: s.m.Config.Host, BearerToken: tok.token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: s.m.CA},
-	})
+	tok, err := controlplane.MintBoundToken(t.Context(), s.m.Config, agentNS, msaName, secret, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 30*time.Second, 200*time.Millisecond, func() error {
-		_, err := static.CoreV1().ConfigMaps(appNS).List(ctx, metav1.ListOptions{Limit: 1})
-		switch {
-		case apierrors.IsUnauthorized(err):
-			return nil
-		case err == nil:
-			return fmt.Errorf("still accepted")
-		default:
-			return err
-		}
-	}, "the revoked token %s of %s rejected", tok.secret, s.name)
-	return time.Since(start)
+	return tok
+}
+
+// revoke revokes tok and waits until the managed API server rejects it.
+// It returns how long the rejection took.
+func (s *spoke) revoke(t *testing.T, tok controlplane.BoundToken) time.Duration {
+	t.Helper()
+	took, err := controlplane.RevokeBoundToken(t.Context(), s.m.Config, tok, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return took
 }
 
 // putConfigMap creates a ConfigMap the controller must reconcile.
