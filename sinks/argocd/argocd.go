@@ -61,7 +61,7 @@ type Sink struct {
 	// clusters is what the stream said about each cluster of the consumer
 	// namespace: the state every decision is computed from, so that
 	// Deliver and Resync decide alike.
-	clusters map[string]*clusterState
+	clusters sinks.Clusters
 	// conflicted holds the clusters currently reported, with the reason,
 	// so each conflict is logged once rather than on every delivery.
 	conflicted map[string]string
@@ -73,13 +73,12 @@ type Sink struct {
 	// the changes already, so a retried batch no longer shows which other
 	// clusters competed for a server it freed; they are decided again on
 	// the next delivery.
-	retry map[string]bool
+	retry sinks.RetrySet
 	// obs is what the last list of Argo CD's namespace showed, kept up to
 	// date with the sink's own writes, so that a burst of deliveries costs
 	// one list every obsMaxAge instead of two per batch (each returning
 	// every cluster Secret). Errors and resyncs list afresh.
-	obs    *observed
-	obsAt  time.Time
+	obs    sinks.Observed[*observed]
 	now    func() time.Time
 	closed bool
 
@@ -87,14 +86,6 @@ type Sink struct {
 	// is attached to a worker; it has a lock of its own, so that Close can
 	// stop it while a delivery holds mu.
 	watch integrationWatch
-}
-
-// clusterState is what the sink knows of one cluster.
-type clusterState struct {
-	// profile is the cluster's profile summary; nil while there is none.
-	profile *stream.ProfileSummary
-	// credential says the credential copy of the sink's MSA exists.
-	credential bool
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -162,10 +153,10 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		log:        log.With("sink", cfg.Name, "argocdNamespace", a.Namespace),
 		conflicts:  gauge,
 		skips:      skips,
-		clusters:   map[string]*clusterState{},
+		clusters:   sinks.Clusters{},
 		conflicted: map[string]string{},
 		skipped:    map[string]skip{},
-		retry:      map[string]bool{},
+		obs:        sinks.Observed[*observed]{MaxAge: obsMaxAge},
 	}, nil
 }
 
@@ -192,7 +183,7 @@ func (s *Sink) Deliver(ctx context.Context, changes []stream.Change) error {
 	if s.closed {
 		return errors.New("argocd sink closed")
 	}
-	touched := maps.Clone(s.retry)
+	touched := s.retry.Begin()
 	servers := map[string]bool{}
 	for _, c := range changes {
 		if c.Namespace != s.cfg.ConsumerNamespace || c.Cluster == "" {
@@ -217,16 +208,15 @@ func (s *Sink) Deliver(ctx context.Context, changes []stream.Change) error {
 			touched[cluster] = true
 		}
 	}
-	obs, err := s.cachedObserve(ctx)
+	obs, err := s.obs.Get(ctx, s.now, s.observe)
 	if err == nil {
 		err = s.reconcile(ctx, obs, slices.Sorted(maps.Keys(touched)))
 	}
+	s.retry.End(touched, err)
 	if err != nil {
-		s.obs = nil
-		maps.Copy(s.retry, touched)
+		s.obs.Forget()
 		return err
 	}
-	clear(s.retry)
 	for cluster := range touched {
 		s.forgetIfGone(cluster)
 	}
@@ -236,38 +226,20 @@ func (s *Sink) Deliver(ctx context.Context, changes []stream.Change) error {
 // apply records c in the sink's state and reports whether it concerns the
 // sink.
 func (s *Sink) apply(c stream.Change) bool {
-	st := s.clusters[c.Cluster]
-	if st == nil {
-		st = &clusterState{}
-	}
-	switch c.Type {
-	case stream.ProfileCreated, stream.ProfileUpdated, stream.AccessProviderUpdated:
-		if c.Profile == nil {
-			return false
-		}
-		st.profile = c.Profile
-	case stream.ProfileDeleted:
-		st.profile = nil
-	case stream.CredentialSynced, stream.CredentialRotated, stream.CredentialRemoved:
-		if c.Credential == nil || c.Credential.ManagedServiceAccount != s.cfg.ManagedServiceAccount {
-			return false
-		}
-		st.credential = c.Type != stream.CredentialRemoved
-		s.clusters[c.Cluster] = st
+	switch s.clusters.Apply(c, s.cfg.ManagedServiceAccount) {
+	case sinks.AppliedProfile:
+		return true
+	case sinks.AppliedCredential:
 		// In exec mode the Secret names the credential and does not hold
 		// it: a new or rotated token changes nothing, and costs no call.
 		return s.tokenMode()
-	default:
-		return false
 	}
-	s.clusters[c.Cluster] = st
-	return true
+	return false
 }
 
 // forgetIfGone drops a cluster the sink has nothing left about.
 func (s *Sink) forgetIfGone(cluster string) {
-	if st := s.clusters[cluster]; st != nil && st.profile == nil && !st.credential {
-		delete(s.clusters, cluster)
+	if s.clusters.ForgetIfGone(cluster) {
 		s.setConflict(cluster, "")
 		s.setSkip(cluster, nil)
 	}
@@ -281,7 +253,7 @@ func (s *Sink) Resync(ctx context.Context, snapshot []stream.Change) error {
 	if s.closed {
 		return errors.New("argocd sink closed")
 	}
-	s.clusters = map[string]*clusterState{}
+	s.clusters = sinks.Clusters{}
 	for _, c := range snapshot {
 		if c.Namespace != s.cfg.ConsumerNamespace || c.Cluster == "" {
 			continue
@@ -298,8 +270,8 @@ func (s *Sink) Resync(ctx context.Context, snapshot []stream.Change) error {
 			s.setSkip(cluster, nil)
 		}
 	}
-	s.obs = nil
-	obs, err := s.cachedObserve(ctx)
+	s.obs.Forget()
+	obs, err := s.obs.Get(ctx, s.now, s.observe)
 	if err != nil {
 		return err
 	}
@@ -329,7 +301,7 @@ func (s *Sink) Resync(ctx context.Context, snapshot []stream.Change) error {
 		return err
 	}
 	// A resync decided every cluster: nothing is left to retry.
-	clear(s.retry)
+	s.retry.Clear()
 	return nil
 }
 
@@ -338,13 +310,13 @@ func (s *Sink) Resync(ctx context.Context, snapshot []stream.Change) error {
 // provider or server, or in token mode no credential copy.
 func (s *Sink) candidateServer(cluster string) string {
 	st := s.clusters[cluster]
-	if st == nil || st.profile == nil {
+	if st == nil || st.Profile == nil {
 		return ""
 	}
-	if s.tokenMode() && !st.credential {
+	if s.tokenMode() && !st.Credential {
 		return ""
 	}
-	p, ok := st.profile.Provider(s.cfg.AccessProvider)
+	p, ok := st.Profile.Provider(s.cfg.AccessProvider)
 	if !ok {
 		return ""
 	}
@@ -378,33 +350,26 @@ type observed struct {
 	integration integrationSecrets
 }
 
-// observe lists the sink's Secrets and every other cluster Secret of the
-// Argo CD namespace.
 // obsMaxAge bounds how long a list of Argo CD's namespace is reused: a
 // foreign cluster Secret created meanwhile is noticed within it.
 const obsMaxAge = 30 * time.Second
 
-// cachedObserve returns the observed Secrets, listing them again when the
-// last list is missing or older than obsMaxAge.
-func (s *Sink) cachedObserve(ctx context.Context) (*observed, error) {
-	if s.obs != nil && s.now().Sub(s.obsAt) < obsMaxAge {
-		return s.obs, nil
-	}
-	obs, err := s.observe(ctx)
-	if err != nil {
-		return nil, err
-	}
-	s.obs, s.obsAt = obs, s.now()
-	return obs, nil
-}
-
 // remember records a Secret the sink wrote in the observed state.
 func (s *Sink) remember(sec *corev1.Secret) {
-	if s.obs != nil && sec != nil {
-		s.obs.ours[sec.Name] = sec
+	if obs, ok := s.obs.Current(); ok && sec != nil {
+		obs.ours[sec.Name] = sec
 	}
 }
 
+// forget drops a Secret the sink deleted from the observed state.
+func (s *Sink) forget(sec *corev1.Secret) {
+	if obs, ok := s.obs.Current(); ok {
+		delete(obs.ours, sec.Name)
+	}
+}
+
+// observe lists the sink's Secrets and every other cluster Secret of the
+// Argo CD namespace.
 func (s *Sink) observe(ctx context.Context) (*observed, error) {
 	secrets := s.kube.CoreV1().Secrets(s.cfg.Namespace)
 	ours, err := secrets.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
@@ -543,7 +508,7 @@ func olderThan(a, b *corev1.Secret) bool {
 // Secret the sink does not own.
 func (s *Sink) write(ctx context.Context, d decision) (conflict string, err error) {
 	st := s.clusters[d.cluster]
-	p, _ := st.profile.Provider(s.cfg.AccessProvider)
+	p, _ := st.Profile.Provider(s.cfg.AccessProvider)
 	in := clusterSecret{cluster: d.cluster, server: d.server, caData: p.CAData}
 	if s.tokenMode() {
 		tok, err := sinks.Token(ctx, s.kube, s.cfg.ConsumerNamespace, d.cluster, s.cfg.ManagedServiceAccount)
@@ -605,16 +570,12 @@ func (s *Sink) delete(ctx context.Context, sec *corev1.Secret) error {
 	})
 	switch {
 	case apierrors.IsNotFound(err):
-		if s.obs != nil {
-			delete(s.obs.ours, sec.Name)
-		}
+		s.forget(sec)
 		return nil
 	case err != nil:
 		return fmt.Errorf("delete Secret %s/%s: %w", sec.Namespace, sec.Name, err)
 	}
-	if s.obs != nil {
-		delete(s.obs.ours, sec.Name)
-	}
+	s.forget(sec)
 	s.log.Info("deleted Argo CD cluster Secret", "cluster", string(sec.Data["name"]), "secret", sec.Name)
 	return nil
 }

@@ -61,29 +61,20 @@ type Sink struct {
 	mu sync.Mutex
 	// clusters is what the stream said about each profile of Kueue's
 	// namespace: every decision is computed from it.
-	clusters map[string]*clusterState
+	clusters sinks.Clusters
 	// uids are the profiles' UIDs, for the Secrets' owner references,
 	// read by one list when a Secret needs one the sink does not know. A
 	// profile created or deleted forgets its entry.
 	uids map[string]types.UID
 	// retry holds the profiles of a delivery that failed, decided again
 	// with the next one.
-	retry map[string]bool
+	retry sinks.RetrySet
 	// obs is what the last look at the hub showed, kept up to date with
 	// the sink's own writes, reused for obsMaxAge.
-	obs   *observed
-	obsAt time.Time
+	obs sinks.Observed[*observed]
 	// health is the record Report reads.
 	health health
 	closed bool
-}
-
-// clusterState is what the sink knows of one profile.
-type clusterState struct {
-	// profile is the profile's summary; nil while there is none.
-	profile *stream.ProfileSummary
-	// credential says the credential copy of the sink's MSA exists.
-	credential bool
 }
 
 var _ sinks.Sink = (*Sink)(nil)
@@ -127,9 +118,9 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		log:      log.With("kueueNamespace", k.Namespace, "source", k.Source),
 		metrics:  m,
 		now:      time.Now,
-		clusters: map[string]*clusterState{},
+		clusters: sinks.Clusters{},
 		uids:     map[string]types.UID{},
-		retry:    map[string]bool{},
+		obs:      sinks.Observed[*observed]{MaxAge: obsMaxAge},
 		health:   health{problems: map[string]problem{}},
 	}, nil
 }
@@ -155,7 +146,7 @@ func (s *Sink) Deliver(ctx context.Context, changes []stream.Change) error {
 	if s.closed {
 		return errors.New("kueue sink closed")
 	}
-	touched := maps.Clone(s.retry)
+	touched := s.retry.Begin()
 	for _, c := range changes {
 		if c.Namespace == s.cfg.Namespace && c.Cluster != "" && s.apply(c) {
 			touched[c.Cluster] = true
@@ -166,16 +157,13 @@ func (s *Sink) Deliver(ctx context.Context, changes []stream.Change) error {
 	}
 	err := s.reconcile(ctx, slices.Sorted(maps.Keys(touched)), false)
 	s.recordAttempt(err)
+	s.retry.End(touched, err)
 	if err != nil {
-		s.obs = nil
-		maps.Copy(s.retry, touched)
+		s.obs.Forget()
 		return err
 	}
-	clear(s.retry)
 	for cluster := range touched {
-		if st := s.clusters[cluster]; st != nil && st.profile == nil && !st.credential {
-			delete(s.clusters, cluster)
-		}
+		s.clusters.ForgetIfGone(cluster)
 	}
 	return nil
 }
@@ -183,34 +171,17 @@ func (s *Sink) Deliver(ctx context.Context, changes []stream.Change) error {
 // apply records c in the sink's state and reports whether it concerns the
 // sink.
 func (s *Sink) apply(c stream.Change) bool {
-	st := s.clusters[c.Cluster]
-	if st == nil {
-		st = &clusterState{}
-	}
-	switch c.Type {
-	case stream.ProfileCreated, stream.ProfileUpdated, stream.AccessProviderUpdated:
-		if c.Profile == nil {
-			return false
-		}
-		if c.Type == stream.ProfileCreated {
-			delete(s.uids, c.Cluster)
-		}
-		st.profile = c.Profile
-	case stream.ProfileDeleted:
-		st.profile = nil
-		delete(s.uids, c.Cluster)
-	case stream.CredentialSynced, stream.CredentialRotated, stream.CredentialRemoved:
+	msa := s.cfg.ManagedServiceAccount
+	if s.cfg.Source != config.KueueSourceSecret {
 		// With source clusterProfile Kueue reads credentials itself.
-		if s.cfg.Source != config.KueueSourceSecret || c.Credential == nil ||
-			c.Credential.ManagedServiceAccount != s.cfg.ManagedServiceAccount {
-			return false
-		}
-		st.credential = c.Type != stream.CredentialRemoved
-	default:
-		return false
+		msa = ""
 	}
-	s.clusters[c.Cluster] = st
-	return true
+	applied := s.clusters.Apply(c, msa)
+	if applied == sinks.AppliedProfile && (c.Type == stream.ProfileCreated || c.Type == stream.ProfileDeleted) {
+		// A new profile of the same name has a new UID.
+		delete(s.uids, c.Cluster)
+	}
+	return applied != sinks.AppliedNothing
 }
 
 // Resync makes Kueue's objects match snapshot: it writes those missing or
@@ -221,21 +192,21 @@ func (s *Sink) Resync(ctx context.Context, snapshot []stream.Change) error {
 	if s.closed {
 		return errors.New("kueue sink closed")
 	}
-	s.clusters = map[string]*clusterState{}
+	s.clusters = sinks.Clusters{}
 	for _, c := range snapshot {
 		if c.Namespace == s.cfg.Namespace && c.Cluster != "" {
 			s.apply(c)
 		}
 	}
 	clear(s.uids)
-	s.obs = nil
+	s.obs.Forget()
 	err := s.reconcile(ctx, slices.Sorted(maps.Keys(s.clusters)), true)
 	s.recordAttempt(err)
 	if err != nil {
-		s.obs = nil
+		s.obs.Forget()
 		return err
 	}
-	clear(s.retry)
+	s.retry.Clear()
 	return nil
 }
 
@@ -245,14 +216,14 @@ func (s *Sink) Resync(ctx context.Context, snapshot []stream.Change) error {
 // the access provider and whose credential copy exists.
 func (s *Sink) wanted(profile string) (stream.AccessProviderSummary, bool) {
 	st := s.clusters[profile]
-	if st == nil || st.profile == nil {
+	if st == nil || st.Profile == nil {
 		return stream.AccessProviderSummary{}, false
 	}
 	if s.cfg.Source == config.KueueSourceClusterProfile {
 		return stream.AccessProviderSummary{}, true
 	}
-	p, ok := st.profile.Provider(s.cfg.AccessProvider)
-	return p, ok && st.credential
+	p, ok := st.Profile.Provider(s.cfg.AccessProvider)
+	return p, ok && st.Credential
 }
 
 // Report is the sink's health: failing while a profile is blocked by an

@@ -32,7 +32,7 @@ const obsMaxAge = 30 * time.Second
 // config never lists a MultiKueueCluster that does not exist yet or any
 // more.
 func (s *Sink) reconcile(ctx context.Context, profiles []string, prune bool) error {
-	obs, err := s.cachedObserve(ctx)
+	obs, err := s.obs.Get(ctx, s.now, s.observe)
 	if err != nil {
 		return err
 	}
@@ -62,20 +62,6 @@ func (s *Sink) reconcile(ctx context.Context, profiles []string, prune bool) err
 	}
 	s.metrics.set(s.health.count(conflict), s.health.count(refused), len(oursAfter(s.name, obs, plan{})))
 	return errors.Join(errs...)
-}
-
-// cachedObserve returns what the last look found, looking again when it
-// is missing or older than obsMaxAge.
-func (s *Sink) cachedObserve(ctx context.Context) (*observed, error) {
-	if s.obs != nil && s.now().Sub(s.obsAt) < obsMaxAge {
-		return s.obs, nil
-	}
-	obs, err := s.observe(ctx)
-	if err != nil {
-		return nil, err
-	}
-	s.obs, s.obsAt = obs, s.now()
-	return obs, nil
 }
 
 // observe lists every MultiKueueCluster and the sink's Secrets, and gets
