@@ -1,6 +1,8 @@
 package hub
 
 import (
+	"encoding/json"
+
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
@@ -47,6 +49,21 @@ const (
 // credential plugins (with provideClusterInfo); cp-creds and `hubsync creds`
 // read the cluster's name from it.
 const ExecExtensionKey = "client.authentication.k8s.io/exec"
+
+// ExecClusterConfig is the value of the ExecExtensionKey extension, which
+// client-go hands an exec plugin as spec.cluster.config of its
+// ExecCredential: {"clusterName": <cluster>}.
+type ExecClusterConfig struct {
+	ClusterName string `json:"clusterName"`
+}
+
+// ExecClusterConfigJSON returns the ExecClusterConfig of cluster, encoded
+// as the extension's raw value.
+func ExecClusterConfigJSON(cluster string) []byte {
+	// A struct of one string always encodes.
+	raw, _ := json.Marshal(ExecClusterConfig{ClusterName: cluster})
+	return raw
+}
 
 // Labels of the objects hubsync's sinks write on the hub (Argo CD cluster
 // Secrets, Kueue MultiKueueClusters, their kubeconfig Secrets and

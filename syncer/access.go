@@ -63,8 +63,7 @@ func AccessProviderFor(p Provider, cluster *clusterv1.ManagedCluster) *cpv1alpha
 		c.CertificateAuthorityData = p.CA
 	}
 	if p.ClusterNameExtension {
-		raw, _ := json.Marshal(map[string]string{"clusterName": cluster.Name})
-		c.Extensions = []clientcmdv1.NamedExtension{{Name: hub.ExecExtensionKey, Extension: runtime.RawExtension{Raw: raw}}}
+		c.Extensions = []clientcmdv1.NamedExtension{{Name: hub.ExecExtensionKey, Extension: runtime.RawExtension{Raw: hub.ExecClusterConfigJSON(cluster.Name)}}}
 	}
 	return &cpv1alpha1.AccessProvider{Name: p.Name, Cluster: c}
 }

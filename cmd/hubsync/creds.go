@@ -243,9 +243,7 @@ func clusterName(execInfo string) (string, error) {
 	if len(ec.Spec.Cluster.Config.Raw) == 0 {
 		return "", fmt.Errorf("%s has no spec.cluster.config: the cluster needs a %s extension with clusterName", execInfoEnv, hub.ExecExtensionKey)
 	}
-	var cfg struct {
-		ClusterName string `json:"clusterName"`
-	}
+	var cfg hub.ExecClusterConfig
 	if err := json.Unmarshal(ec.Spec.Cluster.Config.Raw, &cfg); err != nil {
 		return "", fmt.Errorf("%s has an invalid spec.cluster.config: %w", execInfoEnv, err)
 	}

@@ -95,13 +95,6 @@ type execProviderConfig struct {
 	Config json.RawMessage `json:"config,omitempty"`
 }
 
-// execClusterConfig is the cluster config `hubsync creds` and cp-creds read
-// the cluster's name from: the value of the hub.ExecExtensionKey extension
-// of a ClusterProfile's access provider.
-type execClusterConfig struct {
-	ClusterName string `json:"clusterName"`
-}
-
 // cpCredsNamespaceEnv names the namespace cp-creds reads the credential
 // copy from; without it, cp-creds would look in Argo CD's own namespace.
 const cpCredsNamespaceEnv = "NAMESPACE"
@@ -121,11 +114,7 @@ func (s *Sink) render(c clusterSecret) (*corev1.Secret, error) {
 	if s.tokenMode() {
 		cfg.BearerToken = c.token
 	} else {
-		exec, err := s.execConfig(c.cluster)
-		if err != nil {
-			return nil, err
-		}
-		cfg.ExecProviderConfig = exec
+		cfg.ExecProviderConfig = s.execConfig(c.cluster)
 	}
 	encoded, err := json.Marshal(cfg)
 	if err != nil {
@@ -182,17 +171,15 @@ func (s *Sink) render(c clusterSecret) (*corev1.Secret, error) {
 // the arguments: Argo CD 3.5 and later hand the plugin the config below in
 // KUBERNETES_EXEC_INFO, as client-go does for a kubeconfig, so the same
 // stanza suits `hubsync creds` and managed-serviceaccount's cp-creds.
-func (s *Sink) execConfig(cluster string) (*execProviderConfig, error) {
+func (s *Sink) execConfig(cluster string) *execProviderConfig {
 	e := &execProviderConfig{Command: s.cfg.Exec.Command, APIVersion: ExecAPIVersion, InstallHint: s.cfg.Exec.InstallHint}
 	if !s.cfg.ProvideClusterInfo {
 		e.Args = s.credsArgs(cluster)
-		return e, nil
+		return e
 	}
-	raw, err := json.Marshal(execClusterConfig{ClusterName: cluster})
-	if err != nil {
-		return nil, fmt.Errorf("encode the exec cluster config of %s: %w", cluster, err)
-	}
-	e.ProvideClusterInfo, e.Config = true, raw
+	// The config is hub.ExecClusterConfig, as in a ClusterProfile's
+	// hub.ExecExtensionKey extension.
+	e.ProvideClusterInfo, e.Config = true, hub.ExecClusterConfigJSON(cluster)
 	msa, ns := s.cfg.ManagedServiceAccount, s.cfg.ConsumerNamespace
 	if s.cfg.ExecPlugin == config.ExecPluginCPCreds {
 		// cp-creds takes one flag and finds the copy's namespace in its
@@ -202,7 +189,7 @@ func (s *Sink) execConfig(cluster string) (*execProviderConfig, error) {
 	} else {
 		e.Args = sinks.ClusterInfoCredsArgs(msa, ns)
 	}
-	return e, nil
+	return e
 }
 
 // owned reports whether sec is one of sink's Secrets.

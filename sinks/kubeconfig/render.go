@@ -27,11 +27,6 @@ type marker struct {
 	Sink string `json:"sink"`
 }
 
-// execClusterConfig is the value of hub.ExecExtensionKey.
-type execClusterConfig struct {
-	ClusterName string `json:"clusterName"`
-}
-
 // content describes one file: everything its bytes depend on.
 type content struct {
 	sink      string
@@ -52,10 +47,7 @@ func render(c content) ([]byte, error) {
 	cluster := c.key.Cluster
 	user := hub.CopyName(cluster, c.msa)
 
-	execExt, err := unknown(execClusterConfig{ClusterName: cluster})
-	if err != nil {
-		return nil, err
-	}
+	execExt := &runtime.Unknown{Raw: hub.ExecClusterConfigJSON(cluster), ContentType: runtime.ContentTypeJSON}
 	mark, err := unknown(marker{Sink: c.sink})
 	if err != nil {
 		return nil, err
