@@ -644,3 +644,23 @@ func TestFailedDeliveryRetried(t *testing.T) {
 		t.Errorf("MultiKueueConfig %v, %v; want [%s]", u, err, c)
 	}
 }
+
+// TestCredentialRemoved: a profile whose credential copy goes (its
+// ManagedServiceAccount no longer synced, say) loses its kubeconfig Secret
+// and MultiKueueCluster, and gets them back with a new copy.
+func TestCredentialRemoved(t *testing.T) {
+	const c = "eu-1"
+	e := newEnv(t, nil, copySecret(c, "token-1"), profileObject(c))
+	e.deliver(t, profile(stream.ProfileCreated, c, server(c)), credential(stream.CredentialSynced, c))
+	if e.secret(t, c) == nil || e.mkc(t, c) == nil {
+		t.Fatal("objects not written")
+	}
+	e.deliver(t, credential(stream.CredentialRemoved, c))
+	if e.secret(t, c) != nil || e.mkc(t, c) != nil {
+		t.Error("the credential copy went, the kubeconfig Secret or MultiKueueCluster stayed")
+	}
+	e.deliver(t, credential(stream.CredentialSynced, c))
+	if e.secret(t, c) == nil || e.mkc(t, c) == nil {
+		t.Error("a new copy did not bring the objects back")
+	}
+}
