@@ -14,7 +14,7 @@ ASSETS    := bash test/tools/build-kube-binaries.sh
 # building them first (~2 min) when the cache does not have them.
 KONN      := bash test/tools/build-konnectivity.sh
 
-.PHONY: all build test unit e2e argocd-proof multicluster-proof kueue-proof demo bench kube-binaries konnectivity-binaries fmt vet check clean
+.PHONY: all build test unit e2e argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
 
 all: build
 
@@ -85,6 +85,16 @@ demo: build kube-binaries konnectivity-binaries
 # same run.
 bench: build kube-binaries konnectivity-binaries
 	KUBEBUILDER_ASSETS=$$($(ASSETS) 2>/dev/null) KONNECTIVITY_ASSETS=$$($(KONN) 2>/dev/null) $(GO) run ./test/bench --hubsync $(BIN)/hubsync $(BENCH_FLAGS)
+	@if [ -z "$(BENCH_FLAGS)" ]; then $(MAKE) --no-print-directory bench-rebuilds; fi
+
+# How often multicluster-runtime's ClusterProfile provider rebuilds a
+# cluster while hubsync runs, by cause (part of the full `make bench`).
+# The provider lives in its own module (test/multicluster), so the figure
+# comes from its proof, run verbosely.
+bench-rebuilds: kube-binaries
+	@cd test/multicluster && set -o pipefail && KUBEBUILDER_ASSETS=$$(bash ../tools/build-kube-binaries.sh 2>/dev/null) \
+		$(GO) test -count=1 -p 1 -timeout 20m -run TestMulticlusterRuntimeProof -v . | \
+		sed -n 's/^ *[a-z_]*_test\.go:[0-9]*: /  /p'
 
 clean:
 	rm -rf $(BIN)
