@@ -216,6 +216,24 @@ func (h *harness) cleanup() {
 // name returns a name unique to this test.
 func (h *harness) name(base string) string { return h.prefix + "-" + base }
 
+// startDaemonConfigMap runs the hubsync binary with conf as a hub
+// ConfigMap (so sinks can be reloaded), as cfg, until the test ends, and
+// waits for it to be ready; its log is shown when the test fails.
+func (h *harness) startDaemonConfigMap(bin string, cfg *rest.Config, conf config.Config) (*fleet.Daemon, *fleet.ConfigMapDir, *fleet.LogBuffer) {
+	h.t.Helper()
+	logs := &fleet.LogBuffer{}
+	d, cm, err := fleet.StartDaemonConfigMap(h.ctx, bin, cfg, conf, logs)
+	h.must(err)
+	h.t.Cleanup(func() {
+		_ = d.Stop()
+		if h.t.Failed() {
+			h.t.Logf("hubsync logs:\n%s", logs.String())
+		}
+	})
+	h.must(d.WaitReady(h.ctx, 60*time.Second))
+	return d, cm, logs
+}
+
 func (h *harness) must(err error) {
 	h.t.Helper()
 	if err != nil {

@@ -288,16 +288,7 @@ func TestKueueSink(t *testing.T) {
 		Namespace: e.ns, AccessProvider: "direct", ManagedServiceAccount: "kueue", MultiKueueConfig: mkConfig,
 	}}
 	conf := config.Config{AccessProviders: []config.AccessProvider{{Name: "direct", Type: config.ProviderDirect}}, Sinks: []config.Sink{sink}}
-	logs := &fleet.LogBuffer{}
-	d, cm, err := fleet.StartDaemonConfigMap(h.ctx, bin, asHubsync, conf, logs)
-	h.must(err)
-	t.Cleanup(func() {
-		_ = d.Stop()
-		if t.Failed() {
-			t.Logf("hubsync logs:\n%s", logs.String())
-		}
-	})
-	h.must(d.WaitReady(h.ctx, 60*time.Second))
+	d, cm, logs := h.startDaemonConfigMap(bin, asHubsync, conf)
 	metric := func(name string, want float64) {
 		t.Helper()
 		h.eventually(fmt.Sprintf("%s = %v", name, want), func() error {

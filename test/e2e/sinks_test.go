@@ -340,16 +340,7 @@ func TestSinksHotReload(t *testing.T) {
 		AccessProviders: []config.AccessProvider{{Name: "direct", Type: config.ProviderDirect}},
 		Sinks:           []config.Sink{sink("one", dirOne)},
 	}
-	logs := &fleet.LogBuffer{}
-	d, cm, err := fleet.StartDaemonConfigMap(h.ctx, bin, hubConfig, conf, logs)
-	h.must(err)
-	t.Cleanup(func() {
-		_ = d.Stop()
-		if t.Failed() {
-			t.Logf("hubsync logs:\n%s", logs.String())
-		}
-	})
-	h.must(d.WaitReady(h.ctx, 60*time.Second))
+	d, cm, logs := h.startDaemonConfigMap(bin, hubConfig, conf)
 	files := func(dir string, n int) {
 		t.Helper()
 		h.eventually(fmt.Sprintf("%d files in %s", n, filepath.Base(dir)), func() error {
