@@ -50,6 +50,8 @@ type receiver struct {
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
 	body, _ := io.ReadAll(r.Body)
+	// The handler may read the body too.
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	rc.mu.Lock()
 	n, h := len(rc.reqs), rc.handle
 	rc.mu.Unlock()
