@@ -98,10 +98,12 @@ const (
 	DefaultWebhookFailingAfter = time.Minute
 
 	// DefaultWebhookConcurrency is webhook.concurrency: the requests in
-	// flight to one endpoint. Sixteen take a 4000-profile initial sync
-	// (about 4200 events) to a receiver 50 ms away within a few seconds of
-	// the profiles (320 events/s; one at a time took 3.5 minutes), a load
-	// any HTTP server takes; per-key order caps what more would give.
+	// flight to one endpoint. Sixteen keep pace with a 4000-profile initial
+	// sync (about 4200 events, 300 a second on the bench machine) to a
+	// receiver 50 ms away: its last event lands within a second of the
+	// profiles, where eight lag 14 s behind and one at a time 3.5 minutes
+	// (make bench BENCH_FLAGS=--webhook-only). Sixteen requests at once are
+	// a light load for any HTTP server.
 	DefaultWebhookConcurrency = 16
 	// MaxWebhookConcurrency bounds webhook.concurrency.
 	MaxWebhookConcurrency = 256

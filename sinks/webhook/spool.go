@@ -583,12 +583,13 @@ func (s *spool) take() (e entry, at pos, ok bool, err error) {
 		if idx >= seg.count {
 			// Taken in full: the open tail waits for more, any other
 			// segment gives way to the next.
+			open := seg.open
 			s.scan = pos{seg.seq, idx}
-			if !seg.open {
+			if !open {
 				s.scan = pos{seg.seq + 1, 0}
 			}
 			s.mu.Unlock()
-			if seg.open {
+			if open {
 				return entry{}, pos{}, false, nil
 			}
 			continue

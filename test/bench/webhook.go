@@ -235,12 +235,16 @@ func printWebhookRuns(delay time.Duration, conc int, runs []webhookRun) {
 	slices.Sort(after)
 	slices.Sort(converged)
 	slices.Sort(rate)
-	goal := ""
+	goal, ceiling := "", ""
 	if delay == 50*time.Millisecond {
 		goal = " (goal <= 5s at 50 ms)"
 	}
-	fmt.Printf("webhook, receiver %s away, concurrency %d: %.0f events/s (median; %.0f to %.0f), the last event %s after the profiles converged (median; %s to %s)%s; convergence %s (%s to %s); order per key checked: in order, never two of a key at once; at most %d in flight, %d duplicates\n",
-		delay, conc, median(rate), rate[0], rate[len(rate)-1],
+	if delay > 0 {
+		// What the sink could take at most: concurrency round trips at once.
+		ceiling = fmt.Sprintf(" (ceiling %.0f/s)", float64(conc)/delay.Seconds())
+	}
+	fmt.Printf("webhook, receiver %s away, concurrency %d: %.0f events/s%s (median; %.0f to %.0f), the last event %s after the profiles converged (median; %s to %s)%s; convergence %s (%s to %s); order per key checked: in order, never two of a key at once; at most %d in flight, %d duplicates\n",
+		delay, conc, median(rate), ceiling, rate[0], rate[len(rate)-1],
 		median(after).Round(10*time.Millisecond), after[0].Round(10*time.Millisecond), after[len(after)-1].Round(10*time.Millisecond), goal,
 		median(converged).Round(100*time.Millisecond), converged[0].Round(100*time.Millisecond), converged[len(converged)-1].Round(100*time.Millisecond),
 		most, dups)
