@@ -97,6 +97,17 @@ const (
 	// minute, well before the spool (64 MiB by default) fills.
 	DefaultWebhookFailingAfter = time.Minute
 
+	// DefaultWebhookConcurrency is webhook.concurrency: the requests in
+	// flight to one endpoint. Sixteen keep pace with a 4000-profile initial
+	// sync (about 4200 events, 300 a second on the bench machine) to a
+	// receiver 50 ms away: its last event lands within a second of the
+	// profiles, where eight lag 14 s behind and one at a time 3.5 minutes
+	// (make bench BENCH_FLAGS=--webhook-only). Sixteen requests at once are
+	// a light load for any HTTP server.
+	DefaultWebhookConcurrency = 16
+	// MaxWebhookConcurrency bounds webhook.concurrency.
+	MaxWebhookConcurrency = 256
+
 	// The webhook's delivery policy, which the file does not expose: the
 	// backoff between attempts at one event, the cap on a Retry-After, and
 	// how long signing secrets and the bearer token are used before they
@@ -267,6 +278,7 @@ func (s *Sink) SetDefaults() {
 	if w := s.Webhook; w != nil {
 		setDur(&w.Timeout, DefaultWebhookTimeout)
 		setDur(&w.FailingAfter, DefaultWebhookFailingAfter)
+		setNum(&w.Concurrency, DefaultWebhookConcurrency)
 		setNum(&w.Spool.MaxBytes, DefaultSpoolMaxBytes)
 		// Without a name the sink is invalid anyway: Validate says so.
 		if s.Name != "" {

@@ -168,6 +168,11 @@ type WebhookSink struct {
 	// (hubsync_sink_up 0, /readyz?verbose): shorter outages, such as a
 	// receiver's rolling restart, are retried without alarm. Default 1m.
 	FailingAfter metav1.Duration `json:"failingAfter,omitempty"`
+	// Concurrency bounds the requests in flight to the endpoint. Events of
+	// one (namespace, cluster) still go one at a time, in order; events of
+	// different ones go side by side, so a receiver far away is not held to
+	// one round trip per event. 1 sends every event in spool order. Default 16.
+	Concurrency int `json:"concurrency,omitempty"`
 	// Spool keeps undelivered events on disk across outages and restarts.
 	Spool WebhookSpool `json:"spool"`
 }
@@ -441,6 +446,7 @@ func validateWebhook(p *field.Path, w *WebhookSink) field.ErrorList {
 	if w.FailingAfter.Duration < 0 || w.FailingAfter.Duration > 24*time.Hour {
 		errs = append(errs, field.Invalid(p.Child("failingAfter"), w.FailingAfter.Duration.String(), "must be 0 (the default) to 24h"))
 	}
+	errs = append(errs, between(p.Child("concurrency"), w.Concurrency, 1, MaxWebhookConcurrency)...)
 	if w.Spool.MaxBytes < 1<<20 {
 		errs = append(errs, field.Invalid(p.Child("spool", "maxBytes"), w.Spool.MaxBytes, "must be at least 1 MiB"))
 	}

@@ -60,6 +60,9 @@ func TestSinkValidation(t *testing.T) {
 		{name: "webhook failing after 2 minutes", doc: hook("    failingAfter: 2m\n")},
 		{name: "webhook failingAfter out of range", doc: hook("    failingAfter: -1s\n"), wantPaths: []string{"sinks[0].webhook.failingAfter"}},
 		{name: "webhook failingAfter beyond a day", doc: hook("    failingAfter: 25h\n"), wantPaths: []string{"sinks[0].webhook.failingAfter"}},
+		{name: "webhook one request at a time", doc: hook("    concurrency: 1\n")},
+		{name: "webhook concurrency out of range", doc: hook("    concurrency: 257\n"), wantPaths: []string{"sinks[0].webhook.concurrency"}},
+		{name: "webhook negative concurrency", doc: hook("    concurrency: -1\n"), wantPaths: []string{"sinks[0].webhook.concurrency"}},
 		{name: "event types only for webhooks", doc: kube("  filter: {eventTypes: [io.hubsync.profile.created]}\n"), wantPaths: []string{"sinks[0].filter.eventTypes"}},
 		{name: "bad filter", doc: hook("  filter:\n    namespaces: [A_B]\n    eventTypes: [io.hubsync.nothing]\n    clusterSelector: {matchExpressions: [{key: env, operator: Near}]}\n"),
 			wantPaths: []string{"sinks[0].filter.namespaces[0]", "sinks[0].filter.eventTypes[0]", "sinks[0].filter.clusterSelector"}},
@@ -83,7 +86,7 @@ func TestSinkDefaults(t *testing.T) {
 	if a.ArgoCD.Namespace != "argocd" || a.ArgoCD.Auth != AuthExec || a.ArgoCD.ExecPlugin != ExecPluginHubsync || a.ArgoCD.ProvideClusterInfo {
 		t.Errorf("argocd defaults: %+v", a.ArgoCD)
 	}
-	if w.Webhook.Timeout.Duration != 10*time.Second || w.Webhook.FailingAfter.Duration != time.Minute || w.Webhook.Spool.MaxBytes != 64<<20 ||
+	if w.Webhook.Timeout.Duration != 10*time.Second || w.Webhook.FailingAfter.Duration != time.Minute || w.Webhook.Concurrency != DefaultWebhookConcurrency || w.Webhook.Spool.MaxBytes != 64<<20 ||
 		w.Webhook.Spool.Directory != "/var/lib/hubsync/sinks/w" || w.Webhook.SecretRef.Key != "secrets" {
 		t.Errorf("webhook defaults: %+v", w.Webhook)
 	}

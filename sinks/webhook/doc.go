@@ -16,19 +16,29 @@
 // # Delivery
 //
 // Deliver does not talk to the endpoint. It appends the encoded events to
-// an on-disk spool and returns; a sender goroutine posts the
-// spooled events one at a time, in order, and removes each from the spool
-// only after a 2xx. One sender for the whole spool keeps the order of every
-// (namespace, cluster) trivially, at the price of head-of-line blocking,
-// which does not matter for a single endpoint. The sender retries with its
-// own loop: exponential backoff with jitter for network errors, 3xx (never
-// followed), 4xx and 5xx, and at least the Retry-After of a 429 or 503. The
-// CloudEvents SDK's HTTP retry is not used: it ignores Retry-After, has no
-// jitter (many hubs behind one outage would retry in lock step) and does
-// not retry a 500. A 410 Gone disables the sink until it is recreated (for
+// an on-disk spool and returns; a sender goroutine posts the spooled
+// events and removes each from the spool only after a 2xx. It has up to
+// webhook.concurrency requests in flight (default 16), so that an
+// endpoint far away is not held to one round trip per event, but the
+// events of one (namespace, cluster) go one at a time, in spool order: an
+// event is sent only once every earlier event of its key is delivered.
+// The sender looks ahead at a window of the spool (16 events per request
+// in flight, from the first event not delivered yet) for events of keys
+// that are not busy, so a slow key holds the others back only once the
+// window is full. It retries with its own loop: exponential backoff with
+// jitter for network errors, 3xx (never followed), 4xx and 5xx, and at
+// least the Retry-After of a 429 or 503. A failed attempt holds every
+// key: the sender then probes, one attempt at a time after the backoff or
+// the Retry-After, until one succeeds, so an endpoint that is down or
+// throttling gets what a single sender would send it. The CloudEvents
+// SDK's HTTP retry is not used: it ignores Retry-After, has no jitter
+// (many hubs behind one outage would retry in lock step) and does not
+// retry a 500. A 410 Gone disables the sink until it is recreated (for
 // example on a configuration reload): events are then dropped. The delays
 // are apimachinery's wait.Backoff (200ms doubling up to 30s) with half of
 // each step random; classify holds the whole policy, one verdict per answer.
+// The HTTP client keeps a connection per request in flight open, so a
+// far endpoint is not paid a TLS handshake per request.
 //
 // # Health
 //
@@ -58,13 +68,17 @@
 // fsync per batch competed with the API server's etcd for the disk. The
 // events of recent segments (up to 8 MiB) are also kept in memory, so the
 // sender posts them without reading them back; older ones are read from
-// their files, and such a segment takes no appends. A small
-// cursor file
-// (segment, index), replaced atomically at most every 100 ms while events
-// are sent (and within a second once the spool is idle), says how far the
-// spool has been sent. After a restart the remaining events are sent
-// first, in order; a crash repeats at most the events of the last moments,
-// with the same ids (a clean stop repeats none).
+// their files, and such a segment takes no appends. A small cursor file,
+// rewritten in place at most every 100 ms while events are sent (and
+// within a second once the spool is idle, and on Close), says how far the
+// spool has been sent: the first event not delivered yet (segment, index)
+// and the events beyond it delivered already, which acknowledgements out
+// of order across keys leave (at most the window). An event stays in the
+// spool until every event before it is delivered too, so one delivered
+// ahead of an earlier one never takes the earlier one with it. After a
+// restart the remaining events are sent first, in order per key; a crash
+// repeats at most the events of the last moments, with the same ids (a
+// clean stop repeats none).
 //
 // The spool is bounded by its maxBytes. An append that would exceed it is
 // dropped whole and counted (hubsync_webhook_spool_dropped_total), and so

@@ -123,10 +123,11 @@ func TestSpoolOldest(t *testing.T) {
 	deliver := func(n int) {
 		t.Helper()
 		for range n {
-			if _, ok, err := sp.peek(); !ok || err != nil {
-				t.Fatalf("peek: %v, %v", ok, err)
+			_, at, ok, err := sp.take()
+			if !ok || err != nil {
+				t.Fatalf("take: %v, %v", ok, err)
 			}
-			if err := sp.commit(); err != nil {
+			if err := sp.ack(at); err != nil {
 				t.Fatal(err)
 			}
 		}

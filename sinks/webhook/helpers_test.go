@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +50,8 @@ type receiver struct {
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
 	body, _ := io.ReadAll(r.Body)
+	// The handler may read the body too.
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	rc.mu.Lock()
 	n, h := len(rc.reqs), rc.handle
 	rc.mu.Unlock()
@@ -174,8 +177,9 @@ func newEnv(t testing.TB, url string, secrets ...string) *env {
 		Name: "hook", Type: config.SinkWebhook,
 		Webhook: &config.WebhookSink{
 			URL: url, SecretsFile: e.secrets,
-			Timeout: metav1.Duration{Duration: 5 * time.Second},
-			Spool:   config.WebhookSpool{Directory: e.spoolDir, MaxBytes: 1 << 20},
+			Timeout:     metav1.Duration{Duration: 5 * time.Second},
+			Concurrency: config.DefaultWebhookConcurrency,
+			Spool:       config.WebhookSpool{Directory: e.spoolDir, MaxBytes: 1 << 20},
 		},
 	}
 	e.deps = sinks.Deps{
@@ -306,4 +310,40 @@ func ids(rs []received) []string {
 		out[i] = r.id
 	}
 	return out
+}
+
+// perKey returns the webhook-ids of requests by the (namespace, cluster)
+// of their events, in the order they came.
+func perKey(t testing.TB, rs []received) map[stream.Key][]string {
+	t.Helper()
+	out := map[stream.Key][]string{}
+	for _, r := range rs {
+		ev, err := events.Decode(r.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := stream.Key{Namespace: ev.Data.Namespace, Cluster: ev.Data.Cluster}
+		out[k] = append(out[k], r.id)
+	}
+	return out
+}
+
+// perKeyOf returns the event ids of batches of changes by (namespace,
+// cluster), in order.
+func perKeyOf(batches ...[]stream.Change) map[stream.Key][]string {
+	out := map[stream.Key][]string{}
+	for _, b := range batches {
+		for _, c := range b {
+			out[c.Key()] = append(out[c.Key()], events.ID(c))
+		}
+	}
+	return out
+}
+
+// bySubject sorts events by subject, (namespace, cluster), keeping the
+// order of each subject's events: the order that holds when events of
+// different keys go side by side.
+func bySubject(evs []events.Event) []events.Event {
+	slices.SortStableFunc(evs, func(a, b events.Event) int { return strings.Compare(a.Subject, b.Subject) })
+	return evs
 }

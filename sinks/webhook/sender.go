@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/hubsync/hubsync/events"
+	"github.com/hubsync/hubsync/stream"
 )
 
 // tailIdle is how long the spool must have had nothing to send before the
@@ -32,19 +34,54 @@ const maxDrain = 64 << 10
 
 // sendState is the sender's own state between attempts.
 type sendState struct {
-	// backoff gives the delays between failed attempts at one event; it
-	// starts again after a success.
+	// backoff gives the delays between failed attempts; it starts again
+	// after a success.
 	backoff   wait.Backoff
 	failures  int       // failed attempts since the last 2xx
 	notBefore time.Time // no attempt before then (backoff, Retry-After)
+	// probing is set from a failed attempt until one succeeds: meanwhile
+	// one attempt goes at a time, so an endpoint that is down or throttling
+	// gets what a single sender would send it, not one request per key.
+	probing   bool
 	lastWarn  time.Time
 	idleSince time.Time // since when the spool has had nothing to send
+
+	// pending are the events taken from the spool and not delivered yet,
+	// in spool order, those in flight included.
+	pending  []*delivery
+	inFlight int
+	// results receives the outcome of every attempt; it holds as many as
+	// can be in flight, so an attempt never waits to report.
+	results chan result
+	// seen is launch's scratch: the keys it has passed.
+	seen map[stream.Key]bool
 }
 
-// run is the sender: it posts the spooled events one at a time, oldest
-// first, and removes each once the endpoint has taken it. The order of the
-// spool is the order of Deliver and Resync, so every (namespace, cluster)
-// gets its events in order.
+// delivery is one event on its way to the endpoint.
+type delivery struct {
+	e       entry
+	at      pos
+	key     stream.Key
+	sending bool // an attempt is in flight
+}
+
+// result is the outcome of one attempt at d.
+type result struct {
+	d     *delivery
+	a     attempt
+	probe bool // made while probing
+}
+
+// run is the sender: it posts the spooled events, up to concurrency at a
+// time, and removes each from the spool once the endpoint has taken it.
+// Events of one (namespace, cluster) go one at a time, in spool order,
+// which is the order of Deliver and Resync: an event is sent only once
+// every earlier event of its key is delivered. Events of other keys go
+// side by side, taken from a window of the spool (window events from the
+// first one not delivered yet), so one slow key holds the others back
+// only once the window is full. A failed attempt makes the sender probe:
+// one attempt at a time, after the backoff or Retry-After, which holds
+// every key, until one succeeds.
 //
 // It retries by itself rather than with the CloudEvents SDK's HTTP retry,
 // which ignores Retry-After, retries in lock step without jitter (every
@@ -52,32 +89,23 @@ type sendState struct {
 // does not retry a 500.
 func (s *sink) run(ctx context.Context) {
 	defer close(s.done)
-	st := &sendState{backoff: s.opts.newBackoff()}
+	st := &sendState{
+		backoff: s.opts.newBackoff(), results: make(chan result, s.concurrency), seen: map[stream.Key]bool{},
+	}
 	for ctx.Err() == nil {
 		s.housekeep()
-		e, ok, err := s.spool.peek()
-		switch {
-		case err != nil:
-			s.dropUnreadable(err)
-			continue
-		case !ok:
-			s.idle(ctx, st)
-			continue
-		}
-		st.idleSince = time.Time{}
 		if s.disabled.Load() {
-			n, err := s.spool.dropAll()
-			s.log.Debug("webhook sink disabled (410 Gone); dropped the spooled events", "events", n)
-			if err != nil {
-				s.log.Warn("cannot empty the spool of the disabled webhook sink", "err", err)
-			}
-			continue
+			s.dropDisabled(st)
+		} else {
+			s.fill(st)
+			s.launch(ctx, st)
 		}
-		if d := st.notBefore.Sub(s.opts.now()); d > 0 {
-			s.sleep(ctx, d)
-			continue
-		}
-		s.send(ctx, e, st)
+		s.wait(ctx, st)
+	}
+	// Close lets the requests under way finish and records them, so that
+	// an event the endpoint took is not sent again after a restart.
+	for st.inFlight > 0 {
+		s.finish(st, <-st.results)
 	}
 }
 
@@ -93,25 +121,100 @@ func (s *sink) housekeep() {
 	}
 }
 
-// dropUnreadable drops the spool's head segment, which cannot be read.
-func (s *sink) dropUnreadable(err error) {
-	n, derr := s.spool.dropHead()
-	s.log.Error("cannot read the webhook spool's next segment; dropping it, and resyncing the endpoint once the spool has drained",
+// fill takes events from the spool while the window has room: the events
+// pending and those delivered beyond the first one pending count.
+func (s *sink) fill(st *sendState) {
+	for len(st.pending)+s.spool.aheadCount() < s.window {
+		e, at, ok, err := s.spool.take()
+		switch {
+		case err != nil:
+			s.dropUnreadable(at.seg, err)
+			continue
+		case !ok:
+			return
+		}
+		st.pending = append(st.pending, &delivery{e: e, at: at, key: stream.Key{Namespace: e.Namespace, Cluster: e.Cluster}})
+	}
+}
+
+// launch starts an attempt at every event that may go now: the first
+// pending event of each key, unless it is in flight already, up to
+// concurrency attempts in flight (one while probing), and none before
+// notBefore.
+func (s *sink) launch(ctx context.Context, st *sendState) {
+	if st.notBefore.After(s.opts.now()) {
+		return
+	}
+	clear(st.seen)
+	for _, d := range st.pending {
+		if st.inFlight >= s.concurrency || (st.probing && st.inFlight > 0) {
+			return
+		}
+		if st.seen[d.key] {
+			continue
+		}
+		st.seen[d.key] = true
+		if !d.sending {
+			s.start(ctx, st, d)
+		}
+	}
+}
+
+// dropUnreadable drops a spool segment that cannot be read.
+func (s *sink) dropUnreadable(seq uint64, err error) {
+	n, derr := s.spool.dropSegment(seq)
+	s.log.Error("cannot read a webhook spool segment; dropping it, and resyncing the endpoint once the spool has drained",
 		"err", err, "events", n)
 	if derr != nil {
 		s.log.Warn("cannot remove the unreadable segment", "err", derr)
 	}
 }
 
-// idle waits while the spool has nothing to send: until woken, and now
-// and then to save what the endpoint was told and, once the spool has
-// been idle tailIdle, to let its tail segment go.
-func (s *sink) idle(ctx context.Context, st *sendState) {
+// dropDisabled drops everything spooled once the endpoint answered 410
+// Gone. Attempts still in flight end unheeded.
+func (s *sink) dropDisabled(st *sendState) {
+	st.pending = nil
+	if _, events := s.spool.size(); events == 0 {
+		return
+	}
+	n, err := s.spool.dropAll()
+	s.log.Debug("webhook sink disabled (410 Gone); dropped the spooled events", "events", n)
+	if err != nil {
+		s.log.Warn("cannot empty the spool of the disabled webhook sink", "err", err)
+	}
+}
+
+// wait waits for an attempt to end, an event to be spooled, Close, or
+// the nap to pass.
+func (s *sink) wait(ctx context.Context, st *sendState) {
+	t := time.NewTimer(s.nap(st))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-s.wake:
+	case r := <-st.results:
+		s.finish(st, r)
+	case <-t.C:
+	}
+}
+
+// nap is how long the sender may wait for an attempt to end or an event to
+// come before it has something to do: the end of a backoff or Retry-After,
+// saving what the endpoint was told, and, once the spool has been idle
+// tailIdle, letting its tail segment go.
+func (s *sink) nap(st *sendState) time.Duration {
 	s.toldMu.Lock()
 	nap := s.toldSaveEvery
 	s.toldMu.Unlock()
+	now := s.opts.now()
+	if len(st.pending) > 0 {
+		st.idleSince = time.Time{}
+		if d := st.notBefore.Sub(now); d > 0 {
+			nap = min(nap, d)
+		}
+		return nap
+	}
 	if s.spool.hasTail() {
-		now := s.opts.now()
 		if st.idleSince.IsZero() {
 			st.idleSince = now
 		}
@@ -121,61 +224,91 @@ func (s *sink) idle(ctx context.Context, st *sendState) {
 			nap = min(nap, tailIdle-now.Sub(st.idleSince))
 		}
 	}
-	s.sleep(ctx, nap)
+	return nap
 }
 
-// send makes one attempt at e, records it, and acts on its verdict.
-func (s *sink) send(ctx context.Context, e entry, st *sendState) {
-	a := s.post(ctx, e)
+// start makes an attempt at d in a goroutine of its own, which reports to
+// st.results. The request is signed here, by the sender: the signing
+// secrets and the token are read by it alone.
+func (s *sink) start(ctx context.Context, st *sendState, d *delivery) {
+	d.sending = true
+	st.inFlight++
+	probe := st.probing
+	// Bounded by the sink's timeout, not by ctx: Close lets a request
+	// under way finish, so that an event the endpoint took is not sent
+	// again after a restart.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	req, err := s.request(ctx, d.e)
+	if err != nil {
+		cancel()
+		st.results <- result{d: d, a: attempt{result: resultOf(nil), err: err}, probe: probe}
+		return
+	}
+	go func() {
+		defer cancel()
+		st.results <- result{d: d, a: s.post(req), probe: probe}
+	}()
+}
+
+// finish records an attempt and acts on its verdict.
+func (s *sink) finish(st *sendState, r result) {
+	st.inFlight--
+	r.d.sending = false
 	now := s.opts.now()
-	s.health.record(a, now)
-	switch classify(a.code) {
+	s.health.record(r.a, now)
+	switch classify(r.a.code) {
 	case delivered:
-		s.m.delivered(now.Sub(time.Unix(0, e.Spooled)).Seconds())
-		if err := s.spool.commit(); err != nil {
-			s.log.Warn("cannot record a delivered event in the spool; it may be sent again after a restart", "id", e.ID, "err", err)
+		s.m.delivered(now.Sub(time.Unix(0, r.d.e.Spooled)).Seconds())
+		if err := s.spool.ack(r.d.at); err != nil {
+			s.log.Warn("cannot record a delivered event in the spool; it may be sent again after a restart", "id", r.d.e.ID, "err", err)
+		}
+		if i := slices.Index(st.pending, r.d); i >= 0 {
+			st.pending = slices.Delete(st.pending, i, i+1)
 		}
 		if st.failures > 0 {
 			s.log.Info("webhook endpoint accepts events again", "failedAttempts", st.failures)
 		}
-		st.failures, st.notBefore, st.backoff = 0, time.Time{}, s.opts.newBackoff()
+		st.failures, st.probing, st.backoff = 0, false, s.opts.newBackoff()
 	case gone:
 		s.disable()
 	default:
-		st.failures++
-		// The endpoint may want a rotated secret or token already.
-		s.keys.stale()
-		if s.token != nil {
-			s.token.stale()
-		}
-		delay := s.opts.delay(&st.backoff)
-		if a.retryAfter > 0 {
-			delay = a.retryAfter
-		}
-		st.notBefore = now.Add(delay)
-		_, queued := s.spool.size()
-		if st.failures == 1 || now.Sub(st.lastWarn) >= warnEvery {
-			s.log.Warn("webhook delivery failed; retrying the same event", "err", a.err, "id", e.ID,
-				"attempts", st.failures, "retryIn", delay, "spooled", queued)
-			st.lastWarn = now
-		} else {
-			s.log.Debug("webhook delivery failed; retrying", "err", a.err, "id", e.ID, "attempts", st.failures, "retryIn", delay)
-		}
+		s.failed(st, r, now)
 	}
 }
 
-// sleep waits for d (0: without limit) or until woken or stopped.
-func (s *sink) sleep(ctx context.Context, d time.Duration) {
-	var timeout <-chan time.Time
-	if d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		timeout = t.C
+// failed acts on a failed attempt: its event stays pending, and the
+// sender probes after the backoff, or the Retry-After if the endpoint
+// sent one, which holds every key: a throttle is the endpoint's, not one
+// cluster's.
+func (s *sink) failed(st *sendState, r result, now time.Time) {
+	st.failures++
+	// The endpoint may want a rotated secret or token already.
+	s.keys.stale()
+	if s.token != nil {
+		s.token.stale()
 	}
-	select {
-	case <-ctx.Done():
-	case <-s.wake:
-	case <-timeout:
+	var delay time.Duration
+	if r.probe || !st.probing {
+		// The first failure, or a failed probe: the backoff grows. The
+		// attempts that were in flight when the endpoint began to fail
+		// do not grow it again.
+		delay = s.opts.delay(&st.backoff)
+	}
+	if r.a.retryAfter > 0 {
+		delay = r.a.retryAfter
+	}
+	st.probing = true
+	if at := now.Add(delay); at.After(st.notBefore) {
+		st.notBefore = at
+	}
+	_, queued := s.spool.size()
+	retryIn := st.notBefore.Sub(now)
+	if st.failures == 1 || now.Sub(st.lastWarn) >= warnEvery {
+		s.log.Warn("webhook delivery failed; retrying the same event", "err", r.a.err, "id", r.d.e.ID,
+			"attempts", st.failures, "retryIn", retryIn, "spooled", queued)
+		st.lastWarn = now
+	} else {
+		s.log.Debug("webhook delivery failed; retrying", "err", r.a.err, "id", r.d.e.ID, "attempts", st.failures, "retryIn", retryIn)
 	}
 }
 
@@ -203,16 +336,8 @@ func (s *sink) disable() {
 	s.m.state(bytes, events, true)
 }
 
-// post makes one attempt at one event. The attempt is bounded by the
-// sink's timeout, not by ctx: Close lets a request under way finish, so
-// that an event the endpoint took is not sent again after a restart.
-func (s *sink) post(ctx context.Context, e entry) attempt {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-	defer cancel()
-	req, err := s.request(ctx, e)
-	if err != nil {
-		return attempt{result: resultOf(nil), err: err}
-	}
+// post sends one attempt's request and reads the answer.
+func (s *sink) post(req *http.Request) attempt {
 	resp, err := s.client.Do(req)
 	if err != nil {
 		s.m.request("error")

@@ -3,6 +3,7 @@ package webhook
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,7 +48,14 @@ type segment struct {
 	seq   uint64
 	size  int64
 	count int
-	next  int // events of it already delivered or dropped
+	// next is the segment's first event not delivered yet, while it is the
+	// head: every event before it is delivered or dropped.
+	next int
+	// acked are the events past next already delivered: the sender has
+	// several in flight, and an event of one (namespace, cluster) may be
+	// taken before an earlier one of another. next moves over them once
+	// the events before them are delivered too.
+	acked map[int]struct{}
 	// entries are the segment's events while they are kept in memory
 	// (see memMax); nil: read them from the file.
 	entries []entry
@@ -100,10 +108,19 @@ const defaultMemMax = 8 << 20
 // megabyte of events, not once per batch.
 const defaultRollBytes = 1 << 20
 
-// cursor is how far the head segment has been delivered.
+// cursor is how far the spool has been delivered: every event before
+// Next of Segment, and the events of Acked, each a segment and an index,
+// delivered out of order beyond it.
 type cursor struct {
-	Segment uint64 `json:"segment"`
-	Next    int    `json:"next"`
+	Segment uint64      `json:"segment"`
+	Next    int         `json:"next"`
+	Acked   [][2]uint64 `json:"acked,omitempty"`
+}
+
+// pos is where an event is in the spool: its segment and its index there.
+type pos struct {
+	seg uint64
+	idx int
 }
 
 // spool is the sink's on-disk queue. Deliver and Resync write segments
@@ -130,15 +147,23 @@ type spool struct {
 	overflow bool
 
 	// cursor is the sender's progress, saved at most every cursorEvery
-	// (and when a segment is done, and on Close): a crash repeats at most
-	// the events since, with their ids, instead of one file write per
-	// event.
+	// (and on Close): a crash repeats at most the events since, with their
+	// ids, instead of one file write per event. Its Segment and Next say
+	// where the spool starts once every segment has drained; while one is
+	// left, the head segment says it (see cursorNow).
 	cursor      cursor
 	cursorDirty bool
 	cursorSaved time.Time
 	// cursorF is the cursor file, kept open; only the sender (and Close,
-	// after it) writes it.
-	cursorF *os.File
+	// after it) writes it. cursorLen is the size written last: a shorter
+	// cursor is padded to it, so no end of a longer one is left behind.
+	cursorF   *os.File
+	cursorLen int
+	// ahead counts the events delivered beyond the head's next (the
+	// segments' acked); the sender bounds it with those it has taken.
+	ahead int
+	// scan is where the sender takes the next event from (see take).
+	scan pos
 
 	// finished are delivered segments still on disk: they go once what
 	// the endpoint was told has been saved after them (see
@@ -155,15 +180,17 @@ type spool struct {
 	tailSeg *segment
 	tail    *os.File
 
-	// Owned by the sender: the head segment's events, read once.
-	headSeq uint64
-	head    []entry
+	// Owned by the sender: the events of the segment being taken from,
+	// read once from its file.
+	scanSeq     uint64
+	scanEntries []entry
 }
 
 // openSpool opens or creates the spool in dir and calls replay with every
 // event it still holds, oldest first. Segments left unreadable (which
 // atomic writes should make impossible) are removed and set overflow, so
-// the endpoint is resynced instead of silently missing them.
+// the endpoint is resynced instead of silently missing them. Events the
+// cursor says were delivered out of order are not sent again.
 func openSpool(dir string, maxBytes int64, log *slog.Logger, replay func(entry)) (*spool, error) {
 	s := &spool{dir: dir, max: maxBytes, log: log, changed: func(int64, int) {}, memMax: defaultMemMax, rollBytes: defaultRollBytes}
 	ents, err := os.ReadDir(dir)
@@ -193,53 +220,78 @@ func openSpool(dir string, maxBytes int64, log *slog.Logger, replay func(entry))
 	}
 	slices.Sort(seqs)
 	s.nextSeq = cur.Segment + 1
+	for _, a := range cur.Acked {
+		// A segment the cursor names is never made again, even if it is
+		// gone: its events would count as delivered.
+		s.nextSeq = max(s.nextSeq, a[0]+1)
+	}
+	s.cursor = cursor{Segment: cur.Segment, Next: cur.Next}
 	for _, seq := range seqs {
 		s.nextSeq = max(s.nextSeq, seq+1)
-		path := s.segPath(seq)
-		entries, size, torn, err := readSegment(path)
-		if torn && seq >= cur.Segment {
-			log.Error("webhook spool segment cut short by a crash of the machine; its last events are lost, so the endpoint is resynced once the spool has drained",
-				"file", path)
-			s.overflow = true
+		if err := s.loadSegment(seq, cur, replay); err != nil {
+			return nil, err
 		}
-		if seq < cur.Segment {
-			// Delivered in full, but kept until what the endpoint was told
-			// was saved after it: replay it into the told records.
-			if err == nil {
-				for _, e := range entries {
-					replay(e)
-				}
-			}
-			s.finished = append(s.finished, seq)
-			continue
-		}
-		if err != nil {
-			log.Error("unreadable webhook spool segment; removing it, and resyncing the endpoint once the spool has drained",
-				"file", path, "err", err)
-			if err := os.Remove(path); err != nil {
-				return nil, fmt.Errorf("remove unreadable segment: %w", err)
-			}
-			s.overflow = true
-			continue
-		}
-		next := 0
-		if seq == cur.Segment {
-			next = min(cur.Next, len(entries))
-		}
-		for _, e := range entries {
-			replay(e)
-		}
-		if next == len(entries) {
-			if err := os.Remove(path); err != nil {
-				return nil, fmt.Errorf("remove delivered segment: %w", err)
-			}
-			continue
-		}
-		s.segs = append(s.segs, &segment{seq: seq, size: size, count: len(entries), next: next, marks: marksOf(entries)})
-		s.bytes += size
-		s.events += len(entries) - next
 	}
+	s.advance()
 	return s, nil
+}
+
+// loadSegment adds segment seq, found on disk, to the spool being opened
+// with cursor cur, and replays its events.
+func (s *spool) loadSegment(seq uint64, cur cursor, replay func(entry)) error {
+	path := s.segPath(seq)
+	entries, size, torn, err := readSegment(path)
+	if torn && seq >= cur.Segment {
+		s.log.Error("webhook spool segment cut short by a crash of the machine; its last events are lost, so the endpoint is resynced once the spool has drained",
+			"file", path)
+		s.overflow = true
+	}
+	if seq < cur.Segment {
+		// Delivered in full, but kept until what the endpoint was told
+		// was saved after it: replay it into the told records.
+		if err == nil {
+			for _, e := range entries {
+				replay(e)
+			}
+		}
+		s.finished = append(s.finished, seq)
+		return nil
+	}
+	if err != nil {
+		s.log.Error("unreadable webhook spool segment; removing it, and resyncing the endpoint once the spool has drained",
+			"file", path, "err", err)
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("remove unreadable segment: %w", err)
+		}
+		s.overflow = true
+		return nil
+	}
+	for _, e := range entries {
+		replay(e)
+	}
+	seg := &segment{seq: seq, size: size, count: len(entries), marks: marksOf(entries)}
+	if seq == cur.Segment {
+		seg.next = min(cur.Next, len(entries))
+	}
+	for _, a := range cur.Acked {
+		if idx := int(a[1]); a[0] == seq && idx >= seg.next && idx < seg.count {
+			if seg.acked == nil {
+				seg.acked = map[int]struct{}{}
+			}
+			seg.acked[idx] = struct{}{}
+		}
+	}
+	if seg.next+len(seg.acked) == seg.count {
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("remove delivered segment: %w", err)
+		}
+		return nil
+	}
+	s.segs = append(s.segs, seg)
+	s.bytes += size
+	s.events += seg.count - seg.next - len(seg.acked)
+	s.ahead += len(seg.acked)
+	return nil
 }
 
 func (s *spool) segPath(seq uint64) string {
@@ -437,7 +489,7 @@ func (s *spool) closeTail() {
 	if s.tailSeg != nil {
 		s.tailSeg.open = false
 		s.tailSeg = nil
-		s.popDrained()
+		s.advance()
 	}
 	f := s.tail
 	s.tail = nil
@@ -508,54 +560,114 @@ func (s *spool) publish(app *appended, resync bool) {
 	s.changed(s.bytes, s.events)
 }
 
-// peek returns the next event to send; ok is false when the spool is
-// empty. Only the sender calls it.
-func (s *spool) peek() (e entry, ok bool, err error) {
-	s.mu.Lock()
-	if len(s.segs) == 0 {
+// take returns the next event to send: the first one after those taken
+// before that is not delivered yet, in spool order. ok is false when there
+// is none for now. Only the sender calls it; it hands each event out once
+// (until the spool is opened again).
+func (s *spool) take() (e entry, at pos, ok bool, err error) {
+	for {
+		s.mu.Lock()
+		seg := s.segmentFrom(s.scan.seg)
+		if seg == nil {
+			s.mu.Unlock()
+			return entry{}, pos{}, false, nil
+		}
+		idx := 0
+		if seg.seq == s.scan.seg {
+			idx = s.scan.idx
+		}
+		idx = max(idx, seg.next)
+		for _, done := seg.acked[idx]; done && idx < seg.count; _, done = seg.acked[idx] {
+			idx++
+		}
+		if idx >= seg.count {
+			// Taken in full: the open tail waits for more, any other
+			// segment gives way to the next.
+			open := seg.open
+			s.scan = pos{seg.seq, idx}
+			if !open {
+				s.scan = pos{seg.seq + 1, 0}
+			}
+			s.mu.Unlock()
+			if open {
+				return entry{}, pos{}, false, nil
+			}
+			continue
+		}
+		seq, count, mem := seg.seq, seg.count, seg.entries
 		s.mu.Unlock()
-		return entry{}, false, nil
-	}
-	seg := s.segs[0]
-	seq, next, count, mem := seg.seq, seg.next, seg.count, seg.entries
-	s.mu.Unlock()
-	if next >= count {
-		// The open tail, sent as far as it goes.
-		return entry{}, false, nil
-	}
-	if mem != nil {
-		return mem[next], true, nil
-	}
-	if s.head == nil || s.headSeq != seq {
-		entries, _, _, err := readSegment(s.segPath(seq))
-		if err != nil {
-			return entry{}, false, err
+		if mem == nil {
+			if mem, err = s.readScan(seq, count); err != nil {
+				return entry{}, pos{seg: seq}, false, err
+			}
 		}
-		if len(entries) != count {
-			return entry{}, false, fmt.Errorf("segment %d holds %d events, %d were written", seq, len(entries), count)
-		}
-		s.head, s.headSeq = entries, seq
+		s.mu.Lock()
+		s.scan = pos{seq, idx + 1}
+		s.mu.Unlock()
+		return mem[idx], pos{seq, idx}, true, nil
 	}
-	return s.head[next], true, nil
 }
 
-// commit removes the event peek returned: it was delivered, or dropped.
-// Only the sender calls it. An error (the cursor or the segment's removal
-// did not reach the disk) means the event may be sent again after a
-// restart, with the same id.
-func (s *spool) commit() error {
+// segmentFrom returns the first segment numbered seq or later; s.mu is
+// held.
+func (s *spool) segmentFrom(seq uint64) *segment {
+	for _, seg := range s.segs {
+		if seg.seq >= seq {
+			return seg
+		}
+	}
+	return nil
+}
+
+// readScan returns the events of segment seq, which are not kept in
+// memory, reading its file once.
+func (s *spool) readScan(seq uint64, count int) ([]entry, error) {
+	if s.scanEntries != nil && s.scanSeq == seq {
+		return s.scanEntries, nil
+	}
+	entries, _, _, err := readSegment(s.segPath(seq))
+	if err != nil {
+		return nil, err
+	}
+	if len(entries) != count {
+		return nil, fmt.Errorf("segment %d holds %d events, %d were written", seq, len(entries), count)
+	}
+	s.scanEntries, s.scanSeq = entries, seq
+	return entries, nil
+}
+
+// ack removes the event at: it was delivered, or dropped. Events may be
+// acknowledged in any order: one acknowledged before an earlier one stays
+// on disk, and is recorded in the cursor as delivered, until every event
+// before it is acknowledged too, so an earlier event is never lost with a
+// later one. Only the sender calls it. An error (the cursor or the
+// segment's removal did not reach the disk) means the event may be sent
+// again after a restart, with the same id.
+func (s *spool) ack(at pos) error {
 	s.mu.Lock()
-	seg := s.segs[0]
+	seg := s.segmentFrom(at.seg)
+	if seg == nil || seg.seq != at.seg || at.idx < seg.next || at.idx >= seg.count {
+		// Dropped meanwhile (410 Gone), or acknowledged already.
+		s.mu.Unlock()
+		return nil
+	}
+	if _, done := seg.acked[at.idx]; done {
+		s.mu.Unlock()
+		return nil
+	}
 	if seg.entries != nil {
-		n := seg.entries[seg.next].line
+		n := seg.entries[at.idx].line
 		seg.sent += n
 		s.bytes -= n
 	}
-	seg.next++
+	if seg.acked == nil {
+		seg.acked = map[int]struct{}{}
+	}
+	seg.acked[at.idx] = struct{}{}
+	s.ahead++
 	s.events--
-	s.cursor = cursor{Segment: seg.seq, Next: seg.next}
 	s.cursorDirty = true
-	s.popDrained()
+	s.advance()
 	s.changed(s.bytes, s.events)
 	s.mu.Unlock()
 	// Not forced when a segment is done: with small batches that was a
@@ -564,11 +676,25 @@ func (s *spool) commit() error {
 	return s.saveCursor(false)
 }
 
-// popDrained moves the head segment to finished once it is sent in full
-// and no longer the tail; s.mu is held.
-func (s *spool) popDrained() {
+// aheadCount returns how many events were delivered beyond the first one
+// not delivered yet.
+func (s *spool) aheadCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ahead
+}
+
+// advance moves the head segment's next over the events delivered out of
+// order, and moves the head segment to finished once it is delivered in
+// full and no longer the tail; s.mu is held.
+func (s *spool) advance() {
 	for len(s.segs) > 0 {
 		seg := s.segs[0]
+		for _, done := seg.acked[seg.next]; done; _, done = seg.acked[seg.next] {
+			delete(seg.acked, seg.next)
+			seg.next++
+			s.ahead--
+		}
 		if seg.open || seg.next < seg.count {
 			return
 		}
@@ -580,6 +706,27 @@ func (s *spool) popDrained() {
 		s.cursor = cursor{Segment: seg.seq + 1}
 		s.cursorDirty = true
 	}
+}
+
+// cursorNow is the cursor to save: the head segment's next and the events
+// delivered beyond it; s.mu is held.
+func (s *spool) cursorNow() cursor {
+	if len(s.segs) == 0 {
+		return cursor{Segment: s.cursor.Segment, Next: s.cursor.Next}
+	}
+	c := cursor{Segment: s.segs[0].seq, Next: s.segs[0].next}
+	for _, seg := range s.segs {
+		for idx := range seg.acked {
+			c.Acked = append(c.Acked, [2]uint64{seg.seq, uint64(idx)})
+		}
+	}
+	slices.SortFunc(c.Acked, func(a, b [2]uint64) int {
+		if a[0] != b[0] {
+			return cmp.Compare(a[0], b[0])
+		}
+		return cmp.Compare(a[1], b[1])
+	})
+	return c
 }
 
 // cursorEvery bounds how often the cursor is saved while a segment is
@@ -595,7 +742,7 @@ func (s *spool) saveCursor(force bool) error {
 		s.mu.Unlock()
 		return nil
 	}
-	c := s.cursor
+	c := s.cursorNow()
 	s.cursorDirty = false
 	s.cursorSaved = time.Now()
 	s.mu.Unlock()
@@ -603,27 +750,32 @@ func (s *spool) saveCursor(force bool) error {
 	if err != nil {
 		return fmt.Errorf("encode cursor: %w", err)
 	}
-	// Rewritten in place, padded to a fixed size so the file never holds
-	// the end of a longer old cursor: one write to an open file rather
-	// than a new file each time (creating a file is the costly part). A
-	// write torn by a crash of the machine makes the cursor unreadable,
-	// and the head segment is then sent again from its start.
-	if len(data) < cursorSize-1 {
-		data = append(data, bytes.Repeat([]byte{' '}, cursorSize-1-len(data))...)
-	}
-	data = append(data, '\n')
 	if s.cursorF == nil {
 		if s.cursorF, err = os.OpenFile(filepath.Join(s.dir, cursorFile), os.O_RDWR|os.O_CREATE, 0o600); err != nil {
 			return fmt.Errorf("save cursor: %w", err)
 		}
+		if st, err := s.cursorF.Stat(); err == nil {
+			s.cursorLen = int(st.Size())
+		}
 	}
+	// Rewritten in place, padded with spaces to the size written before
+	// (at least cursorSize) so the file never holds the end of a longer
+	// old cursor: one write to an open file rather than a new file each
+	// time (creating a file is the costly part). A write torn by a crash
+	// of the machine makes the cursor unreadable, and the head segment is
+	// then sent again from its start.
+	size := max(len(data)+1, s.cursorLen, cursorSize)
+	data = append(data, bytes.Repeat([]byte{' '}, size-1-len(data))...)
+	data = append(data, '\n')
 	if _, err := s.cursorF.WriteAt(data, 0); err != nil {
 		return fmt.Errorf("save cursor: %w", err)
 	}
+	s.cursorLen = size
 	return nil
 }
 
-// cursorSize is the size of the cursor file: more than its longest JSON.
+// cursorSize is the least size of the cursor file: more than its longest
+// JSON without events delivered out of order.
 const cursorSize = 96
 
 // detachTail makes seg, which is being dropped, no longer the tail, and
@@ -685,21 +837,31 @@ func (s *spool) removeFinished(seqs []uint64) error {
 	return errors.Join(errs...)
 }
 
-// dropHead removes the head segment, which cannot be read, and sets
+// dropSegment removes segment seq, which cannot be read, and sets
 // overflow so that the endpoint is resynced. It returns the events lost.
-func (s *spool) dropHead() (int, error) {
+// None of its events was taken: take reads a segment whole.
+func (s *spool) dropSegment(seq uint64) (int, error) {
 	s.mu.Lock()
-	seg := s.segs[0]
-	s.segs = s.segs[1:]
+	i := slices.IndexFunc(s.segs, func(seg *segment) bool { return seg.seq == seq })
+	if i < 0 {
+		s.mu.Unlock()
+		return 0, nil
+	}
+	seg := s.segs[i]
+	s.segs = slices.Delete(s.segs, i, i+1)
 	s.bytes -= seg.size - seg.sent
 	s.forget(seg)
 	tail := s.detachTail(seg)
-	lost := seg.count - seg.next
+	lost := seg.count - seg.next - len(seg.acked)
 	s.events -= lost
+	s.ahead -= len(seg.acked)
 	s.overflow = true
+	s.cursorDirty = true
+	// The next segment may have been delivered in full already.
+	s.advance()
 	s.changed(s.bytes, s.events)
 	s.mu.Unlock()
-	s.head = nil
+	s.scanEntries = nil
 	closeFile(tail)
 	if err := os.Remove(s.segPath(seg.seq)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return lost, fmt.Errorf("remove unreadable segment: %w", err)
@@ -719,10 +881,11 @@ func (s *spool) dropAll() (int, error) {
 			tail = f
 		}
 	}
-	s.segs, s.bytes, s.events, s.memBytes = nil, 0, 0, 0
+	s.segs, s.bytes, s.events, s.memBytes, s.ahead = nil, 0, 0, 0, 0
+	s.cursorDirty = true
 	s.changed(s.bytes, s.events)
 	s.mu.Unlock()
-	s.head = nil
+	s.scanEntries = nil
 	closeFile(tail)
 	var errs []error
 	for _, seg := range segs {

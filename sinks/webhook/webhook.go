@@ -71,6 +71,9 @@ func checkDefaulted(w *config.WebhookSink) error {
 	if w.Spool.MaxBytes <= 0 {
 		missing = append(missing, "spool.maxBytes")
 	}
+	if w.Concurrency <= 0 {
+		missing = append(missing, "concurrency")
+	}
 	if w.SecretRef != nil && w.SecretRef.Key == "" {
 		missing = append(missing, "secretRef.key")
 	}
@@ -79,6 +82,12 @@ func checkDefaulted(w *config.WebhookSink) error {
 	}
 	return nil
 }
+
+// windowPerRequest is the events the sender looks ahead at, per request
+// it may have in flight: room to skip the later events of keys that are
+// busy and find other keys to send, bounded so that the events delivered
+// out of order, which the cursor lists, stay few.
+const windowPerRequest = 16
 
 // defaultToldSaveEvery is how often what the endpoint was told is saved while it
 // changes. The file holds a record per (namespace, cluster), so a save
@@ -108,6 +117,10 @@ type sink struct {
 	spool    *spool
 	toldPath string
 	unlock   func() error
+
+	// concurrency bounds the attempts in flight; window bounds the events
+	// the sender looks ahead at, from the first one not delivered yet.
+	concurrency, window int
 
 	// callMu serialises Deliver, Resync and Close.
 	callMu sync.Mutex
@@ -188,6 +201,7 @@ func newSink(cfg config.Sink, deps sinks.Deps, opts options) (*sink, error) {
 	s := &sink{
 		name: cfg.Name, url: w.URL, logURL: redactURL(w.URL), source: deps.Source,
 		timeout: w.Timeout.Duration, types: slices.Clone(cfg.Filter.EventTypes),
+		concurrency: w.Concurrency, window: windowPerRequest * w.Concurrency,
 		log: log, opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{}),
 		toldSaveEvery: defaultToldSaveEvery, health: &health{failingAfter: w.FailingAfter.Duration},
 	}
@@ -197,7 +211,7 @@ func newSink(cfg config.Sink, deps sinks.Deps, opts options) (*sink, error) {
 	if err := s.setAuth(w, deps.Kube); err != nil {
 		return fail(err)
 	}
-	if s.client, err = newClient(w.CAFile); err != nil {
+	if s.client, err = newClient(w.CAFile, w.Concurrency); err != nil {
 		return fail(err)
 	}
 	if err := s.open(w.Spool, deps.Registerer); err != nil {
@@ -319,9 +333,13 @@ func (s *sink) openSpool(dir string, maxBytes int64) error {
 // set, and redirects returned rather than followed. A redirect would send
 // the signed event, and the bearer token on the same host, wherever the
 // endpoint says; the sink reports it as a failure so the operator fixes the
-// URL.
-func newClient(caFile string) (*http.Client, error) {
+// URL. It keeps a connection per request in flight (conns) open between
+// requests: the default two would make every further request pay a new
+// TCP and TLS handshake, several round trips to a far endpoint.
+func newClient(caFile string, conns int) (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = conns
+	tr.MaxIdleConns = max(tr.MaxIdleConns, conns)
 	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)

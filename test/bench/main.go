@@ -59,12 +59,18 @@
 //     the old token revoked, 20 times: the failed GETs of long-lived
 //     clients built with the exec plugin (`hubsync creds`) and with
 //     package access;
+//   - webhook to a receiver far away: the 4000-profile initial sync
+//     delivered by a webhook sink to a receiver that answers after 0, 10
+//     and 50 ms, 3 runs each: events per second and how long after the
+//     profiles converged the last event was delivered, in order per
+//     (namespace, cluster), checked by the receiver (on a control plane
+//     of its own in the full run);
 //   - with --scale only: 3000 clusters x 10 namespaces (10,000 profiles)
 //     and 10,000 credential copies against their raw writes, hubsync's
 //     peak RSS and CPU time; with --soak, RSS, goroutines and open files
 //     every minute under steady rotations and relabels, with their slopes.
 //
-// --tunnel-only, --gateway-only, --flood-only, --replicas-only, --rolling-only, --rotation-only, --initial-only, --initial-pairs,
+// --tunnel-only, --gateway-only, --flood-only, --replicas-only, --rolling-only, --rotation-only, --webhook-only, --initial-only, --initial-pairs,
 // --sink-pairs, --sinks and --cpuprofile narrow it down for diagnosis.
 package main
 
@@ -144,6 +150,10 @@ func main() {
 	flag.IntVar(&soakRotations, "soak-rotations", 2, "token rotations per second during the soak")
 	flag.IntVar(&soakRelabels, "soak-relabels", 1, "clusters moved to another set per second during the soak")
 	flag.StringVar(&heapProfileDir, "heapprofile", "", "with --soak: directory for a heap profile of hubsync at each minute's sample, after a forced GC (serves pprof)")
+	flag.BoolVar(&webhookOnly, "webhook-only", false, "print only the webhook figures: the initial sync delivered to a receiver that answers after a fixed delay")
+	flag.IntVar(&webhookRepeats, "webhook-repeats", 3, "initial syncs at each webhook delay and concurrency")
+	flag.StringVar(&webhookDelays, "webhook-delays", "0,10,50", "the webhook receiver's delays in milliseconds, separated by commas")
+	flag.StringVar(&webhookConcurrency, "webhook-concurrency", "", "webhook.concurrency of the runs, separated by commas (default: the configuration's default)")
 	sinkList := flag.String("sinks", "files,argocd,hooks", "the sinks of the sink pairs, for diagnosis: any of files (kubeconfig), argocd, hooks (webhook)")
 	flag.Parse()
 	for _, n := range strings.Split(*sinkList, ",") {
@@ -161,6 +171,10 @@ func main() {
 	}
 	if rollingRepeats < 1 || rotationRepeats < 1 {
 		fmt.Fprintln(os.Stderr, "bench: --rolling-repeats and --rotation-repeats must be at least 1")
+		os.Exit(2)
+	}
+	if webhookRepeats < 1 {
+		fmt.Fprintln(os.Stderr, "bench: --webhook-repeats must be at least 1")
 		os.Exit(2)
 	}
 	if initialPairs < 1 || sinkPairs < 1 {
@@ -229,6 +243,9 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	}
 	if rotationOnly {
 		return benchRotation(ctx, cp, binary, logs)
+	}
+	if webhookOnly {
+		return benchWebhook(ctx, cp, binary, nClusters, nNamespaces, workers, logs)
 	}
 	if !gatewayOnly && !initialOnly {
 		if err := benchTunnel(ctx, cp); err != nil {
@@ -568,6 +585,9 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	}
 	if err := sinkRotations(ctx, cp, hub, binary, conf, logs, nClusters, nRotations); err != nil {
 		return err
+	}
+	if err := webhookOnFreshHub(ctx, binary, nClusters, nNamespaces, workers, logs); err != nil {
+		return fmt.Errorf("webhook figures: %w", err)
 	}
 	return replicasOnFreshHub(ctx, binary, logs)
 }
