@@ -15,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,11 +32,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	clusterv1 "open-cluster-management.io/api/cluster/v1"
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/gateway"
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/fleet"
+	"github.com/hubsync/hubsync/test/konnectivity"
 	"github.com/hubsync/hubsync/test/pki"
 	"github.com/hubsync/hubsync/test/testutil"
 	"github.com/hubsync/hubsync/tunnel"
@@ -50,6 +51,8 @@ var (
 	gatewayRequests   int
 	gatewayLists      int
 	gatewayCPUProfile string
+	gatewayHot        string
+	gatewayHotSeconds int
 )
 
 const (
@@ -143,24 +146,13 @@ func gatewayRun(ctx context.Context, m gatewayMode, path string, conc, n int) ([
 	return lat, total.Load(), wall, nil
 }
 
-// countingReviewer counts the TokenReviews the gateways send to the hub.
-type countingReviewer struct {
-	gateway.Reviewer
-	n atomic.Int64
-}
-
-func (c *countingReviewer) Review(ctx context.Context, token string) (gateway.Identity, bool, error) {
-	c.n.Add(1)
-	return c.Reviewer.Review(ctx, token)
-}
-
 // benchGateway measures, against a real konnectivity proxy-server, agent
 // and managed kube-apiserver and the hub's TokenReview, a small GET's
 // p50/p99 and a large list's throughput through the access gateway
 // against the same requests sent straight to the managed API server, and
 // through a gateway whose pool dials the API server directly, which
 // separates the gateway's own cost from konnectivity's.
-func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
+func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary string, logs io.Writer) error {
 	fmt.Println("\n== access gateway: hub TokenReview, a real konnectivity proxy-server + agent and managed kube-apiserver")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -199,7 +191,6 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 	if err != nil {
 		return err
 	}
-	reviewer := &countingReviewer{Reviewer: gateway.TokenReviewer{Kube: hub}}
 	// The objects, and who may read them: the prefixed hub identity and,
 	// for the direct requests, a managed ServiceAccount.
 	directToken, err := m.ServiceAccountToken(ctx, gatewayNS, "direct-reader", time.Hour)
@@ -218,48 +209,15 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 		return err
 	}
 
-	// Two pools: through konnectivity, and dialing the API server
-	// directly.
-	kd, err := tunnel.NewKonnectivityDialer(tunnel.KonnectivityConfig{
-		Address: srv.ClientAddress, CAFile: srv.CAFile, CertFile: srv.CertFile, KeyFile: srv.KeyFile,
-	})
+	// Two hubsync daemons, each the real binary with the shipped defaults
+	// and its gateway on: one whose pool goes through konnectivity, one
+	// whose pool dials the API server directly.
+	daemons, err := startGatewayDaemons(ctx, cp, binary, logs, dir, srv, m, msa, msaToken)
 	if err != nil {
 		return err
 	}
-	target := tunnel.Target{Address: m.Address, ServerName: tunnel.DefaultKonnectivityServerName, CA: m.CA, Token: msaToken}
-	pool, stopPool, err := startGatewayPool(ctx, kd, tunnel.TransportKonnectivity, target)
-	if err != nil {
-		return err
-	}
-	defer stopPool()
-	directPool, stopDirectPool, err := startGatewayPool(ctx, &tunnel.DirectDialer{}, tunnel.TransportDirect, target)
-	if err != nil {
-		return err
-	}
-	defer stopDirectPool()
-
-	// A gateway over each, served over TLS as the daemon serves it.
-	ca, certFile, keyFile, err := gatewayCert(dir, "bench-gateway-ca")
-	if err != nil {
-		return err
-	}
-	certs, err := gateway.NewFileCert(certFile, keyFile, nil)
-	if err != nil {
-		return err
-	}
-	keys := &gateway.KeySet{Fetch: func(ctx context.Context) ([]byte, error) {
-		return hub.CoreV1().RESTClient().Get().AbsPath("/openid/v1/jwks").DoRaw(ctx)
-	}}
-	gwURL, gwReg, stopGW, err := serveGateway(ctx, pool, reviewer, keys, certs)
-	if err != nil {
-		return err
-	}
-	defer stopGW()
-	gwDirectURL, gwDirectReg, stopGWDirect, err := serveGateway(ctx, directPool, reviewer, keys, certs)
-	if err != nil {
-		return err
-	}
-	defer stopGWDirect()
+	defer daemons.stop()
+	ca := daemons.ca
 
 	// Clients: HTTP/2 with keep-alive, TLS verified, as client-go's.
 	managedRoots := x509.NewCertPool()
@@ -282,8 +240,8 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 	}
 	modes := []gatewayMode{
 		{"direct", "https://" + m.Address, directClient, bearer(directToken)},
-		{"gateway", gwURL + "/" + gatewayCluster, gwClient, bearer(hubToken)},
-		{"gateway, direct dialer", gwDirectURL + "/" + gatewayCluster, gwDirectClient, bearer(hubToken)},
+		{"hubsync", daemons.konnectivity.url + "/" + gatewayCluster, gwClient, bearer(hubToken)},
+		{"hubsync, direct dialer", daemons.direct.url + "/" + gatewayCluster, gwDirectClient, bearer(hubToken)},
 		{"direct, impersonating", "https://" + m.Address, impClient, impHeader},
 	}
 	const direct, gw, gwDirect, imp = 0, 1, 2, 3
@@ -318,36 +276,30 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 		config.Default().Gateway.ReviewCacheTTL.Duration, msaNS, msa, len(id.Groups))
 	fmt.Println("  direct, impersonating (for diagnosis): the gateway's outgoing headers sent straight to the API server")
 
-	if gatewayCPUProfile != "" {
-		f, err := os.Create(gatewayCPUProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	procs := daemons.procs()
+	if gatewayHot != "" {
+		return gatewayHotLoop(ctx, daemons, procs, modes[gw])
 	}
-
 	// What every process uses idle, over the same clock as the figures
 	// below: per request, the CPU figures include it for the request's
 	// share of wall time (more in slower modes).
-	idle0, idleStart := gatewayCPU(), time.Now()
+	idle0, idleStart := procs.cpu(), time.Now()
 	select {
 	case <-time.After(3 * time.Second):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	idle1, idleWall := gatewayCPU(), time.Since(idleStart)
+	idle1, idleWall := procs.cpu(), time.Since(idleStart)
 	fmt.Print("CPU used idle, ms per second:")
 	for _, r := range gatewayRoles {
-		fmt.Printf(" %s %.0f;", r, float64(idle1[r]-idle0[r])/float64(time.Millisecond)/idleWall.Seconds())
+		fmt.Printf(" %s %.1f;", r, float64(idle1[r]-idle0[r])/float64(time.Millisecond)/idleWall.Seconds())
 	}
 	fmt.Println()
 
 	// Small GETs.
 	goalSmall := map[int][]float64{}
+	hop := map[int][]float64{}
+	smallCPU := map[int][]float64{}
 	fmt.Printf("small GET %s, %d requests per mode, concurrency and repeat; modes interleaved in each repeat\n", gatewaySmallPath, gatewayRequests)
 	fmt.Printf("(every process here shares %d cores: once they are saturated, latency follows the total CPU per request)\n", runtime.NumCPU())
 	for _, conc := range []int{1, 32, 128} {
@@ -358,8 +310,8 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 		}
 		p50s := make([][]time.Duration, len(modes))
 		p99s := make([][]time.Duration, len(modes))
-		var gw50, gw99, gwd50, gwd99, imp50, konn50 []float64
-		cpu := newCPUTally(len(modes))
+		var gw50, gw99, gwd50, gwd99, imp50, konn50, hop50 []float64
+		cpu := newCPUTally(len(modes), procs)
 		for r := range gatewayRepeats {
 			for k := range modes {
 				i := (k + r) % len(modes)
@@ -380,21 +332,40 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 			gwd99 = append(gwd99, ratio(p99s[gwDirect][r], p99s[direct][r]))
 			imp50 = append(imp50, ratio(p50s[imp][r], p50s[direct][r]))
 			konn50 = append(konn50, ratio(p50s[gw][r], p50s[gwDirect][r]))
+			hop50 = append(hop50, ratio(p50s[gwDirect][r], p50s[imp][r]))
 		}
-		goalSmall[conc] = gw50
+		goalSmall[conc], hop[conc] = gw50, hop50
 		fmt.Printf("concurrency %d (median over %d repeats, range in brackets):\n", conc, gatewayRepeats)
 		for i, md := range modes {
 			fmt.Printf("  %-22s p50 %s  p99 %s\n", md.name, durSpread(p50s[i]), durSpread(p99s[i]))
 		}
+		fmt.Printf("  hubsync / direct:                p50 %s  p99 %s\n", ratioSpread(gw50), ratioSpread(gw99))
+		fmt.Printf("  hubsync, direct dialer / direct: p50 %s  p99 %s (the gateway without konnectivity)\n", ratioSpread(gwd50), ratioSpread(gwd99))
 		goal := ""
 		if conc == 32 {
-			goal = " (goal <= 1.30x: " + gatewayGoal(gw50, func(r float64) bool { return r <= 1.3 }) + ")"
+			goal = " (goal <= 1.20x: " + gatewayGoal(hop50, func(r float64) bool { return r <= 1.2 }) + ")"
 		}
-		fmt.Printf("  gateway / direct:                p50 %s%s  p99 %s\n", ratioSpread(gw50), goal, ratioSpread(gw99))
-		fmt.Printf("  gateway, direct dialer / direct: p50 %s  p99 %s (the gateway without konnectivity)\n", ratioSpread(gwd50), ratioSpread(gwd99))
-		fmt.Printf("  gateway / gateway, direct dialer: p50 %s (konnectivity's relays); direct, impersonating / direct: p50 %s (the API server's impersonation checks)\n",
+		fmt.Printf("  hubsync, direct dialer / direct, impersonating: p50 %s%s (the gateway's own hop: the same request, the same identity)\n", ratioSpread(hop50), goal)
+		fmt.Printf("  hubsync / hubsync, direct dialer: p50 %s (konnectivity's relays); direct, impersonating / direct: p50 %s (the API server's impersonation checks)\n",
 			ratioSpread(konn50), ratioSpread(imp50))
 		cpu.print(modes, time.Microsecond, "µs")
+		smallCPU[conc] = cpu.perRun(gw, "hubsync", time.Microsecond)
+		goal = ""
+		if conc == 32 {
+			goal = " (goal <= 150 µs: " + gatewayGoal(smallCPU[conc], func(us float64) bool { return us <= 150 }) + ")"
+		}
+		fmt.Printf("  CPU of the hubsync process per small GET through konnectivity: %s µs%s; with the direct dialer %s µs\n",
+			floatSpread(smallCPU[conc], "%.0f"), goal, floatSpread(cpu.perRun(gwDirect, "hubsync, direct dialer", time.Microsecond), "%.0f"))
+	}
+	if gatewayCPUProfile != "" {
+		path := filepath.Join(gatewayCPUProfile, "hubsync-small-get-c32.pprof")
+		if err := daemons.konnectivity.profile(ctx, path, func(ctx context.Context) error {
+			_, _, _, err := gatewayRun(ctx, modes[gw], gatewaySmallPath, 32, gatewayRequests)
+			return err
+		}); err != nil {
+			return err
+		}
+		fmt.Printf("CPU profile of the hubsync process serving small GETs at concurrency 32 through konnectivity: %s\n", path)
 	}
 
 	// The large list: compressed on the wire, as the API server does when
@@ -410,6 +381,7 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 	fmt.Printf("large LIST %s: %d ConfigMaps, %.2f MB of JSON (on the wire: %s), %d lists per mode, concurrency and repeat; modes interleaved in each repeat\n",
 		gatewayListPath, gatewayListSize+1, float64(listBytes)/1e6, strings.Join(wire, ", "), gatewayLists)
 	goalList := map[int][]float64{}
+	directList := map[int][]float64{}
 	for _, conc := range []int{1, 4} {
 		for _, md := range modes {
 			if _, _, _, err := gatewayRun(ctx, md, gatewayListPath, conc, conc); err != nil {
@@ -420,7 +392,7 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 		rate := make([][]float64, len(modes))
 		p50s := make([][]time.Duration, len(modes))
 		var gwPct, gwdPct, impPct []float64
-		cpu := newCPUTally(len(modes))
+		cpu := newCPUTally(len(modes), procs)
 		for r := range gatewayRepeats {
 			for k := range modes {
 				i := (k + r) % len(modes)
@@ -440,46 +412,114 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane) error {
 			gwdPct = append(gwdPct, 100*mbps[gwDirect][r]/mbps[direct][r])
 			impPct = append(impPct, 100*mbps[imp][r]/mbps[direct][r])
 		}
-		goalList[conc] = gwPct
+		goalList[conc], directList[conc] = gwPct, gwdPct
 		fmt.Printf("concurrency %d (median over %d repeats, range in brackets):\n", conc, gatewayRepeats)
 		for i, md := range modes {
 			fmt.Printf("  %-22s %s MB/s  %s lists/s  list p50 %s\n", md.name, floatSpread(mbps[i], "%.1f"), floatSpread(rate[i], "%.1f"), durSpread(p50s[i]))
 		}
-		fmt.Printf("  gateway / direct throughput: %s (goal >= 80%%: %s)\n", percentSpread(gwPct), gatewayGoal(gwPct, func(p float64) bool { return p >= 80 }))
-		fmt.Printf("  gateway, direct dialer / direct: %s; direct, impersonating / direct: %s\n", percentSpread(gwdPct), percentSpread(impPct))
+		fmt.Printf("  hubsync / direct throughput: %s (goal >= 80%%: %s)\n", percentSpread(gwPct), gatewayGoal(gwPct, func(p float64) bool { return p >= 80 }))
+		fmt.Printf("  hubsync, direct dialer / direct: %s; direct, impersonating / direct: %s\n", percentSpread(gwdPct), percentSpread(impPct))
 		cpu.print(modes, time.Millisecond, "ms")
 	}
 	if gatewayCPUProfile != "" {
-		pprof.StopCPUProfile()
-		fmt.Printf("CPU profile of the bench process (clients and gateways) during the measurements: %s\n", gatewayCPUProfile)
+		path := filepath.Join(gatewayCPUProfile, "hubsync-list-c1.pprof")
+		if err := daemons.konnectivity.profile(ctx, path, func(ctx context.Context) error {
+			_, _, _, err := gatewayRun(ctx, modes[gw], gatewayListPath, 1, gatewayLists)
+			return err
+		}); err != nil {
+			return err
+		}
+		fmt.Printf("CPU profile of the hubsync process serving large LISTs at concurrency 1 through konnectivity: %s\n", path)
 	}
 
-	hits := metricSum(gwReg, "hubsync_gateway_token_review_cache_hits_total", nil) + metricSum(gwDirectReg, "hubsync_gateway_token_review_cache_hits_total", nil)
-	authenticated := metricSum(gwReg, "hubsync_gateway_token_reviews_total", testutil.Labels{"result": "authenticated"}) +
-		metricSum(gwDirectReg, "hubsync_gateway_token_reviews_total", testutil.Labels{"result": "authenticated"})
-	fmt.Printf("TokenReview: %.0f gateway requests authenticated, %.0f from the cache (hubsync_gateway_token_review_cache_hits_total), %d TokenReviews sent to the hub\n",
-		authenticated, hits, reviewer.n.Load())
+	reviews := daemons.reviews()
+	fmt.Printf("TokenReview: %.0f gateway requests authenticated by a hub TokenReview, %.0f from the cache (hubsync_gateway_token_review_cache_hits_total)\n",
+		reviews.authenticated, reviews.cached)
 	fmt.Println("gateway goals in this run (median over repeats; repeats meeting the goal):")
-	fmt.Printf("  small GET p50 at concurrency 32, gateway / direct: %s, goal <= 1.30x: %s\n",
-		ratioSpread(goalSmall[32]), gatewayGoal(goalSmall[32], func(r float64) bool { return r <= 1.3 }))
+	fmt.Printf("  CPU of the hubsync process per small GET at concurrency 32 through konnectivity: %s µs, goal <= 150 µs: %s\n",
+		floatSpread(smallCPU[32], "%.0f"), gatewayGoal(smallCPU[32], func(us float64) bool { return us <= 150 }))
+	fmt.Printf("  small GET p50 at concurrency 32, hubsync, direct dialer / direct, impersonating: %s, goal <= 1.20x: %s\n",
+		ratioSpread(hop[32]), gatewayGoal(hop[32], func(r float64) bool { return r <= 1.2 }))
 	for _, conc := range []int{1, 4} {
-		fmt.Printf("  large LIST throughput at concurrency %d, gateway / direct: %s, goal >= 80%%: %s\n",
-			conc, percentSpread(goalList[conc]), gatewayGoal(goalList[conc], func(p float64) bool { return p >= 80 }))
+		fmt.Printf("  large LIST throughput at concurrency %d, hubsync / direct: %s, goal >= 80%%: %s (direct dialer: %s)\n",
+			conc, percentSpread(goalList[conc]), gatewayGoal(goalList[conc], func(p float64) bool { return p >= 80 }), percentSpread(directList[conc]))
+	}
+	fmt.Printf("  small GET p50 at concurrency 32, hubsync / direct: %s (for the record: konnectivity's relays share the cores)\n", ratioSpread(goalSmall[32]))
+	return nil
+}
+
+// gatewayHotLoop loads the hubsync gateway through konnectivity with one
+// kind of request (--gateway-hot) in rounds of 5 s and prints the CPU of
+// the hubsync process per request in each, with a CPU profile of the
+// whole load when --gateway-cpuprofile names a directory.
+func gatewayHotLoop(ctx context.Context, daemons *gatewayDaemons, procs gatewayProcs, md gatewayMode) error {
+	path, conc, n := gatewaySmallPath, 32, gatewayRequests
+	if gatewayHot == "list" {
+		path, conc, n = gatewayListPath, 1, gatewayLists
+	} else if gatewayHot != "small" {
+		return fmt.Errorf("--gateway-hot: want small or list, not %q", gatewayHot)
+	}
+	var rounds []float64
+	load := func(ctx context.Context) error {
+		for ctx.Err() == nil {
+			before, count, start := procs.cpu(), 0, time.Now()
+			for time.Since(start) < 5*time.Second {
+				if _, _, _, err := gatewayRun(ctx, md, path, conc, n); err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return err
+				}
+				count += n
+			}
+			after := procs.cpu()
+			us := float64(after["hubsync"]-before["hubsync"]) / float64(time.Microsecond) / float64(count)
+			rounds = append(rounds, us)
+			fmt.Printf("  %d requests in %s: hubsync %.0f µs of CPU per request, %.0f requests/s\n", count, time.Since(start).Round(time.Millisecond), us, float64(count)/time.Since(start).Seconds())
+		}
+		return nil
+	}
+	fmt.Printf("--gateway-hot %s: GET %s at concurrency %d through hubsync over konnectivity for %d s\n", gatewayHot, path, conc, gatewayHotSeconds)
+	hctx, cancel := context.WithTimeout(ctx, time.Duration(gatewayHotSeconds)*time.Second)
+	defer cancel()
+	var err error
+	if gatewayCPUProfile != "" {
+		file := filepath.Join(gatewayCPUProfile, "hubsync-hot-"+gatewayHot+".pprof")
+		err = daemons.konnectivity.profileFor(ctx, file, gatewayHotSeconds, load)
+		fmt.Println("CPU profile of the hubsync process:", file)
+	} else {
+		err = load(hctx)
+	}
+	if err != nil {
+		return err
+	}
+	if len(rounds) > 0 {
+		fmt.Printf("hubsync CPU per request: %s µs over %d rounds of 5 s\n", floatSpread(rounds, "%.0f"), len(rounds))
 	}
 	return nil
 }
 
 // The processes whose CPU time the gateway figures break down, in the
 // order printed.
-var gatewayRoles = []string{"bench", "managed kube-apiserver", "etcd", "proxy-server", "proxy-agent", "hub kube-apiserver"}
+var gatewayRoles = []string{"clients", "hubsync", "hubsync, direct dialer", "managed kube-apiserver", "etcd", "proxy-server", "proxy-agent", "hub kube-apiserver"}
 
-// gatewayCPU is the CPU time used so far by this process (the clients and
-// the gateways) and by its children, by role. /proc counts in 10ms ticks:
-// the figures are summed over every repeat before they are divided.
-func gatewayCPU() map[string]time.Duration {
+// gatewayProcs finds the processes of gatewayRoles: this process (the
+// clients), the two hubsync daemons by pid, the rest among its children.
+type gatewayProcs struct {
+	daemons map[string]int // role -> pid
+}
+
+// cpu is the CPU time used so far by each role, to the nanosecond where
+// the kernel keeps it (fleet.ProcessRunTime).
+func (p gatewayProcs) cpu() map[string]time.Duration {
 	out := map[string]time.Duration{}
-	if c, err := fleet.ProcessCPUTime(os.Getpid()); err == nil {
-		out["bench"] = c
+	if c, err := fleet.ProcessRunTime(os.Getpid()); err == nil {
+		out["clients"] = c
+	}
+	for role, pid := range p.daemons {
+		if c, err := fleet.ProcessRunTime(pid); err == nil {
+			out[role] = c
+		}
 	}
 	for _, c := range children() {
 		role := c.name
@@ -489,10 +529,10 @@ func gatewayCPU() map[string]time.Duration {
 			if cmd, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(c.pid), "cmdline")); bytes.Contains(cmd, []byte("--bind-address="+gatewayIP)) {
 				role = "managed kube-apiserver"
 			}
-		case !slices.Contains(gatewayRoles, role):
+		case role == "hubsync" || !slices.Contains(gatewayRoles, role):
 			continue
 		}
-		if cpu, err := fleet.ProcessCPUTime(c.pid); err == nil {
+		if cpu, err := fleet.ProcessRunTime(c.pid); err == nil {
 			out[role] += cpu
 		}
 	}
@@ -500,14 +540,16 @@ func gatewayCPU() map[string]time.Duration {
 }
 
 // cpuTally sums, per mode, the CPU time each role used during the timed
-// runs, and the requests they made.
+// runs, and the requests they made; and keeps each run's figures.
 type cpuTally struct {
+	procs    gatewayProcs
 	cpu      []map[string]time.Duration
 	requests []int
+	runs     [][]map[string]time.Duration // per mode, per run: CPU per request
 }
 
-func newCPUTally(modes int) *cpuTally {
-	t := &cpuTally{cpu: make([]map[string]time.Duration, modes), requests: make([]int, modes)}
+func newCPUTally(modes int, procs gatewayProcs) *cpuTally {
+	t := &cpuTally{procs: procs, cpu: make([]map[string]time.Duration, modes), requests: make([]int, modes), runs: make([][]map[string]time.Duration, modes)}
 	for i := range t.cpu {
 		t.cpu[i] = map[string]time.Duration{}
 	}
@@ -517,20 +559,32 @@ func newCPUTally(modes int) *cpuTally {
 // measure runs f, a timed run of n requests of mode i, and adds the CPU
 // time each role used meanwhile.
 func (t *cpuTally) measure(i, n int, f func() error) error {
-	before := gatewayCPU()
+	before := t.procs.cpu()
 	if err := f(); err != nil {
 		return err
 	}
-	for role, c := range gatewayCPU() {
+	run := map[string]time.Duration{}
+	for role, c := range t.procs.cpu() {
 		t.cpu[i][role] += c - before[role]
+		run[role] = (c - before[role]) / time.Duration(n)
 	}
+	t.runs[i] = append(t.runs[i], run)
 	t.requests[i] += n
 	return nil
 }
 
+// perRun is role's CPU per request of mode i in each run, in unit.
+func (t *cpuTally) perRun(i int, role string, unit time.Duration) []float64 {
+	var out []float64
+	for _, run := range t.runs[i] {
+		out = append(out, float64(run[role])/float64(unit))
+	}
+	return out
+}
+
 // print writes the CPU time per request by role, in unit.
 func (t *cpuTally) print(modes []gatewayMode, unit time.Duration, unitName string) {
-	fmt.Printf("  CPU per request in %s, by process, over every repeat (bench: this process, the clients and the gateways):\n    %-22s", unitName, "")
+	fmt.Printf("  CPU per request in %s, by process, over every repeat:\n    %-22s", unitName, "")
 	for _, r := range gatewayRoles {
 		fmt.Printf("  %s", r)
 	}
@@ -545,6 +599,161 @@ func (t *cpuTally) print(modes []gatewayMode, unit time.Duration, unitName strin
 		}
 		fmt.Printf("  %6.0f\n", per(total))
 	}
+}
+
+// gatewayDaemon is a hubsync daemon serving the gateway.
+type gatewayDaemon struct {
+	d   *fleet.Daemon
+	url string
+}
+
+// profile fetches a CPU profile of the daemon (server.pprof) into path
+// while load runs again and again.
+func (g gatewayDaemon) profile(ctx context.Context, path string, load func(context.Context) error) error {
+	return g.profileFor(ctx, path, 10, func(ctx context.Context) error {
+		for ctx.Err() == nil {
+			if err := load(ctx); err != nil && ctx.Err() == nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// profileFor fetches a CPU profile of the daemon over seconds into path
+// while load runs (until its context ends).
+func (g gatewayDaemon) profileFor(ctx context.Context, path string, seconds int, load func(context.Context) error) error {
+	lctx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	loadErr := make(chan error, 1)
+	go func() { loadErr <- load(lctx) }()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", g.d.Address, seconds), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	var data []byte
+	if err == nil {
+		data, err = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+	}
+	stopLoad()
+	if lerr := <-loadErr; lerr != nil {
+		return lerr
+	}
+	if err != nil {
+		return fmt.Errorf("CPU profile of hubsync: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("CPU profile of hubsync: %s: %s", resp.Status, data)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// gatewayDaemons are the two daemons the gateway figures measure, with
+// the CA of their serving certificate.
+type gatewayDaemons struct {
+	konnectivity, direct gatewayDaemon
+	ca                   *pki.CA
+}
+
+func (g *gatewayDaemons) stop() {
+	for _, d := range []gatewayDaemon{g.konnectivity, g.direct} {
+		if d.d != nil {
+			_ = d.d.Stop()
+		}
+	}
+}
+
+func (g *gatewayDaemons) procs() gatewayProcs {
+	return gatewayProcs{daemons: map[string]int{"hubsync": g.konnectivity.d.Pid(), "hubsync, direct dialer": g.direct.d.Pid()}}
+}
+
+// reviews sums the daemons' TokenReview figures.
+func (g *gatewayDaemons) reviews() (r struct{ authenticated, cached float64 }) {
+	for _, d := range []gatewayDaemon{g.konnectivity, g.direct} {
+		m, err := d.d.Scrape()
+		if err != nil {
+			continue
+		}
+		r.authenticated += m.Value("hubsync_gateway_token_reviews_total", testutil.Labels{"result": "authenticated"})
+		r.cached += m.Value("hubsync_gateway_token_review_cache_hits_total", nil)
+	}
+	return r
+}
+
+// startGatewayDaemons registers the managed API server m on the hub as
+// gatewayCluster (its ManagedCluster, with the impersonating
+// ManagedServiceAccount's token) and starts two hubsync daemons with the
+// shipped defaults, each serving the gateway on loopback: one whose pool
+// goes through the konnectivity proxy-server srv, one whose pool dials
+// the API server directly. Each runs as hubsync's ServiceAccount under
+// deploy/'s RBAC, with its CPU profile served (server.pprof).
+func startGatewayDaemons(ctx context.Context, cp *controlplane.ControlPlane, binary string, logs io.Writer, dir string,
+	srv *konnectivity.Server, m *controlplane.Managed, msa, msaToken string) (*gatewayDaemons, error) {
+	hub, err := fleet.NewHub(cp.Config)
+	if err != nil {
+		return nil, err
+	}
+	if err := hub.Namespace(ctx, gatewayCluster); err != nil {
+		return nil, err
+	}
+	if err := hub.PutToken(ctx, gatewayCluster, msa, msaToken, map[string][]byte{"token": []byte(msaToken), "ca.crt": m.CA}); err != nil {
+		return nil, err
+	}
+	if _, err := hub.CreateCluster(ctx, fleet.ClusterSpec{Name: gatewayCluster, Labels: map[string]string{"gateway-bench": "yes"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	if err := hub.UpdateCluster(ctx, gatewayCluster, func(mc *clusterv1.ManagedCluster) {
+		mc.Spec.ManagedClusterClientConfigs = []clusterv1.ClientConfig{{URL: "https://" + m.Address, CABundle: m.CA}}
+	}); err != nil {
+		return nil, err
+	}
+	asHubsync, err := hubsyncIdentity(ctx, cp)
+	if err != nil {
+		return nil, err
+	}
+	ca, certFile, keyFile, err := gatewayCert(dir, "bench-gateway-ca")
+	if err != nil {
+		return nil, err
+	}
+	out := &gatewayDaemons{ca: ca}
+	for _, transport := range []string{config.TunnelKonnectivity, config.TunnelDirect} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			out.stop()
+			return nil, err
+		}
+		addrs := []string{ln.Addr().String()}
+		_ = ln.Close()
+		conf := config.Config{}
+		conf.Tunnel = config.Tunnel{Enabled: true, Transport: transport, ManagedServiceAccount: msa,
+			ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gateway-bench": "yes"}}}
+		if transport == config.TunnelKonnectivity {
+			conf.Tunnel.Konnectivity = srv.TunnelConfig(msa).Konnectivity
+		}
+		conf.Gateway = config.Gateway{Enabled: true, Listen: addrs[0], URL: "https://" + addrs[0], TLS: config.GatewayTLS{CertFile: certFile, KeyFile: keyFile}}
+		conf.Server.Pprof = true
+		d, err := fleet.StartDaemon(ctx, binary, asHubsync, conf, logs)
+		if err != nil {
+			out.stop()
+			return nil, err
+		}
+		gd := gatewayDaemon{d: d, url: "https://" + addrs[0]}
+		if transport == config.TunnelKonnectivity {
+			out.konnectivity = gd
+		} else {
+			out.direct = gd
+		}
+		if err := d.WaitReady(ctx, 2*time.Minute); err != nil {
+			out.stop()
+			return nil, fmt.Errorf("hubsync (%s): %w", transport, err)
+		}
+	}
+	return out, nil
 }
 
 // gatewayGoal says whether the median of per-repeat figures meets a goal,

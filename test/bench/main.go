@@ -124,8 +124,10 @@ func main() {
 	flag.BoolVar(&gatewayOnly, "gateway-only", false, "print only the access gateway's figures")
 	flag.IntVar(&gatewayRepeats, "gateway-repeats", 5, "repeats of each gateway figure")
 	flag.IntVar(&gatewayRequests, "gateway-requests", 640, "requests per gateway latency measurement (a multiple of 128)")
+	flag.StringVar(&gatewayHot, "gateway-hot", "", "with --gateway-only: only load the hubsync gateway through konnectivity with small GETs at concurrency 32 (small) or large LISTs at concurrency 1 (list) for --gateway-hot-seconds, printing its CPU per request (and a profile with --gateway-cpuprofile): a quick loop for profiling")
+	flag.IntVar(&gatewayHotSeconds, "gateway-hot-seconds", 30, "how long --gateway-hot loads the gateway")
 	flag.IntVar(&gatewayLists, "gateway-lists", 24, "large lists per gateway throughput measurement (a multiple of 4)")
-	flag.StringVar(&gatewayCPUProfile, "gateway-cpuprofile", "", "file for a CPU profile of the bench process (clients and gateways) during the gateway measurements")
+	flag.StringVar(&gatewayCPUProfile, "gateway-cpuprofile", "", "directory for CPU profiles of the hubsync process during the gateway measurements (small GETs at concurrency 32, large LISTs)")
 	flag.BoolVar(&floodOnly, "flood-only", false, "print only the strangers figures: a flood of forged tokens at the gateway beside a legitimate client and a syncer burst")
 	flag.IntVar(&floodRepeats, "flood-repeats", 3, "pairs of runs without and with the flood")
 	flag.IntVar(&floodRequests, "flood-requests", 2000, "forged requests per flood")
@@ -253,8 +255,11 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		}
 	}
 	if !tunnelOnly && !initialOnly {
-		if err := benchGateway(ctx, cp); err != nil {
+		if err := benchGateway(ctx, cp, binary, logs); err != nil {
 			return fmt.Errorf("gateway figures: %w", err)
+		}
+		if gatewayHot != "" {
+			return nil
 		}
 		if err := benchFlood(ctx, cp, binary, logs); err != nil {
 			return fmt.Errorf("strangers figures: %w", err)
