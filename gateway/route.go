@@ -44,17 +44,20 @@ func ParseRoute(u *url.URL) (Route, error) {
 	if !strings.HasPrefix(raw, "/") {
 		return bad("the path must start with /<cluster>")
 	}
-	lower := strings.ToLower(raw)
-	for _, enc := range []string{"%2f", "%5c", "%00"} {
-		if strings.Contains(lower, enc) {
-			return bad("encoded slashes, backslashes and NUL are not allowed")
-		}
+	if encodedSeparator(raw) {
+		return bad("encoded slashes, backslashes and NUL are not allowed")
 	}
 	if strings.Contains(raw, `\`) {
 		return bad("backslashes are not allowed")
 	}
-	segs := strings.Split(raw[1:], "/")
-	for i, seg := range segs {
+	// Every segment, without splitting the path into a new slice: this
+	// runs for every request.
+	first := ""
+	for i, segs := 0, raw[1:]; ; i++ {
+		seg, after, more := strings.Cut(segs, "/")
+		if i == 0 {
+			first = seg
+		}
 		dec, err := url.PathUnescape(seg)
 		if err != nil {
 			return bad("a path segment is not valid percent-encoding")
@@ -62,27 +65,73 @@ func ParseRoute(u *url.URL) (Route, error) {
 		switch {
 		case dec == "." || dec == "..":
 			return bad("dot segments are not allowed")
-		case seg == "" && i != len(segs)-1:
+		case seg == "" && more:
 			return bad("empty path segments are not allowed")
 		case strings.ContainsFunc(dec, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 			return bad("control characters are not allowed")
 		}
+		if !more {
+			break
+		}
+		segs = after
 	}
-	cluster, err := url.PathUnescape(segs[0])
+	cluster, err := url.PathUnescape(first)
 	if err != nil || cluster == "" {
 		return bad("no cluster: the path is /<cluster>/<kubernetes path>")
 	}
-	if cluster != segs[0] {
+	if cluster != first {
 		// A cluster name never needs escaping; an escaped one is a trick.
 		return bad("the cluster name must not be percent-encoded")
 	}
-	if msgs := validation.IsDNS1123Subdomain(cluster); len(msgs) > 0 {
+	if !isDNS1123Subdomain(cluster) {
+		msgs := validation.IsDNS1123Subdomain(cluster)
 		return bad(fmt.Sprintf("%q is not a cluster name: %s", cluster, strings.Join(msgs, "; ")))
 	}
-	rest := "/" + strings.Join(segs[1:], "/")
+	rest := raw[1+len(first):]
+	if rest == "" {
+		rest = "/"
+	}
 	path, err := url.PathUnescape(rest)
 	if err != nil {
 		return bad("the path is not valid percent-encoding")
 	}
 	return Route{Cluster: cluster, Path: path, RawPath: rest}, nil
+}
+
+// encodedSeparator reports %2F, %5C or %00 in any case.
+func encodedSeparator(raw string) bool {
+	for i := strings.IndexByte(raw, '%'); i >= 0 && i+2 < len(raw); {
+		switch pair := raw[i+1 : i+3]; pair {
+		case "2f", "2F", "5c", "5C", "00":
+			return true
+		}
+		next := strings.IndexByte(raw[i+1:], '%')
+		if next < 0 {
+			break
+		}
+		i += 1 + next
+	}
+	return false
+}
+
+// isDNS1123Subdomain is validation.IsDNS1123Subdomain's verdict without
+// its regular expression, for every request's cluster name: at most 253
+// characters, dot-separated labels of lower-case letters, digits and
+// '-', each starting and ending with a letter or digit.
+func isDNS1123Subdomain(s string) bool {
+	if len(s) == 0 || len(s) > validation.DNS1123SubdomainMaxLength {
+		return false
+	}
+	alnum := func(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || !alnum(label[0]) || !alnum(label[len(label)-1]) {
+			return false
+		}
+		for i := 1; i < len(label)-1; i++ {
+			if c := label[i]; !alnum(c) && c != '-' {
+				return false
+			}
+		}
+	}
+	return true
 }

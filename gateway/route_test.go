@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"errors"
+	"math/rand/v2"
 	"net/url"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 func TestParseRoute(t *testing.T) {
@@ -39,6 +42,11 @@ func TestParseRoute(t *testing.T) {
 		{name: "cluster name with a leading dot", path: "/.c1/api", wantErr: true},
 		{name: "cluster name with consecutive dots", path: "/a..b/api", wantErr: true},
 		{name: "over-long cluster name", path: "/" + longName(254) + "/api", wantErr: true},
+		{name: "upper-case encoded slash", path: "/c1/api%2Fv1", wantErr: true},
+		{name: "encoded slash after another escape", path: "/c1/a%20b%2fc", wantErr: true},
+		{name: "encoded NUL at the end", path: "/c1/api/%00", wantErr: true},
+		{name: "a trailing slash after the path", path: "/c1/api/", want: Route{Cluster: "c1", Path: "/api/", RawPath: "/api/"}},
+		{name: "a cluster name of 253 characters", path: "/" + longName(253) + "/api", want: Route{Cluster: longName(253), Path: "/api", RawPath: "/api"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,4 +75,26 @@ func longName(n int) string {
 		b[i] = 'a'
 	}
 	return string(b)
+}
+
+// TestClusterNameCheck holds the hand-written check of cluster names to
+// validation.IsDNS1123Subdomain's verdict.
+func TestClusterNameCheck(t *testing.T) {
+	names := []string{"", "a", "c1", "edge.eu-1", "a-b", "-a", "a-", "a.-b", "a-.b", "a..b", ".a", "a.", "A", "a_b", "a b",
+		"é", "0", "0-0", "a.b.c", longName(253), longName(254), "a\x00", "a/b", "a%2f"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	const alphabet = "ab09-.A_/%"
+	for range 20000 {
+		b := make([]byte, 1+rng.IntN(8))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		names = append(names, string(b))
+	}
+	for _, name := range names {
+		want := len(validation.IsDNS1123Subdomain(name)) == 0
+		if got := isDNS1123Subdomain(name); got != want {
+			t.Errorf("isDNS1123Subdomain(%q) = %v; validation says %v", name, got, want)
+		}
+	}
 }
