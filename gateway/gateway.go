@@ -487,10 +487,13 @@ func (g *Gateway) forward(w *recorder, r *http.Request, rq *request, route Route
 		return
 	}
 	rq.upgrade = isUpgrade(r)
-	q := r.URL.Query()
-	watch, _ := strconv.ParseBool(q.Get("watch"))
-	follow, _ := strconv.ParseBool(q.Get("follow"))
-	rq.watch = watch || follow || strings.Contains(route.Path, "/watch/")
+	rq.watch = strings.Contains(route.Path, "/watch/")
+	if r.URL.RawQuery != "" {
+		q := r.URL.Query()
+		watch, _ := strconv.ParseBool(q.Get("watch"))
+		follow, _ := strconv.ParseBool(q.Get("follow"))
+		rq.watch = rq.watch || watch || follow
+	}
 	if r.ContentLength != 0 && !rq.upgrade {
 		// A client that sends its body slowly holds a stream; bound it,
 		// then lift the deadline so that a long response is not cut.
@@ -738,17 +741,25 @@ func finished(resp *http.Response) bool {
 }
 
 // bufferPool holds the reverse proxy's copy buffers, reused across
-// requests instead of 32 KiB allocated for each.
+// requests instead of 32 KiB allocated for each. It keeps them as array
+// pointers, which a slice converts to without an allocation (a *[]byte
+// would cost one per request).
 type bufferPool struct{ p sync.Pool }
 
+const copyBufferSize = 32 << 10
+
 func (b *bufferPool) Get() []byte {
-	if v, ok := b.p.Get().(*[]byte); ok {
-		return *v
+	if v, ok := b.p.Get().(*[copyBufferSize]byte); ok {
+		return v[:]
 	}
-	return make([]byte, 32<<10)
+	return make([]byte, copyBufferSize)
 }
 
-func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) >= copyBufferSize {
+		b.p.Put((*[copyBufferSize]byte)(buf[:copyBufferSize]))
+	}
+}
 
 func (r *recorder) WriteHeader(code int) {
 	if r.code == 0 || r.code == http.StatusSwitchingProtocols {

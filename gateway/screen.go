@@ -82,9 +82,14 @@ func checkConnection(h http.Header) *refusal {
 // the bearer token, impersonation and request-header (front-proxy)
 // authentication. Case does not matter.
 func identityHeader(name string) bool {
-	l := strings.ToLower(name)
-	return l == "authorization" || l == "proxy-authorization" ||
-		strings.HasPrefix(l, "impersonate-") || strings.HasPrefix(l, "x-remote-")
+	return strings.EqualFold(name, "authorization") || strings.EqualFold(name, "proxy-authorization") ||
+		hasPrefixFold(name, "impersonate-") || hasPrefixFold(name, "x-remote-")
+}
+
+// hasPrefixFold is strings.HasPrefix under Unicode case folding, as
+// strings.EqualFold compares (prefix is ASCII), without a lower-cased copy.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // protocolTokenPrefix marks a bearer token sent as a WebSocket subprotocol
@@ -99,12 +104,11 @@ const protocolTokenPrefix = "base64url.bearer.authorization.k8s.io."
 // token is the request's bearer token.
 func screen(r *http.Request, route Route, token string) *refusal {
 	for k := range r.Header {
-		l := strings.ToLower(k)
 		switch {
-		case strings.HasPrefix(l, "impersonate-"):
+		case hasPrefixFold(k, "impersonate-"):
 			return refuse(http.StatusForbidden, "impersonation_header",
 				"Impersonate-* headers are refused: the gateway sets the identity itself (hub users act as "+Prefix+"<user>)")
-		case strings.HasPrefix(l, "x-remote-"):
+		case hasPrefixFold(k, "x-remote-"):
 			return refuse(http.StatusForbidden, "request_header_identity",
 				"X-Remote-* headers are refused: the gateway sets the identity itself")
 		}
@@ -230,8 +234,22 @@ func containsJWT(s string) bool {
 		if len(run) < 40 {
 			return false
 		}
-		for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
-			if dec, err := enc.DecodeString(strings.TrimRight(run, "=")); err == nil {
+		// Only an alphabet the run is written in can decode it: a path
+		// such as /api/v1/namespaces/kube-system, in neither, costs no
+		// decoding.
+		trimmed := strings.TrimRight(run, "=")
+		if len(trimmed)%4 == 1 {
+			return false // no base64 text has this length
+		}
+		std, url := !strings.ContainsAny(trimmed, "-_"), !strings.ContainsAny(trimmed, "+/")
+		for _, enc := range []struct {
+			ok bool
+			e  *base64.Encoding
+		}{{std, base64.RawStdEncoding}, {url, base64.RawURLEncoding}} {
+			if !enc.ok {
+				continue
+			}
+			if dec, err := enc.e.DecodeString(trimmed); err == nil {
 				return scanRuns(string(dec), isJWTByte, hasJWT)
 			}
 		}

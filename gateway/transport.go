@@ -46,21 +46,24 @@ var errIdentity = errors.New("the outgoing request's identity is not the one the
 // d: nothing else in an outgoing request may name one. This is the only
 // place an outgoing Authorization or Impersonate-* header is made.
 func (g *Gateway) identity(cluster string, d decision) (http.Header, error) {
-	h := http.Header{}
+	h := make(http.Header, 3)
 	switch d.mode {
 	case modeImpersonate:
 		token, err := g.opts.Pool.Token(cluster)
 		if err != nil {
 			return nil, err
 		}
-		h.Set("Authorization", "Bearer "+token)
-		h.Set("Impersonate-User", Prefix+d.id.Username)
+		h["Authorization"] = []string{"Bearer " + token}
+		h["Impersonate-User"] = []string{Prefix + d.id.Username}
 		// The uid and extra fields are not forwarded: a hub uid means
 		// nothing on a managed cluster, and RBAC cannot limit
 		// impersonating them to prefixed values (it matches
 		// resourceNames exactly), so granting it would grant every uid.
-		for _, grp := range g.forwardedGroups(d.id.Groups) {
-			h.Add("Impersonate-Group", Prefix+grp)
+		if groups := g.forwardedGroups(d.id.Groups); len(groups) > 0 {
+			for i, grp := range groups {
+				groups[i] = Prefix + grp
+			}
+			h["Impersonate-Group"] = groups
 		}
 	case modePassThrough:
 		if d.token == "" {
@@ -224,7 +227,7 @@ func replaceResponse(resp *http.Response, code int, msg string) {
 // the gateway's origin, and the gateway grants no cross-origin access.
 func stripCORS(h http.Header) {
 	for k := range h {
-		if strings.HasPrefix(strings.ToLower(k), "access-control-") {
+		if hasPrefixFold(k, "access-control-") {
 			delete(h, k)
 		}
 	}

@@ -249,6 +249,7 @@ type tunnelConn struct {
 	writing bool       // the writer runs (under wmu)
 	in      chan []byte
 	out     chan writeResult
+	idle    time.Duration // writerIdle
 }
 
 type writeResult struct {
@@ -261,7 +262,7 @@ type writeResult struct {
 const writerIdle = time.Second
 
 func newTunnelConn(c net.Conn, cancel context.CancelFunc) *tunnelConn {
-	return &tunnelConn{Conn: c, cancel: cancel, in: make(chan []byte), out: make(chan writeResult)}
+	return &tunnelConn{Conn: c, cancel: cancel, in: make(chan []byte), out: make(chan writeResult), idle: writerIdle}
 }
 
 // Write hands b to the writer goroutine, starting it if it has ended, and
@@ -281,14 +282,14 @@ func (c *tunnelConn) Write(b []byte) (int, error) {
 // writer writes what Write hands it until it has been idle for writerIdle
 // and no Write is under way (a Write holds wmu until its result is back).
 func (c *tunnelConn) writer() {
-	idle := time.NewTimer(writerIdle)
+	idle := time.NewTimer(c.idle)
 	defer idle.Stop()
 	for {
 		select {
 		case b := <-c.in:
 			n, err := c.Conn.Write(b)
 			c.out <- writeResult{n, err}
-			idle.Reset(writerIdle)
+			idle.Reset(c.idle)
 		case <-idle.C:
 			if c.wmu.TryLock() {
 				c.writing = false
@@ -297,7 +298,7 @@ func (c *tunnelConn) writer() {
 			}
 			// A Write holds the lock and is about to hand its bytes
 			// over.
-			idle.Reset(writerIdle)
+			idle.Reset(c.idle)
 		}
 	}
 }
