@@ -22,7 +22,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -41,7 +40,6 @@ import (
 	"github.com/hubsync/hubsync/test/konnectivity"
 	"github.com/hubsync/hubsync/test/pki"
 	"github.com/hubsync/hubsync/test/testutil"
-	"github.com/hubsync/hubsync/tunnel"
 )
 
 // Gateway figures (flags).
@@ -808,71 +806,6 @@ func floatSpread(f []float64, format string) string {
 func percentSpread(f []float64) string {
 	s := sorted64(f)
 	return fmt.Sprintf("%.0f%% [%.0f-%.0f]", median(s), s[0], s[len(s)-1])
-}
-
-// metricSum adds the samples of the named metric in reg that carry
-// labels (nil: all of them); 0 when reg cannot be read.
-func metricSum(reg prometheus.Gatherer, name string, labels testutil.Labels) float64 {
-	m, err := testutil.Gather(reg)
-	if err != nil {
-		return 0
-	}
-	return m.Value(name, labels)
-}
-
-// startGatewayPool starts a pool that serves the bench's cluster at target
-// through d, and waits until it is ready.
-func startGatewayPool(ctx context.Context, d tunnel.Dialer, transport string, target tunnel.Target) (*tunnel.Pool, func(), error) {
-	opts := tunnel.OptionsFor(config.Default().Tunnel)
-	opts.Dialer, opts.Transport = d, transport
-	p, err := tunnel.New(opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	pctx, cancel := context.WithCancel(ctx)
-	p.Start(pctx)
-	stop := func() { cancel(); p.Close() }
-	p.SetTarget(gatewayCluster, &target)
-	p.SetSelected(gatewayCluster, true)
-	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
-	defer wcancel()
-	if err := p.WaitReady(wctx, gatewayCluster); err != nil {
-		stop()
-		return nil, nil, fmt.Errorf("%s pool: %w", transport, err)
-	}
-	return p, stop, nil
-}
-
-// serveGateway serves a gateway over pool on 127.0.0.1, configured as the
-// daemon's defaults configure it, with its metrics in a registry of its
-// own.
-func serveGateway(ctx context.Context, pool *tunnel.Pool, reviewer gateway.Reviewer, keys *gateway.KeySet, certs gateway.CertSource) (string, *prometheus.Registry, func(), error) {
-	gc := config.Default().Gateway
-	reg := prometheus.NewRegistry()
-	opts := gateway.OptionsFor(gc)
-	opts.Pool, opts.Reviewer, opts.HubKeys, opts.Registerer = pool, reviewer, keys, reg
-	g, err := gateway.New(opts)
-	if err != nil {
-		return "", nil, nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, nil, err
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() {
-		so := gateway.ServerOptionsFor(gc)
-		so.Certs = certs
-		errc <- gateway.Serve(sctx, ln, g, so)
-	}()
-	stop := func() {
-		cancel()
-		if err := <-errc; err != nil {
-			fmt.Fprintln(os.Stderr, "bench: gateway:", err)
-		}
-	}
-	return "https://" + ln.Addr().String(), reg, stop, nil
 }
 
 // applyGatewayRBAC applies the shipped deploy/gateway/managed-cluster-rbac.yaml
