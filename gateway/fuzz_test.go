@@ -60,6 +60,15 @@ func FuzzGatewayIdentity(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, path, headers, body string) {
 		token := tokens[int(kind)%len(tokens)]
+		// The hub token the request authenticates with never reaches the
+		// cluster, in any form. The world's hub token is opaque: sent as
+		// data beside another token, it cannot be told from any other
+		// string (a real hub ServiceAccount token is a JWT, refused
+		// anywhere), so it is looked for only when it is the request's.
+		ownHub := "\x00never"
+		if token == w.hubToken {
+			ownHub = w.hubToken
+		}
 		var raw strings.Builder
 		raw.WriteString("GET /c1/api" + path + " HTTP/1.1\r\nHost: gw\r\n")
 		if token != "" {
@@ -94,12 +103,12 @@ func FuzzGatewayIdentity(f *testing.F) {
 					id[k] = vs
 				}
 				for _, v := range vs {
-					if strings.Contains(v, w.hubToken) || strings.Contains(strings.ToLower(v), protocolTokenPrefix) {
+					if strings.Contains(v, ownHub) || strings.Contains(strings.ToLower(v), protocolTokenPrefix) {
 						t.Fatalf("a credential reached the cluster in %s", k)
 					}
 				}
 			}
-			if strings.Contains(out.URL.String(), w.hubToken) {
+			if strings.Contains(out.URL.String(), ownHub) {
 				t.Fatal("the hub token reached the cluster in the URL")
 			}
 			if !reflect.DeepEqual(id, impersonated) && !reflect.DeepEqual(id, passed) {
