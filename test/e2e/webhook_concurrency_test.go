@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 
 	"github.com/hubsync/hubsync/config"
@@ -373,10 +374,15 @@ func TestWebhookKilledMidBurst(t *testing.T) {
 		return http.StatusNoContent, nil
 	}
 	rig := newHookRig(t, h, recv, concurrency, namespaces)
+	// The held request must still be in flight when the daemon is
+	// killed: a timeout would make the sender probe that one event, and
+	// nothing else would be delivered (on a loaded machine the burst can
+	// take longer than the default 10 s to reach the kill).
+	rig.conf.Sinks[0].Webhook.Timeout = metav1.Duration{Duration: 5 * time.Minute}
 	rig.start()
 	clusters := fleetOf(h, 30, namespaces)
 	bumpVersions(h, clusters, 3)
-	testutil.Eventually(t, 30*time.Second, 5*time.Millisecond, func() error {
+	testutil.Eventually(t, 90*time.Second, 5*time.Millisecond, func() error {
 		if n := len(recv.accepted()); n < 120 {
 			return fmt.Errorf("%d events received", n)
 		}
