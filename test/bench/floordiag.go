@@ -16,6 +16,9 @@ type floorVariant struct {
 	name string
 	// provider writes hubsync's objects: an access provider in status.
 	provider bool
+	// statusInCreate sends the status in the create too, as hubsync did
+	// before its creates left it out.
+	statusInCreate bool
 	// watched keeps a client watching every ClusterProfile meanwhile, as
 	// hubsync's informer does, so the API server sends each write to one
 	// more watcher.
@@ -32,6 +35,7 @@ func benchFloorDiag(ctx context.Context, hub *fleet.Hub, rounds, chunk, workers 
 		{name: "hubsync's objects (an access provider in status)", provider: true},
 		{name: "the floor, watched", watched: true},
 		{name: "hubsync's objects, watched", provider: true, watched: true},
+		{name: "hubsync's objects, status sent in the create too, watched", provider: true, statusInCreate: true, watched: true},
 	}
 	took := make([]time.Duration, len(variants))
 	cpu := make([]time.Duration, len(variants))
@@ -70,5 +74,5 @@ func floorChunk(ctx context.Context, hub *fleet.Hub, n, workers int, v floorVari
 			return 0, 0, fmt.Errorf("the floor's watch did not sync")
 		}
 	}
-	return rawWriteFloorWith(ctx, hub, n, workers, v.provider)
+	return rawWriteFloorWith(ctx, hub, n, workers, v)
 }

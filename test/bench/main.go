@@ -803,20 +803,35 @@ func nsName(i int) string { return fmt.Sprintf("consumer-%d", i) }
 // rawWriteFloor creates n profiles and writes their status from workers
 // goroutines with no client-side rate limit, then deletes them.
 func rawWriteFloor(ctx context.Context, hub *fleet.Hub, n, workers int) (time.Duration, error) {
-	d, _, err := rawWriteFloorWith(ctx, hub, n, workers, false)
+	d, _, err := rawWriteFloorWith(ctx, hub, n, workers, floorVariant{})
 	return d, err
 }
 
-// rawWriteFloorWith is rawWriteFloor; withProvider puts an access provider
-// in each status, as hubsync's profiles in the bench have.
-// It also returns the CPU time kube-apiserver and etcd spent on the writes.
-func rawWriteFloorWith(ctx context.Context, hub *fleet.Hub, n, workers int, withProvider bool) (time.Duration, time.Duration, error) {
+// rawWriteFloorWith is rawWriteFloor in variant v (its provider and
+// statusInCreate; see floorVariant). It also returns the CPU time
+// kube-apiserver and etcd spent on the writes.
+func rawWriteFloorWith(ctx context.Context, hub *fleet.Hub, n, workers int, v floorVariant) (time.Duration, time.Duration, error) {
 	const ns = "floor"
 	if err := hub.Namespace(ctx, ns); err != nil {
 		return 0, 0, err
 	}
 	client := hub.Profiles.ApisV1alpha1().ClusterProfiles(ns)
 	status := fleet.Status(fleet.ClusterSpec{Claims: map[string]string{"id.k8s.io": "x", "region.open-cluster-management.io": "r"}})
+	setStatus := func(p *cpv1alpha1.ClusterProfile) {
+		p.Status.Version.Kubernetes = status.Version.Kubernetes
+		for _, c := range status.ClusterClaims {
+			p.Status.Properties = append(p.Status.Properties, cpv1alpha1.Property{Name: c.Name, Value: c.Value})
+		}
+		for _, c := range status.Conditions {
+			meta.SetStatusCondition(&p.Status.Conditions, c)
+		}
+		if v.provider {
+			p.Status.AccessProviders = []cpv1alpha1.AccessProvider{{Name: benchProvider, Cluster: clientcmdv1.Cluster{
+				Server:                   "https://proxy.example:9092/" + p.Name,
+				CertificateAuthorityData: []byte("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUbench\n-----END CERTIFICATE-----\n"),
+			}}}
+		}
+	}
 	var mu sync.Mutex
 	done := make([]time.Time, 0, n)
 	cpBefore := controlPlaneCPU()
@@ -829,23 +844,14 @@ func rawWriteFloorWith(ctx context.Context, hub *fleet.Hub, n, workers int, with
 			}},
 			Spec: cpv1alpha1.ClusterProfileSpec{DisplayName: "x", ClusterManager: cpv1alpha1.ClusterManager{Name: "floor"}},
 		}
+		if v.statusInCreate {
+			setStatus(p) // dropped by the server: status is a subresource
+		}
 		created, err := client.Create(ctx, p, metav1.CreateOptions{})
 		if err != nil {
 			return err
 		}
-		created.Status.Version.Kubernetes = status.Version.Kubernetes
-		for _, c := range status.ClusterClaims {
-			created.Status.Properties = append(created.Status.Properties, cpv1alpha1.Property{Name: c.Name, Value: c.Value})
-		}
-		for _, c := range status.Conditions {
-			meta.SetStatusCondition(&created.Status.Conditions, c)
-		}
-		if withProvider {
-			created.Status.AccessProviders = []cpv1alpha1.AccessProvider{{Name: benchProvider, Cluster: clientcmdv1.Cluster{
-				Server:                   "https://proxy.example:9092/" + created.Name,
-				CertificateAuthorityData: []byte("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUbench\n-----END CERTIFICATE-----\n"),
-			}}}
-		}
+		setStatus(created)
 		if _, err = client.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
