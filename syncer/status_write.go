@@ -25,12 +25,20 @@ func statusEmpty(st cpv1alpha1.ClusterProfileStatus) bool {
 // every field of the upstream type (a test keeps the two in step), rather
 // than through a generic map, which cost as much CPU as the write's own
 // encoding.
+//
+// The body carries no managedFields: the server then keeps the object's
+// own and records the write under FieldManager, as it does for any request
+// without them. A profile just created, written from the create's answer,
+// would otherwise send them back for the server to decode and compare,
+// about a third of the body, on every new profile of a burst.
 func StatusBody(p *cpv1alpha1.ClusterProfile) ([]byte, error) {
 	st := &p.Status
+	meta := p.ObjectMeta
+	meta.ManagedFields = nil
 	doc := statusDocument{
 		// Objects from a typed client carry no TypeMeta; the server needs it.
 		TypeMeta:   metav1.TypeMeta{APIVersion: cpv1alpha1.GroupVersion.String(), Kind: "ClusterProfile"},
-		ObjectMeta: &p.ObjectMeta,
+		ObjectMeta: &meta,
 		Spec:       &p.Spec,
 		Status: statusFields{
 			Conditions:          st.Conditions,

@@ -89,6 +89,39 @@ func TestStatusBody(t *testing.T) {
 	}
 }
 
+// TestStatusBodyLeavesManagedFieldsOut: the status write after a create
+// starts from the create's answer, which carries managedFields; the body
+// leaves them out (the server keeps its own), and the object written from
+// is not changed.
+func TestStatusBodyLeavesManagedFieldsOut(t *testing.T) {
+	fields := []metav1.ManagedFieldsEntry{{Manager: FieldManager, Operation: metav1.ManagedFieldsOperationUpdate, FieldsType: "FieldsV1",
+		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}}}
+	p := &cpv1alpha1.ClusterProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: "team-a", ResourceVersion: "7", UID: "u1", ManagedFields: fields},
+		Spec:       cpv1alpha1.ClusterProfileSpec{DisplayName: "c1", ClusterManager: cpv1alpha1.ClusterManager{Name: "open-cluster-management"}},
+		Status:     cpv1alpha1.ClusterProfileStatus{Version: cpv1alpha1.ClusterVersion{Kubernetes: "v1.35.4"}},
+	}
+	body, err := StatusBody(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj struct {
+		Metadata map[string]any `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &obj); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := obj.Metadata["managedFields"]; ok {
+		t.Errorf("managedFields sent: %s", body)
+	}
+	if obj.Metadata["resourceVersion"] != "7" || obj.Metadata["uid"] != "u1" {
+		t.Errorf("resourceVersion or uid not kept: %s", body)
+	}
+	if !reflect.DeepEqual(p.ManagedFields, fields) {
+		t.Errorf("the profile's own managedFields changed: %v", p.ManagedFields)
+	}
+}
+
 // TestStatusFieldsCoverUpstream keeps statusFields in step with the
 // upstream status type: a field StatusBody did not know would be wiped by
 // every status write, since the write replaces the whole status.

@@ -127,6 +127,11 @@ func (s *Syncer) create(ctx context.Context, ns string, cluster *clusterv1.Manag
 	providers := s.providers.snapshot()
 	want := NewProfile(s.opts.ClusterManager, ns, cluster, providers)
 	status := want.Status
+	// Status is a subresource: the server drops it from a create, after
+	// decoding it and tracking its fields. Sent, it was most of the create's
+	// body, work for the API server on every new profile of a burst; the
+	// status write that follows carries it.
+	want.Status = cpv1alpha1.ClusterProfileStatus{}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
 	defer cancel()
 	intent := s.foreign.writers.profilePrint(want, &status, providers)

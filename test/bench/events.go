@@ -41,13 +41,16 @@ func converge(ctx context.Context, cp *controlplane.ControlPlane, w *tracker, bi
 		return nil, 0, err
 	}
 	total := time.Since(start)
-	fromReady := time.Since(<-readyAt)
+	ready := <-readyAt
+	fromReady := time.Since(ready)
 	fmt.Printf("initial convergence: %d profiles with full status %s after hubsync's caches synced (%s after process start)\n",
 		profiles, fromReady.Round(time.Millisecond), total.Round(time.Millisecond))
 	fmt.Printf("  ratio to floor: %.2fx from caches synced, %.2fx from process start (goal <= 1.5x)\n",
 		fromReady.Seconds()/floor.Seconds(), total.Seconds()/floor.Seconds())
+	fmt.Printf("  timeline from caches synced: %s\n", describeTimeline(ready, w.timeline()))
 	if m, err := d.Metrics(); err == nil {
 		fmt.Printf("  hubsync writes: %s\n", metricLines(m, "hubsync_profile_writes_total{", "hubsync_profile_write_errors_total{"))
+		fmt.Printf("  hubsync reconciles: %s\n", metricLines(m, `hubsync_reconcile_total{controller="topology"`))
 		if line := metricLines(m, "hubsync_bus_publish_batch_size_sum", "hubsync_bus_publish_batch_size_count"); line != "" {
 			fmt.Printf("  event batches: %s\n", line)
 		}

@@ -87,12 +87,14 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	cpinformers "sigs.k8s.io/cluster-inventory-api/client/informers/externalversions"
@@ -156,6 +158,10 @@ func main() {
 	flag.IntVar(&webhookRepeats, "webhook-repeats", 3, "initial syncs at each webhook delay and concurrency")
 	flag.StringVar(&webhookDelays, "webhook-delays", "0,10,50", "the webhook receiver's delays in milliseconds, separated by commas")
 	flag.StringVar(&webhookConcurrency, "webhook-concurrency", "", "webhook.concurrency of the runs, separated by commas (default: the configuration's default)")
+	flag.IntVar(&floorDiag, "floor-diag", 0, "for diagnosis, instead of the initial syncs: this many rounds of the floor in chunks of --floor-diag-chunk profiles, interleaving four variants: as it is, writing hubsync's objects (an access provider in status), and each while a client watches every ClusterProfile as hubsync's informer does")
+	flag.IntVar(&floorDiagChunk, "floor-diag-chunk", 500, "profiles per chunk of --floor-diag")
+	flag.IntVar(&workersB, "workers-b", 0, "with --hubsync-b: the B runs' workers.topology (0: --workers)")
+	flag.StringVar(&binaryB, "hubsync-b", "", "with --initial-only --sink-pairs 0: a second hubsync binary; the pairs are then the first and this one, both with the bus on, each against the floor next to it (an A/B comparison of two builds)")
 	sinkList := flag.String("sinks", "files,argocd,hooks", "the sinks of the sink pairs, for diagnosis: any of files (kubeconfig), argocd, hooks (webhook)")
 	flag.Parse()
 	for _, n := range strings.Split(*sinkList, ",") {
@@ -179,8 +185,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: --webhook-repeats must be at least 1")
 		os.Exit(2)
 	}
-	if initialPairs < 1 || sinkPairs < 1 {
-		fmt.Fprintln(os.Stderr, "bench: --initial-pairs and --sink-pairs must be at least 1")
+	if initialPairs < 1 || sinkPairs < 0 || (sinkPairs == 0 && !initialOnly) || (binaryB != "" && sinkPairs != 0) {
+		fmt.Fprintln(os.Stderr, "bench: --initial-pairs must be at least 1, --sink-pairs at least 1 (0 only with --initial-only, and 0 with --hubsync-b)")
 		os.Exit(2)
 	}
 	// Interrupted, it still stops hubsync, kube-apiserver and etcd.
@@ -201,9 +207,20 @@ var (
 	cpuProfileSeconds int
 	initialOnly       bool
 	initialPairs      int
-	sinkPairs         int
+	// floorTimeline describes the last floor's writes over time (see
+	// describeTimeline), printed beside the run next to it.
+	floorTimeline string
+	// floorEnded is when the last floor's last write returned.
+	floorEnded time.Time
+	sinkPairs  int
 	// benchSinks names the sinks of the initial syncs with sinks.
 	benchSinks []string
+	// floorDiag and floorDiagChunk: --floor-diag.
+	floorDiag, floorDiagChunk int
+	// binaryB is the second build of an A/B comparison (--hubsync-b).
+	binaryB string
+	// workersB is the B runs' topology workers (--workers-b).
+	workersB int
 )
 
 // A run's kind: the bus off, on, or on with three sinks.
@@ -213,10 +230,11 @@ const (
 	busOff kind = iota
 	busOn
 	withSinks
+	busOnB // bus on, the --hubsync-b binary
 )
 
 func (k kind) String() string {
-	return [...]string{"bus off", "bus on (embedded NATS, JetStream stream + KV)", "bus on + kubeconfig, argocd and webhook sinks"}[k]
+	return [...]string{"bus off", "bus on (embedded NATS, JetStream stream + KV)", "bus on + kubeconfig, argocd and webhook sinks", "bus on, --hubsync-b"}[k]
 }
 
 func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, floorWorkers, workers, nRotations, nEvents int, logPath string) error {
@@ -290,6 +308,9 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	}
 	fmt.Printf("floor: %d raw writes (%d creates + %d status) by %d goroutines: %s (%.0f writes/s)\n",
 		2*profiles, profiles, profiles, floorWorkers, floor.Round(time.Millisecond), float64(2*profiles)/floor.Seconds())
+	if floorDiag > 0 {
+		return benchFloorDiag(ctx, hub, floorDiag, floorDiagChunk, floorWorkers)
+	}
 
 	fmt.Printf("== fleet: %d clusters in %d exclusive sets + one {} label-selector set, %d namespaces\n", nClusters, sets, nNamespaces)
 	if err := buildFleet(ctx, hub, nClusters, nNamespaces); err != nil {
@@ -333,12 +354,16 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	off := conf
 	no := false
 	off.Bus.Enabled = &no
-	order := []kind{busOff}
+	kindA, kindB := busOff, busOn
+	if binaryB != "" {
+		kindA, kindB = busOn, busOnB
+	}
+	order := []kind{kindA}
 	for i := range initialPairs {
 		if i%2 == 0 {
-			order = append(order, busOff, busOn)
+			order = append(order, kindA, kindB)
 		} else {
-			order = append(order, busOn, busOff)
+			order = append(order, kindB, kindA)
 		}
 	}
 	busRuns := len(order)
@@ -350,7 +375,9 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		}
 	}
 	compared := len(order)
-	order = append(order, withSinks) // for the latency figures
+	if sinkPairs > 0 {
+		order = append(order, withSinks) // for the latency figures
+	}
 	var d *fleet.Daemon
 	var sub *eventCounter
 	var rig *sinkRig
@@ -418,10 +445,22 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 				return err
 			}
 			fmt.Printf("  floor next to this run: %s (%.0f writes/s)\n", runFloor.Round(time.Millisecond), float64(2*profiles)/runFloor.Seconds())
+			fmt.Printf("  floor timeline (profiles with status): %s\n", floorTimeline)
+			if seen := w.lastFloorSeen(); seen.After(floorEnded) {
+				fmt.Printf("  the watch saw the floor's last status %s after its write returned\n", seen.Sub(floorEnded).Round(time.Millisecond))
+			}
 		}
 		var t time.Duration
+		reqBefore, _ := readAPIRequests(ctx, hub)
 		cpBefore := controlPlaneCPU()
-		d, t, err = converge(ctx, cp, w, binary, c, logs, profiles, runFloor, attach...)
+		bin := binary
+		if k == busOnB {
+			bin = binaryB
+			if workersB > 0 {
+				c.Workers.Topology = workersB
+			}
+		}
+		d, t, err = converge(ctx, cp, w, bin, c, logs, profiles, runFloor, attach...)
 		if err != nil {
 			return err
 		}
@@ -450,6 +489,10 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 			}
 		}
 		cpUsed := controlPlaneCPU() - cpBefore
+		fmt.Printf("  kube-apiserver + etcd CPU for the sync: %s\n", cpUsed.Round(10*time.Millisecond))
+		if reqAfter, err := readAPIRequests(ctx, hub); err == nil && reqBefore != nil {
+			fmt.Printf("  API requests during the sync: %s\n", reqAfter.since(reqBefore))
+		}
 		if i == 0 || i >= compared {
 			continue
 		}
@@ -493,6 +536,15 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 			_ = rig.close(ctx)
 		}
 	}()
+	if sinkPairs == 0 {
+		// --initial-only --sink-pairs 0: the runs against their floors only.
+		printFloorRatios(floorRatios)
+		if binaryB != "" {
+			slices.Sort(busRatios)
+			fmt.Printf("  back-to-back pairs, convergence of --hubsync-b over --hubsync: median %+.1f%%; pairs %s\n", 100*(median(busRatios)-1), percentages(busRatios))
+		}
+		return nil
+	}
 	if err := sub.waitQuiet(2 * time.Second); err != nil {
 		return err
 	}
@@ -527,13 +579,7 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	slices.Sort(catchUp)
 	fmt.Printf("  the sinks caught up %s after the profiles converged (median; %s to %s): the kubeconfig and argocd sinks yield while the syncer converges\n",
 		median(catchUp).Round(time.Millisecond), catchUp[0].Round(time.Millisecond), catchUp[len(catchUp)-1].Round(time.Millisecond))
-	for _, k := range []kind{busOff, busOn, withSinks} {
-		if r := floorRatios[k]; len(r) > 0 {
-			slices.Sort(r)
-			fmt.Printf("  %s: convergence / the floor next to it: median %.2fx (%.2fx to %.2fx over %d runs; goal <= 1.5x)\n",
-				k, median(r), r[0], r[len(r)-1], len(r))
-		}
-	}
+	printFloorRatios(floorRatios)
 	for _, k := range []kind{busOff, busOn, withSinks} {
 		slices.Sort(took[k])
 		slices.Sort(cpu[k])
@@ -595,6 +641,18 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		return fmt.Errorf("webhook figures: %w", err)
 	}
 	return replicasOnFreshHub(ctx, binary, logs)
+}
+
+// printFloorRatios prints each kind's convergence against the floor next
+// to each run: median and range.
+func printFloorRatios(floorRatios map[kind][]float64) {
+	for _, k := range []kind{busOff, busOn, withSinks, busOnB} {
+		if r := floorRatios[k]; len(r) > 0 {
+			slices.Sort(r)
+			fmt.Printf("  %s: convergence / the floor next to it: median %.2fx (%.2fx to %.2fx over %d runs; goal <= 1.5x)\n",
+				k, median(r), r[0], r[len(r)-1], len(r))
+		}
+	}
 }
 
 // openLog opens the file for hubsync's log, or discards the log when path
@@ -745,12 +803,39 @@ func nsName(i int) string { return fmt.Sprintf("consumer-%d", i) }
 // rawWriteFloor creates n profiles and writes their status from workers
 // goroutines with no client-side rate limit, then deletes them.
 func rawWriteFloor(ctx context.Context, hub *fleet.Hub, n, workers int) (time.Duration, error) {
+	d, _, err := rawWriteFloorWith(ctx, hub, n, workers, floorVariant{})
+	return d, err
+}
+
+// rawWriteFloorWith is rawWriteFloor in variant v (its provider and
+// statusInCreate; see floorVariant). It also returns the CPU time
+// kube-apiserver and etcd spent on the writes.
+func rawWriteFloorWith(ctx context.Context, hub *fleet.Hub, n, workers int, v floorVariant) (time.Duration, time.Duration, error) {
 	const ns = "floor"
 	if err := hub.Namespace(ctx, ns); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	client := hub.Profiles.ApisV1alpha1().ClusterProfiles(ns)
 	status := fleet.Status(fleet.ClusterSpec{Claims: map[string]string{"id.k8s.io": "x", "region.open-cluster-management.io": "r"}})
+	setStatus := func(p *cpv1alpha1.ClusterProfile) {
+		p.Status.Version.Kubernetes = status.Version.Kubernetes
+		for _, c := range status.ClusterClaims {
+			p.Status.Properties = append(p.Status.Properties, cpv1alpha1.Property{Name: c.Name, Value: c.Value})
+		}
+		for _, c := range status.Conditions {
+			meta.SetStatusCondition(&p.Status.Conditions, c)
+		}
+		if v.provider {
+			p.Status.AccessProviders = []cpv1alpha1.AccessProvider{{Name: benchProvider, Cluster: clientcmdv1.Cluster{
+				Server:                   "https://proxy.example:9092/" + p.Name,
+				CertificateAuthorityData: []byte("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUbench\n-----END CERTIFICATE-----\n"),
+			}}}
+		}
+	}
+	var mu sync.Mutex
+	done := make([]time.Time, 0, n)
+	cpBefore := controlPlaneCPU()
+	ownBefore, _ := fleet.ProcessCPUTime(os.Getpid())
 	start := time.Now()
 	err := parallel(n, workers, func(i int) error {
 		p := &cpv1alpha1.ClusterProfile{
@@ -759,28 +844,35 @@ func rawWriteFloor(ctx context.Context, hub *fleet.Hub, n, workers int) (time.Du
 			}},
 			Spec: cpv1alpha1.ClusterProfileSpec{DisplayName: "x", ClusterManager: cpv1alpha1.ClusterManager{Name: "floor"}},
 		}
+		if v.statusInCreate {
+			setStatus(p) // dropped by the server: status is a subresource
+		}
 		created, err := client.Create(ctx, p, metav1.CreateOptions{})
 		if err != nil {
 			return err
 		}
-		created.Status.Version.Kubernetes = status.Version.Kubernetes
-		for _, c := range status.ClusterClaims {
-			created.Status.Properties = append(created.Status.Properties, cpv1alpha1.Property{Name: c.Name, Value: c.Value})
+		setStatus(created)
+		if _, err = client.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return err
 		}
-		for _, c := range status.Conditions {
-			meta.SetStatusCondition(&created.Status.Conditions, c)
-		}
-		_, err = client.UpdateStatus(ctx, created, metav1.UpdateOptions{})
-		return err
+		mu.Lock()
+		done = append(done, time.Now())
+		mu.Unlock()
+		return nil
 	})
-	d := time.Since(start)
+	floorEnded = time.Now()
+	d := floorEnded.Sub(start)
+	cpUsed := controlPlaneCPU() - cpBefore
+	ownAfter, _ := fleet.ProcessCPUTime(os.Getpid())
+	floorTimeline = fmt.Sprintf("%s; CPU: kube-apiserver + etcd %s, the bench's process (the floor's client and the watch) %s",
+		describeTimeline(start, done), cpUsed.Round(10*time.Millisecond), (ownAfter - ownBefore).Round(10*time.Millisecond))
 	if err != nil {
-		return 0, fmt.Errorf("floor writes: %w", err)
+		return 0, 0, fmt.Errorf("floor writes: %w", err)
 	}
 	if err := client.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return d, nil
+	return d, cpUsed, nil
 }
 
 func buildFleet(ctx context.Context, hub *fleet.Hub, nClusters, nNamespaces int) error {
@@ -835,6 +927,12 @@ func newProfileWatcher(ctx context.Context, cp *controlplane.ControlPlane, names
 	inf := f.Apis().V1alpha1().ClusterProfiles().Informer()
 	observe := func(obj any) {
 		if p, ok := obj.(*cpv1alpha1.ClusterProfile); ok {
+			if p.Namespace == "floor" {
+				if p.Status.Version.Kubernetes != "" {
+					t.sawFloor()
+				}
+				return
+			}
 			complete := p.Status.Version.Kubernetes != "" && meta.FindStatusCondition(p.Status.Conditions, "ControlPlaneHealthy") != nil
 			t.observe(p.Namespace, p.Name, p.Name, p.Labels["multicluster.x-k8s.io/clusterset"], complete)
 		}

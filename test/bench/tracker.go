@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,8 +21,14 @@ type tracker struct {
 
 	mu       sync.Mutex
 	complete map[string]bool
-	notify   chan struct{}
-	pending  map[string]*expectation // cluster -> what to wait for
+	// completedAt holds when each object became complete, in order, for
+	// the timeline of a run (start, pace, tail).
+	completedAt []time.Time
+	// floorSeen is when the watch last saw a floor profile with its
+	// status: the floor's end as a consumer sees it.
+	floorSeen time.Time
+	notify    chan struct{}
+	pending   map[string]*expectation // cluster -> what to wait for
 }
 
 type expectation struct {
@@ -61,6 +68,29 @@ func (t *tracker) reset() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.complete = map[string]bool{}
+	t.completedAt = nil
+}
+
+// timeline is when the objects became complete since the last reset.
+func (t *tracker) timeline() []time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.completedAt)
+}
+
+// sawFloor records that the watch saw a floor profile with its status.
+func (t *tracker) sawFloor() {
+	at := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.floorSeen = at
+}
+
+// lastFloorSeen is when the watch last saw a floor profile with its status.
+func (t *tracker) lastFloorSeen() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.floorSeen
 }
 
 // observe records one object of cluster in namespace ns.
@@ -73,6 +103,7 @@ func (t *tracker) observe(ns, name, cluster, value string, complete bool) {
 	defer t.mu.Unlock()
 	if key := ns + "/" + name; complete && !t.complete[key] {
 		t.complete[key] = true
+		t.completedAt = append(t.completedAt, at)
 		select {
 		case t.notify <- struct{}{}:
 		default:
@@ -120,4 +151,22 @@ func (t *tracker) expect(cluster, value string) <-chan time.Time {
 	t.pending[cluster] = e
 	t.mu.Unlock()
 	return e.done
+}
+
+// describeTimeline says when the 1st object, 10%, 50%, 90% and the last
+// were complete, from start, and the pace in between: whether a run starts
+// late, runs slower or has a tail.
+func describeTimeline(start time.Time, at []time.Time) string {
+	if len(at) == 0 {
+		return "nothing complete"
+	}
+	at = slices.Clone(at)
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	point := func(f float64) time.Duration {
+		return at[min(len(at)-1, int(f*float64(len(at))))].Sub(start).Round(10 * time.Millisecond)
+	}
+	first, p10, p50, p90, last := point(0), point(0.1), point(0.5), point(0.9), at[len(at)-1].Sub(start).Round(10*time.Millisecond)
+	mid := float64(int(0.9*float64(len(at)))-int(0.1*float64(len(at)))) / (p90 - p10).Seconds()
+	return fmt.Sprintf("first %s, 10%% %s, 50%% %s, 90%% %s, last %s; %.0f objects/s from 10%% to 90%%, last 10%% took %s",
+		first, p10, p50, p90, last, mid, (last - p90).Round(10*time.Millisecond))
 }
