@@ -51,6 +51,7 @@ var (
 	gatewayCPUProfile string
 	gatewayHot        string
 	gatewayHotSeconds int
+	gatewayBaseline   string
 )
 
 const (
@@ -242,7 +243,11 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 		{"hubsync, direct dialer", daemons.direct.url + "/" + gatewayCluster, gwDirectClient, bearer(hubToken)},
 		{"direct, impersonating", "https://" + m.Address, impClient, impHeader},
 	}
-	const direct, gw, gwDirect, imp = 0, 1, 2, 3
+	const direct, gw, gwDirect, imp, base = 0, 1, 2, 3, 4
+	if daemons.baseline.d != nil {
+		modes = append(modes, gatewayMode{baselineRole, daemons.baseline.url + "/" + gatewayCluster, newClient(gatewayRoots), bearer(hubToken)})
+		defer modes[base].rt.(*http.Transport).CloseIdleConnections()
+	}
 
 	// Ready when every mode reads the object (RBAC is applied a moment
 	// after it is written); then show who each mode is on the cluster.
@@ -289,7 +294,7 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 	}
 	idle1, idleWall := procs.cpu(), time.Since(idleStart)
 	fmt.Print("CPU used idle, ms per second:")
-	for _, r := range gatewayRoles {
+	for _, r := range procs.roles() {
 		fmt.Printf(" %s %.1f;", r, float64(idle1[r]-idle0[r])/float64(time.Millisecond)/idleWall.Seconds())
 	}
 	fmt.Println()
@@ -298,6 +303,7 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 	goalSmall := map[int][]float64{}
 	hop := map[int][]float64{}
 	smallCPU := map[int][]float64{}
+	baseCPU := map[int][]float64{}
 	fmt.Printf("small GET %s, %d requests per mode, concurrency and repeat; modes interleaved in each repeat\n", gatewaySmallPath, gatewayRequests)
 	fmt.Printf("(every process here shares %d cores: once they are saturated, latency follows the total CPU per request)\n", runtime.NumCPU())
 	for _, conc := range []int{1, 32, 128} {
@@ -354,6 +360,15 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 		}
 		fmt.Printf("  CPU of the hubsync process per small GET through konnectivity: %s µs%s; with the direct dialer %s µs\n",
 			floatSpread(smallCPU[conc], "%.0f"), goal, floatSpread(cpu.perRun(gwDirect, "hubsync, direct dialer", time.Microsecond), "%.0f"))
+		if len(modes) > base {
+			b := cpu.perRun(base, baselineRole, time.Microsecond)
+			var r []float64
+			for i := range b {
+				r = append(r, smallCPU[conc][i]/b[i])
+			}
+			baseCPU[conc] = r
+			fmt.Printf("  the baseline build (%s) over konnectivity: %s µs; this build / baseline, per repeat: %s\n", gatewayBaseline, floatSpread(b, "%.0f"), ratioSpread(r))
+		}
 	}
 	if gatewayCPUProfile != "" {
 		path := filepath.Join(gatewayCPUProfile, "hubsync-small-get-c32.pprof")
@@ -446,6 +461,9 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 	fmt.Println("gateway goals in this run (median over repeats; repeats meeting the goal):")
 	fmt.Printf("  CPU of the hubsync process per small GET at concurrency 32 through konnectivity: %s µs, goal <= 150 µs: %s\n",
 		floatSpread(smallCPU[32], "%.0f"), gatewayGoal(smallCPU[32], func(us float64) bool { return us <= 150 }))
+	if b := baseCPU[32]; len(b) > 0 {
+		fmt.Printf("  CPU per small GET at concurrency 32, this build / the baseline build, in the same repeats: %s\n", ratioSpread(b))
+	}
 	fmt.Printf("  small GET p50 at concurrency 32, hubsync, direct dialer / direct, impersonating: %s, goal <= 1.20x: %s\n",
 		ratioSpread(hop[32]), gatewayGoal(hop[32], func(r float64) bool { return r <= 1.2 }))
 	for _, conc := range []int{1, 4} {
@@ -509,7 +527,18 @@ func gatewayHotLoop(ctx context.Context, daemons *gatewayDaemons, procs gatewayP
 
 // The processes whose CPU time the gateway figures break down, in the
 // order printed.
-var gatewayRoles = []string{"clients", "hubsync", "hubsync, direct dialer", "managed kube-apiserver", "etcd", "proxy-server", "proxy-agent", "hub kube-apiserver"}
+var gatewayRoles = []string{"clients", "hubsync", "hubsync, direct dialer", baselineRole, "managed kube-apiserver", "etcd", "proxy-server", "proxy-agent", "hub kube-apiserver"}
+
+// roles are the roles of gatewayRoles that have a process in this run.
+func (p gatewayProcs) roles() []string {
+	var out []string
+	for _, r := range gatewayRoles {
+		if _, daemon := p.daemons[r]; daemon || !strings.HasPrefix(r, "hubsync") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
 
 // gatewayProcs finds the processes of gatewayRoles: this process (the
 // clients), the two hubsync daemons by pid, the rest among its children.
@@ -605,7 +634,7 @@ func (t *cpuTally) perRequest(i int, role string) float64 {
 // print writes the CPU time per request by role, in unit.
 func (t *cpuTally) print(modes []gatewayMode, unit time.Duration, unitName string) {
 	fmt.Printf("  CPU per request in %s, by process, over every repeat:\n    %-22s", unitName, "")
-	for _, r := range gatewayRoles {
+	for _, r := range t.procs.roles() {
 		fmt.Printf("  %s", r)
 	}
 	fmt.Println("   total")
@@ -613,7 +642,7 @@ func (t *cpuTally) print(modes []gatewayMode, unit time.Duration, unitName strin
 		per := func(d time.Duration) float64 { return float64(d) / float64(unit) / float64(t.requests[i]) }
 		fmt.Printf("    %-22s", md.name)
 		var total time.Duration
-		for _, r := range gatewayRoles {
+		for _, r := range t.procs.roles() {
 			fmt.Printf("  %*.0f", len(r), per(t.cpu[i][r]))
 			total += t.cpu[i][r]
 		}
@@ -677,24 +706,42 @@ func (g gatewayDaemon) profileFor(ctx context.Context, path string, seconds int,
 // the CA of their serving certificate.
 type gatewayDaemons struct {
 	konnectivity, direct gatewayDaemon
-	ca                   *pki.CA
+	// baseline is another build over konnectivity (--gateway-baseline),
+	// for before/after figures in one run; d is nil without it.
+	baseline gatewayDaemon
+	ca       *pki.CA
+}
+
+func (g *gatewayDaemons) all() []gatewayDaemon {
+	var out []gatewayDaemon
+	for _, d := range []gatewayDaemon{g.konnectivity, g.direct, g.baseline} {
+		if d.d != nil {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func (g *gatewayDaemons) stop() {
-	for _, d := range []gatewayDaemon{g.konnectivity, g.direct} {
-		if d.d != nil {
-			_ = d.d.Stop()
-		}
+	for _, d := range g.all() {
+		_ = d.d.Stop()
 	}
 }
 
 func (g *gatewayDaemons) procs() gatewayProcs {
-	return gatewayProcs{daemons: map[string]int{"hubsync": g.konnectivity.d.Pid(), "hubsync, direct dialer": g.direct.d.Pid()}}
+	p := gatewayProcs{daemons: map[string]int{"hubsync": g.konnectivity.d.Pid(), "hubsync, direct dialer": g.direct.d.Pid()}}
+	if g.baseline.d != nil {
+		p.daemons[baselineRole] = g.baseline.d.Pid()
+	}
+	return p
 }
+
+// baselineRole is the --gateway-baseline daemon's mode and process.
+const baselineRole = "hubsync, baseline"
 
 // reviews sums the daemons' TokenReview figures.
 func (g *gatewayDaemons) reviews() (r struct{ authenticated, cached float64 }) {
-	for _, d := range []gatewayDaemon{g.konnectivity, g.direct} {
+	for _, d := range g.all() {
 		m, err := d.d.Scrape()
 		if err != nil {
 			continue
@@ -741,7 +788,16 @@ func startGatewayDaemons(ctx context.Context, cp *controlplane.ControlPlane, bin
 		return nil, err
 	}
 	out := &gatewayDaemons{ca: ca}
-	for _, transport := range []string{config.TunnelKonnectivity, config.TunnelDirect} {
+	type daemonSpec struct {
+		transport, binary string
+		into              *gatewayDaemon
+	}
+	specs := []daemonSpec{{config.TunnelKonnectivity, binary, &out.konnectivity}, {config.TunnelDirect, binary, &out.direct}}
+	if gatewayBaseline != "" {
+		specs = append(specs, daemonSpec{config.TunnelKonnectivity, gatewayBaseline, &out.baseline})
+	}
+	for _, spec := range specs {
+		transport := spec.transport
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			out.stop()
@@ -757,20 +813,15 @@ func startGatewayDaemons(ctx context.Context, cp *controlplane.ControlPlane, bin
 		}
 		conf.Gateway = config.Gateway{Enabled: true, Listen: addrs[0], URL: "https://" + addrs[0], TLS: config.GatewayTLS{CertFile: certFile, KeyFile: keyFile}}
 		conf.Server.Pprof = true
-		d, err := fleet.StartDaemon(ctx, binary, asHubsync, conf, logs)
+		d, err := fleet.StartDaemon(ctx, spec.binary, asHubsync, conf, logs)
 		if err != nil {
 			out.stop()
 			return nil, err
 		}
-		gd := gatewayDaemon{d: d, url: "https://" + addrs[0]}
-		if transport == config.TunnelKonnectivity {
-			out.konnectivity = gd
-		} else {
-			out.direct = gd
-		}
+		*spec.into = gatewayDaemon{d: d, url: "https://" + addrs[0]}
 		if err := d.WaitReady(ctx, 2*time.Minute); err != nil {
 			out.stop()
-			return nil, fmt.Errorf("hubsync (%s): %w", transport, err)
+			return nil, fmt.Errorf("hubsync %s (%s): %w", spec.binary, transport, err)
 		}
 	}
 	return out, nil
