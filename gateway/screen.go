@@ -86,8 +86,8 @@ func identityHeader(name string) bool {
 		hasPrefixFold(name, "impersonate-") || hasPrefixFold(name, "x-remote-")
 }
 
-// hasPrefixFold is strings.HasPrefix under Unicode case folding, as
-// strings.EqualFold compares (prefix is ASCII), without a lower-cased copy.
+// hasPrefixFold is strings.HasPrefix ignoring case, for an ASCII prefix
+// (header names are ASCII tokens), without a lower-cased copy.
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
@@ -241,11 +241,11 @@ func containsJWT(s string) bool {
 		if len(trimmed)%4 == 1 {
 			return false // no base64 text has this length
 		}
-		std, url := !strings.ContainsAny(trimmed, "-_"), !strings.ContainsAny(trimmed, "+/")
+		inStd, inURL := !strings.ContainsAny(trimmed, "-_"), !strings.ContainsAny(trimmed, "+/")
 		for _, enc := range []struct {
 			ok bool
 			e  *base64.Encoding
-		}{{std, base64.RawStdEncoding}, {url, base64.RawURLEncoding}} {
+		}{{inStd, base64.RawStdEncoding}, {inURL, base64.RawURLEncoding}} {
 			if !enc.ok {
 				continue
 			}

@@ -370,15 +370,8 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 			fmt.Printf("  the baseline build (%s) over konnectivity: %s µs; this build / baseline, per repeat: %s\n", gatewayBaseline, floatSpread(b, "%.0f"), ratioSpread(r))
 		}
 	}
-	if gatewayCPUProfile != "" {
-		path := filepath.Join(gatewayCPUProfile, "hubsync-small-get-c32.pprof")
-		if err := daemons.konnectivity.profile(ctx, path, func(ctx context.Context) error {
-			_, _, _, err := gatewayRun(ctx, modes[gw], gatewaySmallPath, 32, gatewayRequests)
-			return err
-		}); err != nil {
-			return err
-		}
-		fmt.Printf("CPU profile of the hubsync process serving small GETs at concurrency 32 through konnectivity: %s\n", path)
+	if err := daemons.konnectivity.profileRequests(ctx, modes[gw], "small GETs", gatewaySmallPath, 32, gatewayRequests); err != nil {
+		return err
 	}
 
 	// The large list: compressed on the wire, as the API server does when
@@ -444,15 +437,8 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 			"a gateway that cost no CPU would reach %.0f%% of direct here\n", d, g, h, relays, 100*d/(g-h))
 		listCeiling[conc] = 100 * d / (g - h)
 	}
-	if gatewayCPUProfile != "" {
-		path := filepath.Join(gatewayCPUProfile, "hubsync-list-c1.pprof")
-		if err := daemons.konnectivity.profile(ctx, path, func(ctx context.Context) error {
-			_, _, _, err := gatewayRun(ctx, modes[gw], gatewayListPath, 1, gatewayLists)
-			return err
-		}); err != nil {
-			return err
-		}
-		fmt.Printf("CPU profile of the hubsync process serving large LISTs at concurrency 1 through konnectivity: %s\n", path)
+	if err := daemons.konnectivity.profileRequests(ctx, modes[gw], "large LISTs", gatewayListPath, 1, gatewayLists); err != nil {
+		return err
 	}
 
 	reviews := daemons.reviews()
@@ -667,6 +653,23 @@ func (g gatewayDaemon) profile(ctx context.Context, path string, load func(conte
 		}
 		return nil
 	})
+}
+
+// profileRequests, with --gateway-cpuprofile, writes a CPU profile of the
+// daemon while md sends n GETs of path at concurrency conc again and again.
+func (g gatewayDaemon) profileRequests(ctx context.Context, md gatewayMode, what, path string, conc, n int) error {
+	if gatewayCPUProfile == "" {
+		return nil
+	}
+	file := filepath.Join(gatewayCPUProfile, fmt.Sprintf("hubsync-%s-c%d.pprof", strings.ReplaceAll(what, " ", "-"), conc))
+	if err := g.profile(ctx, file, func(ctx context.Context) error {
+		_, _, _, err := gatewayRun(ctx, md, path, conc, n)
+		return err
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("CPU profile of the hubsync process serving %s at concurrency %d through konnectivity: %s\n", what, conc, file)
+	return nil
 }
 
 // profileFor fetches a CPU profile of the daemon over seconds into path
