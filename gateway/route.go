@@ -52,12 +52,9 @@ func ParseRoute(u *url.URL) (Route, error) {
 	}
 	// Every segment, without splitting the path into a new slice: this
 	// runs for every request.
-	first := ""
-	for i, segs := 0, raw[1:]; ; i++ {
+	first, _, _ := strings.Cut(raw[1:], "/")
+	for segs := raw[1:]; ; {
 		seg, after, more := strings.Cut(segs, "/")
-		if i == 0 {
-			first = seg
-		}
 		dec, err := url.PathUnescape(seg)
 		if err != nil {
 			return bad("a path segment is not valid percent-encoding")
@@ -100,16 +97,14 @@ func ParseRoute(u *url.URL) (Route, error) {
 
 // encodedSeparator reports %2F, %5C or %00 in any case.
 func encodedSeparator(raw string) bool {
-	for i := strings.IndexByte(raw, '%'); i >= 0 && i+2 < len(raw); {
-		switch pair := raw[i+1 : i+3]; pair {
+	for i := 0; i+2 < len(raw); i++ {
+		if raw[i] != '%' {
+			continue
+		}
+		switch raw[i+1 : i+3] {
 		case "2f", "2F", "5c", "5C", "00":
 			return true
 		}
-		next := strings.IndexByte(raw[i+1:], '%')
-		if next < 0 {
-			break
-		}
-		i += 1 + next
 	}
 	return false
 }

@@ -195,9 +195,7 @@ func TestRetryAfterPausesEveryKey(t *testing.T) {
 	})
 	e.cfg.Webhook.Concurrency = concurrency
 	s := e.start()
-	var once sync.Once
-	letGo := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(letGo) // a failed test lets the receiver go
+	letGo := releaseOnce(t, release)
 	deliverAll(t, s, keyBatches(keys, 1)...)
 	waitFor(t, "a request of each of four keys in flight", func() bool { return fl.current() == concurrency })
 	// The endpoint throttles every request it holds; hubsync reads the
@@ -245,9 +243,7 @@ func TestOutOfOrderAcksSurviveRestart(t *testing.T) {
 	})
 	e.cfg.Webhook.Concurrency = concurrency
 	s := e.start()
-	var once sync.Once
-	letGo := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(letGo) // a failed test lets the receiver go
+	letGo := releaseOnce(t, release)
 	first := []stream.Change{
 		streamtest.Profile(stream.ProfileCreated, "ns", "held", "1"),
 		streamtest.Profile(stream.ProfileUpdated, "ns", "held", "2"),
@@ -307,4 +303,14 @@ func idsOf(batches ...[]stream.Change) []string {
 		}
 	}
 	return out
+}
+
+// releaseOnce returns a func that closes release the first time it is
+// called; a test that fails before calling it lets the receiver go at
+// cleanup.
+func releaseOnce(t *testing.T, release chan struct{}) func() {
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(letGo)
+	return letGo
 }
