@@ -76,7 +76,18 @@ type ReviewCacheOptions struct {
 	Now func() time.Time
 	// OnHit, if set, is called on every cache hit (for a metric).
 	OnHit func()
+	// OnReview, if set, is called after every review sent to next (the
+	// hub), with its result (ReviewAuthenticated, ReviewUnauthenticated
+	// or ReviewError) and how long it took by Now (for a metric).
+	OnReview func(result string, took time.Duration)
 }
+
+// The results OnReview reports.
+const (
+	ReviewAuthenticated   = "authenticated"
+	ReviewUnauthenticated = "unauthenticated"
+	ReviewError           = "error"
+)
 
 // CachedReviewer remembers positive reviews for at most TTL and at most
 // Size tokens, least recently used first out. Refusals and errors are
@@ -110,6 +121,9 @@ func NewCachedReviewer(next Reviewer, o ReviewCacheOptions) (*CachedReviewer, er
 	}
 	if o.OnHit == nil {
 		o.OnHit = func() {}
+	}
+	if o.OnReview == nil {
+		o.OnReview = func(string, time.Duration) {}
 	}
 	return &CachedReviewer{next: next, o: o, reviews: newExpiring[tokenKey, Identity](o.Size),
 		inFlight: make(chan struct{}, o.MaxInFlight)}, nil
@@ -151,6 +165,7 @@ func (c *CachedReviewer) review(ctx context.Context, key tokenKey, token string)
 		defer cancel()
 		asked := c.o.Now()
 		id, ok, err := c.next.Review(ctx, token)
+		c.o.OnReview(reviewResult(ok, err), c.o.Now().Sub(asked))
 		if err == nil && ok {
 			// Trusted for TTL from when the hub was asked.
 			c.reviews.put(key, id, asked.Add(c.o.TTL))
@@ -162,6 +177,17 @@ func (c *CachedReviewer) review(ctx context.Context, key tokenKey, token string)
 	}
 	r := v.(reviewed)
 	return r.id, r.ok, nil
+}
+
+// reviewResult names what came of a review sent to the hub.
+func reviewResult(ok bool, err error) string {
+	switch {
+	case err != nil:
+		return ReviewError
+	case ok:
+		return ReviewAuthenticated
+	}
+	return ReviewUnauthenticated
 }
 
 type reviewed struct {

@@ -165,7 +165,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	size := opts.ReviewCacheSize
 	reviewer, err := NewCachedReviewer(opts.Reviewer, ReviewCacheOptions{TTL: opts.ReviewCacheTTL, Size: size,
-		MaxInFlight: opts.MaxInFlightReviews, Now: opts.Now, OnHit: m.hits.Inc})
+		MaxInFlight: opts.MaxInFlightReviews, Now: opts.Now, OnHit: m.hits.Inc, OnReview: m.review})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,10 @@
 package gateway
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
 	requests *prometheus.CounterVec
@@ -8,9 +12,11 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 	reviews  *prometheus.CounterVec
 	hits     prometheus.Counter
-	upgraded prometheus.Gauge
-	fetches  *prometheus.CounterVec
-	drained  *prometheus.CounterVec
+	// reviewSeconds observes the TokenReviews sent to the hub, by result.
+	reviewSeconds *prometheus.HistogramVec
+	upgraded      prometheus.Gauge
+	fetches       *prometheus.CounterVec
+	drained       *prometheus.CounterVec
 	// tunnelWait observes how long requests waited for a connecting entry.
 	tunnelWait prometheus.Histogram
 }
@@ -24,6 +30,11 @@ func (m *metrics) keyFetch(keys string) func(error) {
 		}
 		m.fetches.WithLabelValues(keys, result).Inc()
 	}
+}
+
+// review observes a TokenReview the hub answered (or failed to).
+func (m *metrics) review(result string, took time.Duration) {
+	m.reviewSeconds.WithLabelValues(result).Observe(took.Seconds())
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -44,6 +55,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hubsync_gateway_token_reviews_total",
 			Help: "Bearer tokens checked with the hub's TokenReview, by result: authenticated (a hub identity), unauthenticated, error (the hub could not be asked), busy (too many reviews in flight: not asked), skipped (an expired hub token, refused without asking).",
+		}, []string{"result"}),
+		reviewSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hubsync_gateway_token_review_duration_seconds",
+			Help:    "Time the hub took to answer the TokenReviews the gateway sent (cache misses only), by result: authenticated, unauthenticated, error (no answer, or an error within the 10s bound).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"result"}),
 		hits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hubsync_gateway_token_review_cache_hits_total",
@@ -67,10 +83,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 	}
+	// Every result has a series from the start, so that rate() and the
+	// alerts on it see 0 rather than nothing before the first review.
+	for _, result := range []string{ReviewAuthenticated, ReviewUnauthenticated, ReviewError} {
+		m.reviewSeconds.WithLabelValues(result)
+	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.refused, m.duration, m.reviews, m.hits, m.upgraded, m.fetches, m.drained, m.tunnelWait} {
+	for _, c := range []prometheus.Collector{m.requests, m.refused, m.duration, m.reviews, m.reviewSeconds, m.hits, m.upgraded, m.fetches, m.drained, m.tunnelWait} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
