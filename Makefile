@@ -13,8 +13,11 @@ ASSETS    := bash test/tools/build-kube-binaries.sh
 # Prints the directory holding the konnectivity proxy-server and agent,
 # building them first (~2 min) when the cache does not have them.
 KONN      := bash test/tools/build-konnectivity.sh
+# Prints the path of promtool, building it first (~5 min cold) when the
+# cache does not have this version (test/tools/promtool pins it).
+PROMTOOL  := bash test/tools/build-promtool.sh
 
-.PHONY: all build test unit e2e argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
+.PHONY: all build test unit e2e alerts-test argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
 
 all: build
 
@@ -74,7 +77,15 @@ multicluster-proof: kube-binaries
 kueue-proof: kube-binaries
 	cd test/kueue && $(GO) vet ./... && KUBEBUILDER_ASSETS=$$(bash ../tools/build-kube-binaries.sh 2>/dev/null) $(GO) test -count=1 -p 1 -timeout 20m ./...
 
-test: check unit e2e argocd-proof multicluster-proof kueue-proof
+# The alert rules the chart ships: promtool checks them and runs their unit
+# tests (test/alerts), each alert firing with its labels and annotations
+# and staying silent where it must.
+alerts-test:
+	@promtool=$$($(PROMTOOL)) && \
+		$$promtool check rules charts/hubsync/files/alerts.yaml && \
+		$$promtool test rules test/alerts/*_test.yaml
+
+test: check unit alerts-test e2e argocd-proof multicluster-proof kueue-proof
 
 # The main job on an embedded default: a real API server, a simulated
 # fleet, hubsync, and what it does as the fleet changes.
