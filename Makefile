@@ -82,7 +82,7 @@ kueue-proof: kube-binaries
 # and staying silent where it must.
 alerts-test:
 	@promtool=$$($(PROMTOOL)) && \
-		$$promtool check rules charts/hubsync/files/alerts.yaml && \
+		$$promtool check rules --lint=all --lint-fatal charts/hubsync/files/alerts.yaml && \
 		$$promtool test rules test/alerts/*_test.yaml
 
 test: check unit alerts-test e2e argocd-proof multicluster-proof kueue-proof
