@@ -11,6 +11,10 @@ import (
 	"time"
 )
 
+// MaxTextTunnels bounds the failing tunnels the text names, of the
+// MaxFailingTunnels a status holds.
+const MaxTextTunnels = 10
+
 // MaxTextNamespaces bounds the consumer namespaces the text lists, those
 // with stale copies and the oldest copies first; JSON lists every one.
 const MaxTextNamespaces = 20
@@ -165,7 +169,10 @@ func (p *printer) tunnels(t *Tunnels, now time.Time) {
 		return
 	}
 	p.printf("tunnels:   %d ready, %d failing, %d connecting\n", t.Ready, t.Failing, t.Connecting)
-	for _, f := range t.FailingTunnels {
+	for i, f := range t.FailingTunnels {
+		if i == MaxTextTunnels {
+			break
+		}
 		p.printf("  failing: %s", f.Cluster)
 		if f.Since != nil {
 			p.printf(" since %s", ago(now, f.Since))
@@ -175,8 +182,8 @@ func (p *printer) tunnels(t *Tunnels, now time.Time) {
 		}
 		p.printf("\n")
 	}
-	if t.FailingNotListed > 0 {
-		p.printf("  and %d more failing (see the hubsync_tunnel_state metric)\n", t.FailingNotListed)
+	if more := t.Failing - min(len(t.FailingTunnels), MaxTextTunnels); more > 0 {
+		p.printf("  and %d more failing (-o json names %d; the hubsync_tunnel_state metric every one)\n", more, MaxFailingTunnels)
 	}
 }
 
