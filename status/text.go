@@ -94,11 +94,15 @@ func (p *printer) config(c *Config, now time.Time) {
 	if c == nil {
 		return
 	}
-	last := "applied"
-	if !c.LastReloadSuccessful {
-		last = "REJECTED (the running configuration stays; see the log)"
+	switch {
+	case c.Reloads == 0:
+		p.printf("config:    loaded %s; not reloaded since", ago(now, c.LastSuccess))
+	case c.LastReloadSuccessful:
+		p.printf("config:    last reload applied; last good load %s; %d reloads, %d rejected", ago(now, c.LastSuccess), c.Reloads, c.RejectedReloads)
+	default:
+		p.printf("config:    last reload REJECTED (the running configuration stays; see the log); last good load %s; %d reloads, %d rejected",
+			ago(now, c.LastSuccess), c.Reloads, c.RejectedReloads)
 	}
-	p.printf("config:    last reload %s; last good load %s; %d reloads, %d rejected", last, ago(now, c.LastSuccess), c.Reloads, c.RejectedReloads)
 	if c.RestartRequired {
 		p.printf("; RESTART REQUIRED for changes in the file")
 	}
