@@ -153,6 +153,7 @@ func TestSummarize(t *testing.T) {
 	earlier := scrape(t, now.Add(-10*time.Second), leaderMetrics(25, 900, 4), leaderReadyz, true)
 	follower := scrape(t, now, followerMetrics, "standby\ntunnels: 1 ready, 0 failing, 0 connecting\n", true)
 	restarted := scrape(t, now.Add(-10*time.Second), leaderMetrics(25, 5000, 4), leaderReadyz, true)
+	starting := scrape(t, now, "# TYPE hubsync_leader gauge\nhubsync_leader 1\n", "caches not synced yet\n", false)
 
 	tests := []struct {
 		name      string
@@ -217,6 +218,21 @@ func TestSummarize(t *testing.T) {
 			check: func(t *testing.T, st Status) {
 				if st.Gateway.Rates != nil {
 					t.Errorf("rates %+v across a restart", st.Gateway.Rates)
+				}
+			},
+		},
+		{
+			name: "leader whose syncer is starting", cur: starting,
+			wantText: []string{
+				"hubsync at http://d:8080: not ready (caches not synced yet)",
+				"leader:    this replica leads (identity not known yet)",
+				"consumers: not known yet: the syncer reports them once its caches have synced",
+				"sinks:     none",
+			},
+			notText: []string{"tunnels:", "gateway:", "hub:"},
+			check: func(t *testing.T, st Status) {
+				if st.Ready || !st.Leader.Leading || st.Tunnels != nil || st.Gateway != nil || st.Hub != nil {
+					t.Errorf("status %+v", st)
 				}
 			},
 		},

@@ -39,10 +39,14 @@ func WriteText(w io.Writer, st Status) error {
 		p.printf("hub:       %s\n", map[bool]string{true: "reachable", false: "NOT reachable (hubsync_hub_reachable 0)"}[st.Hub.Reachable])
 	}
 	p.config(st.Config, st.At)
-	if st.Leader.Leading {
+	switch {
+	case st.Leader.Leading && !st.Ready && (st.Consumers == nil || len(st.Consumers.Namespaces) == 0):
+		p.printf("consumers: not known yet: the syncer reports them once its caches have synced\n")
+		p.sinks(st.Sinks, st.At)
+	case st.Leader.Leading:
 		p.consumers(st.Consumers, st.At)
 		p.sinks(st.Sinks, st.At)
-	} else {
+	default:
 		p.printf("consumers: only the leader runs the syncer and the sinks; run hubsync status against %s\n", leaderPod(st.Leader))
 	}
 	p.tunnels(st.Tunnels, st.At)

@@ -66,15 +66,18 @@ func CopyStateOf(pair string, sec, source *corev1.Secret) CopyState {
 type consumerStats struct {
 	manager string
 	active  func() bool
+	// credentials: copies are on, so every namespace with a profile has
+	// copy series, 0 when it holds none.
+	credentials bool
 
 	mu       sync.Mutex
 	profiles map[string]map[string]bool      // namespace -> profile names
 	copies   map[string]map[string]CopyState // namespace -> copy name -> state
 }
 
-func newConsumerStats(manager string, active func() bool) *consumerStats {
+func newConsumerStats(manager string, active func() bool, credentials bool) *consumerStats {
 	return &consumerStats{
-		manager: manager, active: active,
+		manager: manager, active: active, credentials: credentials,
 		profiles: map[string]map[string]bool{},
 		copies:   map[string]map[string]CopyState{},
 	}
@@ -133,12 +136,14 @@ func (c *consumerStats) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, s := range c.Summaries() {
 		ch <- prometheus.MustNewConstMetric(consumerProfilesDesc, prometheus.GaugeValue, float64(s.Profiles), s.Namespace)
-		if s.Copies == 0 {
+		if !c.credentials && s.Copies == 0 {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(consumerCopiesDesc, prometheus.GaugeValue, float64(s.Copies), s.Namespace)
 		ch <- prometheus.MustNewConstMetric(consumerStaleDesc, prometheus.GaugeValue, float64(s.Stale), s.Namespace)
-		ch <- prometheus.MustNewConstMetric(consumerOldestDesc, prometheus.GaugeValue, float64(s.Oldest.UnixNano())/1e9, s.Namespace)
+		if s.Copies > 0 {
+			ch <- prometheus.MustNewConstMetric(consumerOldestDesc, prometheus.GaugeValue, float64(s.Oldest.UnixNano())/1e9, s.Namespace)
+		}
 	}
 }
 

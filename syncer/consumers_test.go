@@ -190,7 +190,9 @@ func TestConsumerMetrics(t *testing.T) {
 		must(hubSecrets.Add(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: cluster}, Data: map[string][]byte{hub.TokenKey: []byte("t1")}}))
 	}
 	a1, a2, b1 := profile("team-a", "c1", manager), profile("team-a", "c2", manager), profile("team-b", "c1", manager)
-	for _, p := range []*cpv1alpha1.ClusterProfile{a1, a2, b1, profile("team-c", "c1", "someone-else")} {
+	// team-d holds a profile but no copy yet; team-c only another
+	// manager's profile, which does not count.
+	for _, p := range []*cpv1alpha1.ClusterProfile{a1, a2, b1, profile("team-c", "c1", "someone-else"), profile("team-d", "c2", manager)} {
 		profileEvents.OnAdd(p, true)
 	}
 	addCopy := func(sec *corev1.Secret) {
@@ -207,13 +209,17 @@ func TestConsumerMetrics(t *testing.T) {
 	expect("running", help+`
 hubsync_consumer_credential_copies{namespace="team-a"} 2
 hubsync_consumer_credential_copies{namespace="team-b"} 1
+hubsync_consumer_credential_copies{namespace="team-d"} 0
 hubsync_consumer_credential_copies_stale{namespace="team-a"} 0
 hubsync_consumer_credential_copies_stale{namespace="team-b"} 0
+hubsync_consumer_credential_copies_stale{namespace="team-d"} 0
 hubsync_consumer_credential_copy_oldest_timestamp_seconds{namespace="team-a"} 1.7000036e+09
 hubsync_consumer_credential_copy_oldest_timestamp_seconds{namespace="team-b"} 1.7000072e+09
 hubsync_consumer_profiles{namespace="team-a"} 2
 hubsync_consumer_profiles{namespace="team-b"} 1
+hubsync_consumer_profiles{namespace="team-d"} 1
 `)
+	profileEvents.OnDelete(profile("team-d", "c2", manager))
 
 	// c1's token rotates: its copies are behind until they follow.
 	must(hubSecrets.Update(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "c1"}, Data: map[string][]byte{hub.TokenKey: []byte("t2")}}))

@@ -149,7 +149,7 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 		log:     log, recorder: recorder, total: s.metrics.foreignWrites, requestTimeout: opts.RequestTimeout,
 	}
 	s.metrics.contested.track(s.foreign.contested)
-	s.consumers = newConsumerStats(opts.ClusterManager, s.ready.Load)
+	s.consumers = newConsumerStats(opts.ClusterManager, s.ready.Load, opts.Credentials != nil)
 	reg.MustRegister(s.consumers)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "hubsync_profiles_managed",
