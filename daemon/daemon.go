@@ -93,8 +93,11 @@ type daemon struct {
 	// until then /healthz answers and /readyz says why it is not ready.
 	current atomic.Pointer[syncer.Syncer]
 
-	leader  prometheus.Gauge
-	leading atomic.Bool
+	// identity names this replica in the leader Lease.
+	identity   string
+	leader     prometheus.Gauge
+	leaderInfo *leaderInfo
+	leading    atomic.Bool
 	// poolSynced is set once the pool has learnt the hub's clusters and
 	// dials them; warmed once its first dials are done (or the warm-up
 	// timeout passed); draining once shutdown began.

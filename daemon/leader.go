@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
@@ -14,6 +17,46 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 )
+
+// identity names this process in the leader Lease: the host name and a
+// suffix that keeps two processes on one host (or a restarted pod that
+// kept its name) from both believing they hold the lease.
+func identity() (string, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("leader election identity: %w", err)
+	}
+	return host + "_" + string(uuid.NewUUID()), nil
+}
+
+var leaderInfoDesc = prometheus.NewDesc("hubsync_leader_info",
+	"1, labelled with the identity holding the leader Lease as this replica last saw it (this replica's own without leader election).",
+	[]string{"identity"}, nil)
+
+// leaderInfo is hubsync_leader_info: one series at most, whose identity
+// changes in one step, so that no scrape sees two leaders or none between
+// them.
+type leaderInfo struct {
+	mu       sync.Mutex
+	identity string
+}
+
+func (l *leaderInfo) set(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.identity = id
+}
+
+func (l *leaderInfo) Describe(ch chan<- *prometheus.Desc) { ch <- leaderInfoDesc }
+
+func (l *leaderInfo) Collect(ch chan<- prometheus.Metric) {
+	l.mu.Lock()
+	id := l.identity
+	l.mu.Unlock()
+	if id != "" {
+		ch <- prometheus.MustNewConstMetric(leaderInfoDesc, prometheus.GaugeValue, 1, id)
+	}
+}
 
 // errLeaseLost ends the daemon when this replica stops leading without
 // being asked to: the process restarts and rejoins the election with
@@ -26,14 +69,8 @@ var errLeaseLost = errors.New("leader election lost")
 // returned, so that a new leader never writes alongside this one's last
 // writes. A lease lost while ctx is live cancels fn's context too and is
 // errLeaseLost.
-func runLeaderElected(ctx context.Context, c config.LeaderElection, kube kubernetes.Interface, log *slog.Logger, fn func(context.Context) error) error {
-	host, err := os.Hostname()
-	if err != nil {
-		return fmt.Errorf("leader election identity: %w", err)
-	}
-	// The suffix keeps two processes on one host (or a restarted pod that
-	// kept its name) from both believing they hold the lease.
-	id := host + "_" + string(uuid.NewUUID())
+func runLeaderElected(ctx context.Context, c config.LeaderElection, kube kubernetes.Interface, id string, log *slog.Logger,
+	info *leaderInfo, fn func(context.Context) error) error {
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, c.Namespace, c.Name,
 		kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
 	if err != nil {
@@ -57,6 +94,7 @@ func runLeaderElected(ctx context.Context, c config.LeaderElection, kube kuberne
 			},
 			OnStoppedLeading: func() { log.Info("stopped leading", "lease", lease) },
 			OnNewLeader: func(leader string) {
+				info.set(leader)
 				if leader != id {
 					log.Info("another replica leads; standing by", "lease", lease, "leader", leader)
 				}

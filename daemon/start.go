@@ -53,10 +53,17 @@ func (d *daemon) connect(ctx context.Context) error {
 	d.broadcaster = record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
 	d.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.kube.CoreV1().Events("")})
 	d.recorder = d.broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "hubsync"})
+	if d.identity, err = identity(); err != nil {
+		return err
+	}
 	d.leader = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "hubsync_leader",
 		Help: "1 while this replica holds the leader lease (always 1 without leader election).",
 	})
+	d.leaderInfo = &leaderInfo{}
+	if err := d.reg.Register(d.leaderInfo); err != nil {
+		return err
+	}
 	return d.reg.Register(d.leader)
 }
 
@@ -224,7 +231,7 @@ func (d *daemon) startWork(ctx context.Context) error {
 		return nil
 	}
 	d.goRun(d.work, "leader election", func(ctx context.Context) error {
-		return runLeaderElected(ctx, d.cfg.LeaderElection, d.kube, d.log, d.lead)
+		return runLeaderElected(ctx, d.cfg.LeaderElection, d.kube, d.identity, d.log, d.leaderInfo, d.lead)
 	})
 	return nil
 }
@@ -238,6 +245,9 @@ func (d *daemon) startWork(ctx context.Context) error {
 func (d *daemon) lead(ctx context.Context) error {
 	d.leading.Store(true)
 	d.leader.Set(1)
+	if !d.cfg.LeaderElection.Enabled {
+		d.leaderInfo.set(d.identity)
+	}
 	defer func() { d.leading.Store(false); d.leader.Set(0) }()
 	s := d.current.Load()
 	consumers := context.WithoutCancel(ctx)

@@ -38,6 +38,10 @@ const (
 	AnnotationTokenFingerprint = "hubsync.io/token-fingerprint"
 	// AnnotationSource names the hub Secret a copy came from, SourceKey.
 	AnnotationSource = "hubsync.io/source"
+	// AnnotationSyncedAt is when hubsync last wrote a copy's data (its
+	// token and CA) from its source, RFC 3339 UTC: the copy's creation or
+	// the update that brought it a rotated token.
+	AnnotationSyncedAt = "hubsync.io/synced-at"
 
 	// TokenKey and CAKey are the data keys of MSA token Secrets and of
 	// their copies.

@@ -67,6 +67,11 @@ type credentials struct {
 	mu       sync.Mutex
 	problems map[string]CopyProblem // key -> problem last reported
 
+	// statsMu makes each refresh of a copy's consumer stats read the
+	// caches and record what it read in one step, so that the last
+	// refresh, which follows the last cache change, is the one that stays.
+	statsMu sync.Mutex
+
 	writes    *prometheus.CounterVec
 	rotations prometheus.Counter
 	problemsG *prometheus.GaugeVec
@@ -88,6 +93,8 @@ type credentialDeps struct {
 	namespaces corelisters.NamespaceLister
 	// notify announces a change hubsync made to a copy.
 	notify func(typ string, sec *corev1.Secret)
+	// stats counts the copies per consumer namespace.
+	stats *consumerStats
 	// manager is hubsync's cluster manager name.
 	manager                                           string
 	resyncPeriod, requestTimeout, retryBase, retryMax time.Duration
@@ -220,6 +227,23 @@ func (c *credentials) addHandlers() error {
 			UpdateFunc: c.onProfileUpdate,
 			DeleteFunc: c.onProfile,
 		}},
+		// The consumer stats follow every copy, hubsync's own writes
+		// included, and every change of a copy's source.
+		{c.copyInformers.Core().V1().Secrets().Informer(), onEvent(func(obj any) {
+			if sec, ok := eventObject[*corev1.Secret](obj); ok {
+				c.refreshCopyStats(sec.Namespace, sec.Name)
+			}
+		})},
+		{c.msaInformers.Authentication().V1beta1().ManagedServiceAccounts().Informer(), onEvent(func(obj any) {
+			if key, ok := namespacedKey(obj); ok {
+				c.refreshPairStats(key)
+			}
+		})},
+		{c.hubInformers.Core().V1().Secrets().Informer(), onEvent(func(obj any) {
+			for _, key := range c.pairsOfTokenSecret(obj) {
+				c.refreshPairStats(key)
+			}
+		})},
 	} {
 		r, err := h.inf.AddEventHandler(h.h)
 		if err != nil {
@@ -262,23 +286,66 @@ func (c *credentials) copyHandler() cache.ResourceEventHandlerFuncs {
 // tokenSecretHandler debounces the pairs a hub token Secret's change
 // concerns.
 func (c *credentials) tokenSecretHandler() cache.ResourceEventHandlerFuncs {
-	touch := func(obj any) {
-		key, ok := namespacedKey(obj)
-		if !ok {
-			return
-		}
-		keys := sets.New(key)
-		msas, _ := c.msaIdx.ByIndex(byTokenSecret, key)
-		for _, o := range msas {
-			if m, ok := o.(*msav1beta1.ManagedServiceAccount); ok {
-				keys.Insert(m.Namespace + "/" + m.Name)
-			}
-		}
-		for k := range keys {
+	return onEvent(func(obj any) {
+		for _, k := range c.pairsOfTokenSecret(obj) {
 			c.debounce.touch(k) // at once when coalescing is off
 		}
+	})
+}
+
+// pairsOfTokenSecret returns the keys of the pairs a hub token Secret
+// belongs to: the MSAs whose status.tokenSecretRef names it, and the MSA
+// of its own name, which the agent gives it before any MSA reports it.
+func (c *credentials) pairsOfTokenSecret(obj any) []string {
+	key, ok := namespacedKey(obj)
+	if !ok {
+		return nil
 	}
-	return cache.ResourceEventHandlerFuncs{AddFunc: touch, UpdateFunc: func(_, obj any) { touch(obj) }, DeleteFunc: touch}
+	keys := sets.New(key)
+	msas, _ := c.msaIdx.ByIndex(byTokenSecret, key)
+	for _, o := range msas {
+		if m, ok := o.(*msav1beta1.ManagedServiceAccount); ok {
+			keys.Insert(m.Namespace + "/" + m.Name)
+		}
+	}
+	return sets.List(keys)
+}
+
+// onEvent calls f with the object of every add, update and delete.
+func onEvent(f func(obj any)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{AddFunc: f, UpdateFunc: func(_, obj any) { f(obj) }, DeleteFunc: f}
+}
+
+// refreshCopyStats records the cached copy namespace/name in the consumer
+// stats with its source as cached now, or forgets it when the cache holds
+// no such copy.
+func (c *credentials) refreshCopyStats(namespace, name string) {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	sec, err := c.copies.Secrets(namespace).Get(name)
+	if err != nil {
+		c.stats.setCopy(namespace, name, CopyState{}, false)
+		return
+	}
+	key, ok := copyPair(sec)
+	if !ok {
+		c.stats.setCopy(namespace, name, CopyState{}, false)
+		return
+	}
+	cluster, msa, _ := strings.Cut(key, "/")
+	_, source, _ := c.source(cluster, msa)
+	c.stats.setCopy(namespace, name, CopyStateOf(key, sec, source), true)
+}
+
+// refreshPairStats refreshes the consumer stats of a pair's copies after
+// a change of its source.
+func (c *credentials) refreshPairStats(key string) {
+	copies, _ := c.copyIdx.ByIndex(bySource, key)
+	for _, o := range copies {
+		if sec, ok := o.(*corev1.Secret); ok {
+			c.refreshCopyStats(sec.Namespace, sec.Name)
+		}
+	}
 }
 
 func namespacedKey(obj any) (string, bool) {
@@ -353,6 +420,7 @@ func (c *credentials) reconcile(ctx context.Context, key string) error {
 	pair := Pair{
 		Cluster: cluster, MSA: msaName, Manager: c.manager, Impersonator: c.impersonator,
 		Writable: func(ns string) bool { return namespaceActive(c.namespaces, ns) },
+		Now:      c.clock.Now(),
 	}
 	profiles, copies := c.current(pair)
 	return c.apply(ctx, pair, msa, hubSecret, PlanCopies(pair, profiles, copies, msa, hubSecret))

@@ -3,6 +3,7 @@ package syncer
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	msav1beta1 "open-cluster-management.io/managed-serviceaccount/apis/authentication/v1beta1"
@@ -24,6 +25,9 @@ type Pair struct {
 	// Writable reports whether hubsync may write in a namespace (it
 	// exists and is not terminating); nil means every namespace.
 	Writable func(namespace string) bool
+	// Now is stamped (hub.AnnotationSyncedAt) on the copies whose data
+	// the plan writes; zero stamps nothing.
+	Now time.Time
 }
 
 // Why a copy is deleted, as logged.
@@ -140,13 +144,30 @@ func (plan *CopyPlan) planNamespace(pair Pair, p *cpv1alpha1.ClusterProfile, cur
 		}
 	}
 	if cur == nil {
+		pair.stamp(desired)
 		plan.Create = append(plan.Create, desired)
 		return
 	}
 	if updated, changed := ReconcileCopy(cur, desired); changed {
 		rotated := cur.Annotations[hub.AnnotationTokenFingerprint] != desired.Annotations[hub.AnnotationTokenFingerprint]
+		if !sameData(cur.Data, updated.Data) {
+			// Only a write of the data brings the copy in step with its
+			// source; a metadata repair keeps the copy's stamp.
+			pair.stamp(updated)
+		}
 		plan.Update = append(plan.Update, CopyUpdate{Secret: updated, Rotated: rotated})
 	}
+}
+
+// stamp marks sec as brought in step with its source at p.Now.
+func (p Pair) stamp(sec *corev1.Secret) {
+	if p.Now.IsZero() {
+		return
+	}
+	if sec.Annotations == nil {
+		sec.Annotations = map[string]string{}
+	}
+	sec.Annotations[hub.AnnotationSyncedAt] = p.Now.UTC().Format(time.RFC3339)
 }
 
 func (plan *CopyPlan) sort() {

@@ -111,6 +111,7 @@ type Syncer struct {
 
 	providers *providerSet
 	creds     *credentials
+	consumers *consumerStats
 
 	queue *trackedQueue
 	ready atomic.Bool
@@ -148,6 +149,8 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 		log:     log, recorder: recorder, total: s.metrics.foreignWrites, requestTimeout: opts.RequestTimeout,
 	}
 	s.metrics.contested.track(s.foreign.contested)
+	s.consumers = newConsumerStats(opts.ClusterManager, s.ready.Load, opts.Credentials != nil)
+	reg.MustRegister(s.consumers)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "hubsync_profiles_managed",
 		Help: "ClusterProfiles carrying hubsync's cluster-manager label, as seen by its cache.",
@@ -276,6 +279,7 @@ func (s *Syncer) addHandlers() error {
 			UpdateFunc: func(_, obj any) { s.enqueueObjectName(obj) },
 			DeleteFunc: s.onProfileDeleted,
 		}},
+		{s.cpInformers.Apis().V1alpha1().ClusterProfiles().Informer(), s.consumers.profileHandler()},
 		{s.kubeInformers.Core().V1().Namespaces().Informer(), cache.ResourceEventHandlerFuncs{
 			// A binding can reach the cache before its namespace does;
 			// the namespace's arrival re-checks the clusters it is bound to.
@@ -304,6 +308,7 @@ func (s *Syncer) credentialDeps() credentialDeps {
 		profiles:       s.cpInformers.Apis().V1alpha1().ClusterProfiles().Informer(),
 		namespaces:     s.namespaces,
 		notify:         s.notifyCredential,
+		stats:          s.consumers,
 		manager:        s.opts.ClusterManager,
 		resyncPeriod:   s.opts.ResyncPeriod,
 		requestTimeout: s.opts.RequestTimeout,

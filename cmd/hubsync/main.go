@@ -1,7 +1,8 @@
 // Command hubsync is the hubsync daemon and its helper commands.
 //
 // It holds flags and command wiring only: the daemon is package daemon,
-// events and their text form package events, NATS access bus.Client.
+// events and their text form package events, NATS access bus.Client, a
+// running daemon's summary package status.
 // Nothing imports it.
 package main
 
@@ -35,6 +36,7 @@ Usage:
   hubsync hub-token [--kubeconfig FILE]             exec plugin: your hub identity's token, for the gateway
   hubsync events [--since 10m] [--namespace NS]     print cluster-access events from the NATS bus
   hubsync state [--namespace NS]                    print the current access records from the NATS bus
+  hubsync status [--address HOST:PORT] [-o json]    sum up a running daemon: leader, consumers, sinks, tunnels, gateway
   hubsync version                                   print the version
 
 Run "hubsync COMMAND -h" for a command's flags.
@@ -68,6 +70,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = eventsCommand(ctx, args[1:], stdout, stderr)
 	case "state":
 		err = stateCommand(ctx, args[1:], stdout, stderr)
+	case "status":
+		err = statusCommand(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "hubsync", buildVersion())
 	case "help", "-h", "--help":

@@ -37,10 +37,13 @@ var allowed = map[string][]string{
 	// the naming contract; access/rotations adds the event contract.
 	"access":           {"hub"},
 	"access/rotations": {"access", "events", "stream"},
+	// status reads a daemon over HTTP, knowing it only by its metric
+	// names and readiness lines.
+	"status": {},
 	"daemon": {"config", "stream", "hub", "events", "syncer", "bus", "sinks", "sinks/kubeconfig",
 		"sinks/argocd", "sinks/webhook", "sinks/kueue", "tunnel", "gateway"},
 	"cmd/hubsync": {"config", "stream", "hub", "events", "syncer", "bus", "sinks", "sinks/kubeconfig",
-		"sinks/argocd", "sinks/webhook", "sinks/kueue", "tunnel", "gateway", "daemon"},
+		"sinks/argocd", "sinks/webhook", "sinks/kueue", "tunnel", "gateway", "daemon", "status"},
 }
 
 // forbiddenDeps lists, for a package, module path prefixes that must not
@@ -63,6 +66,7 @@ var forbiddenDeps = map[string][]string{
 	// access/rotations) the NATS server.
 	"access":           {"github.com/nats-io/", "google.golang.org/grpc"},
 	"access/rotations": {"github.com/nats-io/nats-server/", "google.golang.org/grpc"},
+	"status":           {"github.com/nats-io/", "k8s.io/", "google.golang.org/grpc"},
 }
 
 type pkg struct {
