@@ -199,6 +199,9 @@ const (
 	ProviderDirect = "direct"
 )
 
+// ProviderTypes are the values of accessProviders[].type.
+var ProviderTypes = []string{ProviderServer, ProviderDirect, ProviderGateway}
+
 // AccessProvider tells consumers how to reach a cluster.
 type AccessProvider struct {
 	// Name of the status.accessProviders entry; consumers match it against
@@ -286,6 +289,13 @@ type Retry struct {
 	BaseDelay metav1.Duration `json:"baseDelay,omitempty"`
 	MaxDelay  metav1.Duration `json:"maxDelay,omitempty"`
 }
+
+// LogLevels and LogFormats are the values of logging.level and
+// logging.format.
+var (
+	LogLevels  = []string{"debug", "info", "warn", "error"}
+	LogFormats = []string{"text", "json"}
+)
 
 // Logging configures the structured logger.
 type Logging struct {

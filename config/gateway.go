@@ -143,6 +143,9 @@ const (
 	ProviderGateway = "gateway"
 )
 
+// PassThroughModes are the values of gateway.passThrough.
+var PassThroughModes = []string{PassThroughJWT, PassThroughNone}
+
 // GatewayCA says where a provider entry of type gateway takes the
 // gateway's CA from: a file, a Secret key, or neither (the system's roots).
 func (g Gateway) GatewayCA() (file string, secret *SecretKeyRef) {
@@ -214,7 +217,7 @@ func validateGatewayServing(p *field.Path, g Gateway) field.ErrorList {
 // validateGatewayTrust checks which tokens the gateway accepts and how
 // long it trusts what it learnt of them.
 func validateGatewayTrust(p *field.Path, g Gateway) field.ErrorList {
-	errs := oneOf(p.Child("passThrough"), g.PassThrough, PassThroughJWT, PassThroughNone)
+	errs := oneOf(p.Child("passThrough"), g.PassThrough, PassThroughModes...)
 	for i, iss := range g.HubIssuers {
 		if iss == "" {
 			errs = append(errs, field.Invalid(p.Child("hubIssuers").Index(i), iss, "must not be empty"))
