@@ -28,7 +28,8 @@ const JSONSchemaDraft = "http://json-schema.org/draft-07/schema#"
 type choice struct {
 	values []string
 	// emptyOK: an empty (or null) value is replaced by a default or means
-	// "none", so validation accepts it too.
+	// "none", so validation accepts it too. Otherwise a field that is not a
+	// list is required: leaving it out leaves it empty.
 	emptyOK bool
 	// when names a boolean field of the same section: validation checks
 	// the value only while that field is true.
@@ -183,6 +184,7 @@ func (g schemaGen) object(t reflect.Type, path string) map[string]any {
 	props := map[string]any{}
 	conditional := map[string]map[string]any{} // by the field they depend on
 	used := map[string]bool{}
+	var required []any
 	for i := range t.NumField() {
 		f := t.Field(i)
 		if !f.IsExported() {
@@ -202,9 +204,13 @@ func (g schemaGen) object(t reflect.Type, path string) map[string]any {
 		if c, ok := g.choices[t][name]; ok {
 			used["choice "+name] = true
 			enum := c.enum(p)
-			if c.when == "" {
+			switch {
+			case c.when == "":
 				target(p)["enum"] = enum
-			} else {
+				if !c.emptyOK && f.Type.Kind() != reflect.Slice {
+					required = append(required, name)
+				}
+			default:
 				conditional[c.when] = map[string]any{name: map[string]any{"enum": enum}}
 			}
 		}
@@ -231,6 +237,9 @@ func (g schemaGen) object(t reflect.Type, path string) map[string]any {
 		}
 	}
 	s := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	if len(required) > 0 {
+		s["required"] = required
+	}
 	for _, when := range slices.Sorted(maps.Keys(conditional)) {
 		if _, ok := s["if"]; ok {
 			panic(fmt.Sprintf("config schema: %s: one condition per section", path))
