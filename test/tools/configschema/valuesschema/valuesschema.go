@@ -12,6 +12,7 @@ import (
 	"go/token"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/hubsync/hubsync/config"
@@ -43,8 +44,8 @@ func Standalone(cfg map[string]any) map[string]any {
 // FieldDocs reads the doc comments of the struct types declared in dir's
 // non-test Go files: a type's under its name ("Bus"), a field's under
 // "Type.Field" ("Bus.BatchWindow"). A field without a comment of its own
-// shares the one before it when that comment names it ("QPS and Burst
-// bound ...").
+// shares the one before it when that comment is about it too: it names
+// the field among its subjects ("QPS and Burst bound ...").
 func FieldDocs(dir string) (map[string]string, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
@@ -97,13 +98,28 @@ func structDocs(docs map[string]string, typ string, st *ast.StructType) {
 			continue
 		}
 		for _, n := range field.Names {
-			if shared == "" || !regexp.MustCompile(`\b`+regexp.QuoteMeta(n.Name)+`\b`).MatchString(shared) {
+			if !slices.Contains(subjects(shared), n.Name) {
 				shared = ""
 				break
 			}
 			docs[typ+"."+n.Name] = shared
 		}
 	}
+}
+
+// subjectList is a list of field names opening a sentence or a clause.
+var subjectList = regexp.MustCompile(`(?:^|[.;] )([A-Z]\w*(?:(?:, | and |, and )[A-Z]\w*)*) `)
+
+// subjects are the field names a comment's sentences and clauses open
+// with: "QPS and Burst bound ..." is about QPS and Burst.
+func subjects(comment string) []string {
+	var out []string
+	for _, m := range subjectList.FindAllStringSubmatch(comment, -1) {
+		for _, name := range regexp.MustCompile(`, and |, | and `).Split(m[1], -1) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // text is a comment's text with each paragraph on one line.

@@ -1,0 +1,146 @@
+package layout
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/hubsync/hubsync/test/tools/configschema/valuesschema"
+)
+
+// TestValuesSchemaCurrent fails when the chart's values.schema.json does
+// not carry, as properties.config, the schema that package config's types
+// and doc comments give now: a field added, renamed or retyped, an enum or
+// a range changed, a comment edited, without make schema.
+func TestValuesSchemaCurrent(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", valuesschema.Path))
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skipf("%s does not exist: once the chart is there, run make schema", valuesschema.Path)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := valuesschema.ConfigOf(data)
+	if err != nil {
+		t.Fatalf("%s: %v", valuesschema.Path, err)
+	}
+	cfg, err := valuesschema.ConfigSchema(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want any
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	if diff := differences(got, want, "config"); len(diff) > 0 {
+		t.Errorf("%s: properties.config is not the schema of package config as it is now; run make schema. Differences:\n  %s",
+			valuesschema.Path, strings.Join(diff, "\n  "))
+	}
+
+	// Helm compiles the whole file before it validates values with it.
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("file:///values.schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Compile("file:///values.schema.json"); err != nil {
+		t.Errorf("%s does not compile: %v", valuesschema.Path, err)
+	}
+}
+
+// differences lists where two decoded JSON documents differ, at most ten.
+func differences(got, want any, path string) []string {
+	var out []string
+	var walk func(got, want any, path string)
+	walk = func(got, want any, path string) {
+		if len(out) >= 10 || reflect.DeepEqual(got, want) {
+			return
+		}
+		g, gok := got.(map[string]any)
+		w, wok := want.(map[string]any)
+		if !gok || !wok {
+			out = append(out, fmt.Sprintf("%s: have %s, want %s", path, short(got), short(want)))
+			return
+		}
+		keys := map[string]bool{}
+		for k := range g {
+			keys[k] = true
+		}
+		for k := range w {
+			keys[k] = true
+		}
+		for _, k := range slices.Sorted(func(yield func(string) bool) {
+			for k := range keys {
+				if !yield(k) {
+					return
+				}
+			}
+		}) {
+			walk(g[k], w[k], path+"."+k)
+		}
+	}
+	walk(got, want, path)
+	return out
+}
+
+func short(v any) string {
+	if v == nil {
+		return "nothing"
+	}
+	b, _ := json.Marshal(v)
+	if len(b) > 80 {
+		return string(b[:77]) + "..."
+	}
+	return string(b)
+}
+
+// TestConfigSchemaDescriptions: the generator gives each field its doc
+// comment, the fields a comment names after it share that comment, and a
+// section without a comment of its own has its type's.
+func TestConfigSchemaDescriptions(t *testing.T) {
+	cfg, err := valuesschema.ConfigSchema(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path []string
+		want string
+	}{
+		{[]string{"bus", "batchWindow"}, "BatchWindow is how long the publisher waits"},
+		{[]string{"hub", "burst"}, "QPS and Burst bound the client's request rate."},
+		{[]string{"tunnel", "konnectivity", "keyFile"}, "CAFile verifies the proxy-server; CertFile and KeyFile"},
+		{[]string{"sinks", "[]", "webhook", "spool"}, "Spool keeps undelivered events on disk"},
+		{[]string{"bus", "embedded", "tls"}, "TLS serves consumers over TLS"},
+		{[]string{"gateway", "tls", "secret"}, "ObjectRefName names one namespaced object."},
+		{nil, "Config is the whole configuration file."},
+	} {
+		s := cfg
+		for _, p := range c.path {
+			if p == "[]" {
+				s = s["items"].(map[string]any)
+				continue
+			}
+			s = s["properties"].(map[string]any)[p].(map[string]any)
+		}
+		if d, _ := s["description"].(string); !strings.HasPrefix(d, c.want) {
+			t.Errorf("%s: description %q; want it to start with %q", strings.Join(c.path, "."), d, c.want)
+		}
+	}
+}
