@@ -119,17 +119,23 @@ type GatewayDrain struct {
 // when they change) or a kubernetes.io/tls Secret on the hub (followed
 // through a watch).
 type GatewayTLS struct {
+	// CertFile and KeyFile are the certificate and its key, PEM files
+	// reloaded when they change.
 	CertFile string `json:"certFile,omitempty"`
 	KeyFile  string `json:"keyFile,omitempty"`
 	// CAFile is the bundle clients verify the gateway with, for access
 	// provider entries and generated kubeconfigs; with Secret, its ca.crt
 	// key is used when CAFile is empty.
-	CAFile string         `json:"caFile,omitempty"`
+	CAFile string `json:"caFile,omitempty"`
+	// Secret names a kubernetes.io/tls Secret on the hub holding the
+	// certificate and key, followed through a watch; exclusive with
+	// CertFile and KeyFile.
 	Secret *ObjectRefName `json:"secret,omitempty"`
 }
 
 // ObjectRefName names one namespaced object.
 type ObjectRefName struct {
+	// Namespace and Name name the object.
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 }

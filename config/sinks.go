@@ -69,7 +69,9 @@ type Sink struct {
 // SinkFilter selects changes by consumer namespace, by the managed
 // cluster's labels and by event type. Each part left empty selects all.
 type SinkFilter struct {
-	Namespaces      []string              `json:"namespaces,omitempty"`
+	// Namespaces are the consumer namespaces selected.
+	Namespaces []string `json:"namespaces,omitempty"`
+	// ClusterSelector selects on the managed cluster's labels.
 	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
 	// EventTypes are CloudEvents types (io.hubsync.profile.created, ...).
 	// Only a webhook may narrow them: the other sinks keep a state

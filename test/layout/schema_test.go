@@ -113,12 +113,38 @@ func short(v any) string {
 
 // TestConfigSchemaDescriptions: the generator gives each field its doc
 // comment, the fields a comment names after it share that comment, and a
-// section without a comment of its own has its type's.
+// section without a comment of its own has its type's. Every field of the
+// configuration has a description, so a new field needs a doc comment.
 func TestConfigSchemaDescriptions(t *testing.T) {
 	cfg, err := valuesschema.ConfigSchema(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
+	var walk func(s map[string]any, path string)
+	walk = func(s map[string]any, path string) {
+		if items, ok := s["items"].(map[string]any); ok {
+			walk(items, strings.TrimSuffix(path, ".")+"[].")
+		}
+		props, _ := s["properties"].(map[string]any)
+		for _, name := range slices.Sorted(func(yield func(string) bool) {
+			for k := range props {
+				if !yield(k) {
+					return
+				}
+			}
+		}) {
+			p := props[name].(map[string]any)
+			if _, ok := p["description"]; !ok {
+				t.Errorf("config field %s%s has no description: give it a doc comment (then make schema)", path, name)
+			}
+			// A label selector's own fields are Kubernetes'.
+			if name != "clusterSelector" {
+				walk(p, path+name+".")
+			}
+		}
+	}
+	walk(cfg, "")
+
 	for _, c := range []struct {
 		path []string
 		want string
@@ -128,7 +154,7 @@ func TestConfigSchemaDescriptions(t *testing.T) {
 		{[]string{"tunnel", "konnectivity", "keyFile"}, "CAFile verifies the proxy-server; CertFile and KeyFile"},
 		{[]string{"sinks", "[]", "webhook", "spool"}, "Spool keeps undelivered events on disk"},
 		{[]string{"bus", "embedded", "tls"}, "TLS serves consumers over TLS"},
-		{[]string{"gateway", "tls", "secret"}, "ObjectRefName names one namespaced object."},
+		{[]string{"sinks", "[]", "kubeconfig", "exec"}, "ExecAuth is the exec credential plugin"},
 		{nil, "Config is the whole configuration file."},
 	} {
 		s := cfg
