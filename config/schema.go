@@ -105,7 +105,11 @@ func bounds() map[reflect.Type]map[string]bound {
 //
 // Reflection cannot see comments: docs maps a section type's name ("Bus")
 // and a field's ("Bus.BatchWindow") to its doc comment, which becomes the
-// description; nil leaves descriptions out.
+// description; nil leaves descriptions out. A field of a type the schema
+// cannot describe (an interface, a type that decodes itself other than
+// metav1.Duration), or an enum or range naming a field that does not
+// exist, panics: the types are fixed at build time and the tests derive
+// the schema.
 func JSONSchema(docs map[string]string) map[string]any {
 	g := schemaGen{
 		docs: docs, pkg: reflect.TypeFor[Config]().PkgPath(),

@@ -3,7 +3,9 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -141,9 +143,9 @@ func allSinks(list []any) bool {
 }
 
 // corpus is every configuration the repository holds: config/testdata,
-// deploy/config.yaml's config.yaml and the examples in the docs. full
-// names the documents that are complete configurations Parse accepts
-// (short of the files they name).
+// deploy/config.yaml's config.yaml, the chart's default config value and
+// the examples in the docs. full names the documents that are complete
+// configurations Parse accepts (short of the files they name).
 func corpus(t *testing.T) (docs []corpusDoc, full map[string]bool) {
 	t.Helper()
 	full = map[string]bool{}
@@ -173,6 +175,24 @@ func corpus(t *testing.T) (docs []corpusDoc, full map[string]bool) {
 	}
 	docs = append(docs, corpusDoc{"deploy/config.yaml", []byte(cm.Data["config.yaml"])})
 	full["deploy/config.yaml"] = true
+
+	// The chart's default values, once the chart is there.
+	if data, err := os.ReadFile("../charts/hubsync/values.yaml"); err == nil {
+		var values struct {
+			Config any `json:"config"`
+		}
+		if err := yaml.Unmarshal(data, &values); err != nil {
+			t.Fatalf("charts/hubsync/values.yaml: %v", err)
+		}
+		doc, err := yaml.Marshal(values.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, corpusDoc{"charts/hubsync/values.yaml (config)", doc})
+		full["charts/hubsync/values.yaml (config)"] = true
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
 
 	mds, err := filepath.Glob("../docs/*.md")
 	if err != nil {

@@ -170,3 +170,81 @@ func TestConfigSchemaDescriptions(t *testing.T) {
 		}
 	}
 }
+
+// TestValuesSchemaUpdate: make schema replaces properties.config and keeps
+// the chart's other properties as they are; a missing file becomes a
+// draft-07 object schema holding config alone; the output is formatted one
+// way (keys sorted, two-space indent, a final newline), so that running it
+// twice changes nothing.
+func TestValuesSchemaUpdate(t *testing.T) {
+	cfg := map[string]any{"type": "object", "properties": map[string]any{"hub": map[string]any{"type": "object"}}}
+	chart := `{"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "additionalProperties": false,
+"properties": {"replicas": {"type": "integer", "minimum": 1}, "config": {"type": "object"}, "image": {"type": "object", "properties": {"tag": {"type": "string"}}}}}`
+	tests := []struct {
+		name     string
+		existing []byte
+		want     string
+	}{
+		{name: "no file yet", want: `{
+  "$schema": "http://json-schema.org/draft-07/schema#",
+  "properties": {
+    "config": {
+      "properties": {
+        "hub": {
+          "type": "object"
+        }
+      },
+      "type": "object"
+    }
+  },
+  "type": "object"
+}
+`},
+		{name: "the chart's file", existing: []byte(chart), want: `{
+  "$schema": "http://json-schema.org/draft-07/schema#",
+  "additionalProperties": false,
+  "properties": {
+    "config": {
+      "properties": {
+        "hub": {
+          "type": "object"
+        }
+      },
+      "type": "object"
+    },
+    "image": {
+      "properties": {
+        "tag": {
+          "type": "string"
+        }
+      },
+      "type": "object"
+    },
+    "replicas": {
+      "minimum": 1,
+      "type": "integer"
+    }
+  },
+  "type": "object"
+}
+`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := valuesschema.Update(tt.existing, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.want {
+				t.Errorf("Update:\n%s\nwant:\n%s", got, tt.want)
+			}
+			again, err := valuesschema.Update(got, cfg)
+			if err != nil || !bytes.Equal(again, got) {
+				t.Errorf("a second Update changes the file (%v):\n%s", err, again)
+			}
+		})
+	}
+	if _, err := valuesschema.Update([]byte("null"), cfg); err == nil {
+		t.Error("Update accepts a values schema that is not an object")
+	}
+}

@@ -152,6 +152,9 @@ func Update(existing []byte, cfg map[string]any) ([]byte, error) {
 		if err := d.Decode(&doc); err != nil {
 			return nil, fmt.Errorf("read %s: %w", Path, err)
 		}
+		if doc == nil {
+			return nil, fmt.Errorf("%s is not a JSON object", Path)
+		}
 	}
 	props, ok := doc["properties"].(map[string]any)
 	if !ok {
