@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -354,7 +355,7 @@ func places(s map[string]any, path []any) []leaf {
 	out := []leaf{{path: path, schema: s}}
 	at := func(p any) []any { return append(slices.Clone(path), p) }
 	if props, ok := s["properties"].(map[string]any); ok {
-		for _, k := range slices.Sorted(mapKeys(props)) {
+		for _, k := range slices.Sorted(maps.Keys(props)) {
 			out = append(out, places(props[k].(map[string]any), at(k))...)
 		}
 	}
@@ -365,16 +366,6 @@ func places(s map[string]any, path []any) []leaf {
 		out = append(out, places(values, at("example.com/key"))...)
 	}
 	return out
-}
-
-func mapKeys(m map[string]any) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // set puts v at path in doc, creating the sections and list entries on

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -86,13 +87,7 @@ func differences(got, want any, path string) []string {
 		for k := range w {
 			keys[k] = true
 		}
-		for _, k := range slices.Sorted(func(yield func(string) bool) {
-			for k := range keys {
-				if !yield(k) {
-					return
-				}
-			}
-		}) {
+		for _, k := range slices.Sorted(maps.Keys(keys)) {
 			walk(g[k], w[k], path+"."+k)
 		}
 	}
@@ -126,13 +121,7 @@ func TestConfigSchemaDescriptions(t *testing.T) {
 			walk(items, strings.TrimSuffix(path, ".")+"[].")
 		}
 		props, _ := s["properties"].(map[string]any)
-		for _, name := range slices.Sorted(func(yield func(string) bool) {
-			for k := range props {
-				if !yield(k) {
-					return
-				}
-			}
-		}) {
+		for _, name := range slices.Sorted(maps.Keys(props)) {
 			p := props[name].(map[string]any)
 			if _, ok := p["description"]; !ok {
 				t.Errorf("config field %s%s has no description: give it a doc comment (then make schema)", path, name)
