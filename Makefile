@@ -17,7 +17,7 @@ KONN      := bash test/tools/build-konnectivity.sh
 # cache does not have this version (test/tools/promtool pins it).
 PROMTOOL  := bash test/tools/build-promtool.sh
 
-.PHONY: all build test unit e2e alerts-test argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
+.PHONY: all build test unit e2e alerts-test argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean generate schema
 
 all: build
 
@@ -38,6 +38,16 @@ vet:
 	$(GO) vet ./...
 
 check: fmt vet
+
+# Everything generated from the sources, to commit with them.
+generate: schema
+
+# The configuration's JSON Schema, derived from package config's types and
+# doc comments, written into charts/hubsync/values.schema.json as
+# properties.config (part of make generate; test/layout fails when it is
+# stale).
+schema:
+	$(GO) run ./test/tools/configschema
 
 # Fast tests of pure logic first, then end-to-end tests against a real
 # kube-apiserver + etcd.

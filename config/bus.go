@@ -77,7 +77,7 @@ func validateBusStream(path *field.Path, b Bus) field.ErrorList {
 	if b.Stream.MaxBytes < 0 {
 		errs = append(errs, field.Invalid(path.Child("stream", "maxBytes"), b.Stream.MaxBytes, "must not be negative (0 is unlimited)"))
 	}
-	errs = append(errs, between(path.Child("stream", "replicas"), b.Stream.Replicas, 1, 5)...)
+	errs = append(errs, between(path.Child("stream", "replicas"), b.Stream.Replicas, 1, MaxStreamReplicas)...)
 	if b.Stream.DuplicateWindow.Duration < 0 || b.Stream.MaxAge.Duration < 0 {
 		errs = append(errs, field.Invalid(path.Child("stream"), "", "durations must not be negative"))
 	}

@@ -26,6 +26,8 @@ const (
 // Config is the whole configuration file. Every field has a working default,
 // so an empty file (or none) is a valid configuration.
 type Config struct {
+	// APIVersion and Kind identify the file's format, hubsync.io/v1alpha1
+	// Config (the defaults).
 	APIVersion string `json:"apiVersion,omitempty"`
 	Kind       string `json:"kind,omitempty"`
 
@@ -117,6 +119,8 @@ type Bus struct {
 
 // BusTLS holds TLS files for an external NATS.
 type BusTLS struct {
+	// CAFile verifies the NATS servers; CertFile and KeyFile are hubsync's
+	// client certificate.
 	CAFile   string `json:"caFile,omitempty"`
 	CertFile string `json:"certFile,omitempty"`
 	KeyFile  string `json:"keyFile,omitempty"`
@@ -124,6 +128,7 @@ type BusTLS struct {
 
 // BusStream configures the JetStream stream.
 type BusStream struct {
+	// Name of the stream (file storage).
 	Name string `json:"name,omitempty"`
 	// MaxAge is how long events are kept for replay.
 	MaxAge metav1.Duration `json:"maxAge,omitempty"`
@@ -160,8 +165,11 @@ type BusEmbedded struct {
 
 // BusEmbeddedTLS holds the embedded server's TLS files.
 type BusEmbeddedTLS struct {
-	CertFile     string `json:"certFile,omitempty"`
-	KeyFile      string `json:"keyFile,omitempty"`
+	// CertFile and KeyFile are the server's certificate and key.
+	CertFile string `json:"certFile,omitempty"`
+	KeyFile  string `json:"keyFile,omitempty"`
+	// ClientCAFile, if set, requires each consumer to present a client
+	// certificate signed by it.
 	ClientCAFile string `json:"clientCAFile,omitempty"`
 }
 
@@ -199,6 +207,9 @@ const (
 	ProviderDirect = "direct"
 )
 
+// ProviderTypes are the values of accessProviders[].type.
+var ProviderTypes = []string{ProviderServer, ProviderDirect, ProviderGateway}
+
 // AccessProvider tells consumers how to reach a cluster.
 type AccessProvider struct {
 	// Name of the status.accessProviders entry; consumers match it against
@@ -225,9 +236,12 @@ type AccessProvider struct {
 
 // SecretKeyRef names one key of one Secret.
 type SecretKeyRef struct {
+	// Namespace and Name name the Secret on the hub.
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	Key       string `json:"key,omitempty"`
+	// Key is the key of the Secret's data; each reference has its own
+	// default.
+	Key string `json:"key,omitempty"`
 }
 
 // Credentials configures credential copies.
@@ -283,9 +297,19 @@ type Workers struct {
 
 // Retry is the per-key backoff after a failed sync.
 type Retry struct {
+	// BaseDelay is the delay after a first failure; each further failure
+	// doubles it, up to MaxDelay.
 	BaseDelay metav1.Duration `json:"baseDelay,omitempty"`
-	MaxDelay  metav1.Duration `json:"maxDelay,omitempty"`
+	// MaxDelay caps the delay.
+	MaxDelay metav1.Duration `json:"maxDelay,omitempty"`
 }
+
+// LogLevels and LogFormats are the values of logging.level and
+// logging.format.
+var (
+	LogLevels  = []string{"debug", "info", "warn", "error"}
+	LogFormats = []string{"text", "json"}
+)
 
 // Logging configures the structured logger.
 type Logging struct {
@@ -308,12 +332,21 @@ type Server struct {
 
 // LeaderElection configures a client-go Lease lock.
 type LeaderElection struct {
-	Enabled       bool            `json:"enabled,omitempty"`
-	Namespace     string          `json:"namespace,omitempty"`
-	Name          string          `json:"name,omitempty"`
+	// Enabled runs hubsync under a Lease: one replica is active, the
+	// others wait to take over.
+	Enabled bool `json:"enabled,omitempty"`
+	// Namespace and Name name the Lease.
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	// LeaseDuration is how long a Lease not renewed stays held before
+	// another replica may take it; it must exceed RenewDeadline.
 	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
+	// RenewDeadline is how long the active replica tries to renew the
+	// Lease before it stops leading; it must exceed RetryPeriod × 1.2.
 	RenewDeadline metav1.Duration `json:"renewDeadline,omitempty"`
-	RetryPeriod   metav1.Duration `json:"retryPeriod,omitempty"`
+	// RetryPeriod is the interval between attempts to take or renew the
+	// Lease.
+	RetryPeriod metav1.Duration `json:"retryPeriod,omitempty"`
 }
 
 // Warnings lists settings that are valid but probably unsafe. They never

@@ -45,6 +45,9 @@ const (
 
 	DefaultForeignHoldOff    = 30 * time.Second
 	DefaultForeignMaxHoldOff = 10 * time.Minute
+
+	// MaxWorkers bounds workers.topology and credentials.workers.
+	MaxWorkers = 1024
 )
 
 // Defaults of the bus.
@@ -54,6 +57,7 @@ const (
 	DefaultStreamMaxAge     = 7 * 24 * time.Hour
 	DefaultStreamDuplicates = 2 * time.Minute
 	DefaultStreamReplicas   = 1
+	MaxStreamReplicas       = 5
 	DefaultKVBucket         = "hubsync-access"
 	DefaultEmbeddedListen   = "127.0.0.1:4222"
 	DefaultEmbeddedDataDir  = "/var/lib/hubsync/nats"
@@ -133,6 +137,10 @@ const (
 	DefaultTunnelMaxDials      = 32
 	DefaultTunnelUpgradeDials  = 16
 	DefaultTunnelMaxConns      = 4
+	// MaxTunnelDials bounds maxConcurrentDials and maxConcurrentUpgradeDials;
+	// MaxTunnelConnsPerCluster bounds maxConnectionsPerCluster.
+	MaxTunnelDials             = 10000
+	MaxTunnelConnsPerCluster   = 64
 	DefaultTunnelIdleTimeout   = 10 * time.Minute
 	DefaultTunnelWarmupTimeout = 30 * time.Second
 	// DefaultTunnelRetireGrace (how long a replaced connection may finish

@@ -119,17 +119,23 @@ type GatewayDrain struct {
 // when they change) or a kubernetes.io/tls Secret on the hub (followed
 // through a watch).
 type GatewayTLS struct {
+	// CertFile and KeyFile are the certificate and its key, PEM files
+	// reloaded when they change.
 	CertFile string `json:"certFile,omitempty"`
 	KeyFile  string `json:"keyFile,omitempty"`
 	// CAFile is the bundle clients verify the gateway with, for access
 	// provider entries and generated kubeconfigs; with Secret, its ca.crt
 	// key is used when CAFile is empty.
-	CAFile string         `json:"caFile,omitempty"`
+	CAFile string `json:"caFile,omitempty"`
+	// Secret names a kubernetes.io/tls Secret on the hub holding the
+	// certificate and key, followed through a watch; exclusive with
+	// CertFile and KeyFile.
 	Secret *ObjectRefName `json:"secret,omitempty"`
 }
 
 // ObjectRefName names one namespaced object.
 type ObjectRefName struct {
+	// Namespace and Name name the object.
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 }
@@ -142,6 +148,9 @@ const (
 
 	ProviderGateway = "gateway"
 )
+
+// PassThroughModes are the values of gateway.passThrough.
+var PassThroughModes = []string{PassThroughJWT, PassThroughNone}
 
 // GatewayCA says where a provider entry of type gateway takes the
 // gateway's CA from: a file, a Secret key, or neither (the system's roots).
@@ -214,7 +223,7 @@ func validateGatewayServing(p *field.Path, g Gateway) field.ErrorList {
 // validateGatewayTrust checks which tokens the gateway accepts and how
 // long it trusts what it learnt of them.
 func validateGatewayTrust(p *field.Path, g Gateway) field.ErrorList {
-	errs := oneOf(p.Child("passThrough"), g.PassThrough, PassThroughJWT, PassThroughNone)
+	errs := oneOf(p.Child("passThrough"), g.PassThrough, PassThroughModes...)
 	for i, iss := range g.HubIssuers {
 		if iss == "" {
 			errs = append(errs, field.Invalid(p.Child("hubIssuers").Index(i), iss, "must not be empty"))

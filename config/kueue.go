@@ -40,6 +40,9 @@ var KueueSources = []string{KueueSourceSecret, KueueSourceClusterProfile}
 // (locationType: Path): token auth by default, exec refused.
 const ConsumerKueue = "kueue"
 
+// KubeconfigConsumers are the values of kubeconfig.consumer besides none.
+var KubeconfigConsumers = []string{ConsumerKueue}
+
 // Defaults and fixed values of Kueue.
 const (
 	// DefaultKueueNamespace is where Kueue runs by default: its
@@ -141,7 +144,7 @@ func validateKubeconfigConsumer(p *field.Path, k *KubeconfigSink) field.ErrorLis
 		}
 		return nil
 	default:
-		return field.ErrorList{field.NotSupported(p.Child("consumer"), k.Consumer, []string{ConsumerKueue})}
+		return field.ErrorList{field.NotSupported(p.Child("consumer"), k.Consumer, KubeconfigConsumers)}
 	}
 }
 

@@ -38,6 +38,9 @@ const (
 	AuthToken = "token"
 )
 
+// AuthModes are the values of the auth of the kubeconfig and argocd sinks.
+var AuthModes = []string{AuthExec, AuthToken}
+
 // MaxSinkNameLength bounds a sink's name, a DNS-1123 label.
 const MaxSinkNameLength = 63
 
@@ -66,7 +69,9 @@ type Sink struct {
 // SinkFilter selects changes by consumer namespace, by the managed
 // cluster's labels and by event type. Each part left empty selects all.
 type SinkFilter struct {
-	Namespaces      []string              `json:"namespaces,omitempty"`
+	// Namespaces are the consumer namespaces selected.
+	Namespaces []string `json:"namespaces,omitempty"`
+	// ClusterSelector selects on the managed cluster's labels.
 	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
 	// EventTypes are CloudEvents types (io.hubsync.profile.created, ...).
 	// Only a webhook may narrow them: the other sinks keep a state
@@ -146,6 +151,9 @@ const (
 	ExecPluginHubsync = "hubsync"
 	ExecPluginCPCreds = "cp-creds"
 )
+
+// ExecPlugins are the values of argocd.execPlugin.
+var ExecPlugins = []string{ExecPluginHubsync, ExecPluginCPCreds}
 
 // WebhookSink POSTs every event to an HTTPS endpoint, signed per the
 // Standard Webhooks specification.
@@ -331,7 +339,7 @@ func validateArgoCDExec(p *field.Path, a *ArgoCDSink) field.ErrorList {
 				"cp-creds reads the cluster from KUBERNETES_EXEC_INFO only: set provideClusterInfo: true (Argo CD 3.5 or later)"))
 		}
 	default:
-		errs = append(errs, field.NotSupported(p.Child("execPlugin"), a.ExecPlugin, []string{ExecPluginHubsync, ExecPluginCPCreds}))
+		errs = append(errs, field.NotSupported(p.Child("execPlugin"), a.ExecPlugin, ExecPlugins))
 	}
 	if a.ProvideClusterInfo && a.Auth != AuthExec {
 		errs = append(errs, field.Forbidden(p.Child("provideClusterInfo"), "only with auth: exec (a token-mode Secret runs no plugin)"))
@@ -409,7 +417,7 @@ func (c *Config) validateAccess(p *field.Path, provider, msa, auth string, exec 
 	switch auth {
 	case AuthExec, AuthToken:
 	default:
-		errs = append(errs, field.NotSupported(p.Child("auth"), auth, []string{AuthExec, AuthToken}))
+		errs = append(errs, field.NotSupported(p.Child("auth"), auth, AuthModes))
 	}
 	if auth == AuthExec && strings.TrimSpace(exec.Command) == "" {
 		errs = append(errs, field.Required(p.Child("exec", "command"), "the hubsync binary as the consumer sees it"))

@@ -17,6 +17,9 @@ const (
 	TunnelDirect       = "direct"
 )
 
+// TunnelTransports are the values of tunnel.transport.
+var TunnelTransports = []string{TunnelKonnectivity, TunnelDirect}
+
 // Tunnel configures the warm tunnel pool: one long-lived connection per
 // managed cluster hubsync serves (a cluster with a ClusterProfile in any
 // consumer namespace, or matching ClusterSelector). Off by default.
@@ -90,6 +93,9 @@ const (
 	WarmOnDemand = "onDemand"
 )
 
+// WarmModes are the values of tunnel.warm.
+var WarmModes = []string{WarmAll, WarmOnDemand}
+
 // Konnectivity is the hub's konnectivity proxy-server, in gRPC mode with
 // mutual TLS.
 type Konnectivity struct {
@@ -136,10 +142,10 @@ func (c *Config) validateTunnel() field.ErrorList {
 	if t.ProbeTimeout.Duration > t.ProbeInterval.Duration && t.ProbeInterval.Duration > 0 {
 		errs = append(errs, field.Invalid(p.Child("probeTimeout"), t.ProbeTimeout.Duration.String(), "must not exceed tunnel.probeInterval"))
 	}
-	errs = append(errs, between(p.Child("maxConcurrentDials"), t.MaxConcurrentDials, 1, 10000)...)
-	errs = append(errs, between(p.Child("maxConcurrentUpgradeDials"), t.MaxConcurrentUpgradeDials, 1, 10000)...)
-	errs = append(errs, between(p.Child("maxConnectionsPerCluster"), t.MaxConnectionsPerCluster, 1, 64)...)
-	errs = append(errs, oneOf(p.Child("warm"), t.Warm, WarmAll, WarmOnDemand)...)
+	errs = append(errs, between(p.Child("maxConcurrentDials"), t.MaxConcurrentDials, 1, MaxTunnelDials)...)
+	errs = append(errs, between(p.Child("maxConcurrentUpgradeDials"), t.MaxConcurrentUpgradeDials, 1, MaxTunnelDials)...)
+	errs = append(errs, between(p.Child("maxConnectionsPerCluster"), t.MaxConnectionsPerCluster, 1, MaxTunnelConnsPerCluster)...)
+	errs = append(errs, oneOf(p.Child("warm"), t.Warm, WarmModes...)...)
 	errs = append(errs, positive(p, named{"idleTimeout", t.IdleTimeout}, named{"warmupTimeout", t.WarmupTimeout})...)
 	if !strings.HasPrefix(t.ProbePath, "/") {
 		errs = append(errs, field.Invalid(p.Child("probePath"), t.ProbePath, "must start with /"))
@@ -173,7 +179,7 @@ func (c *Config) validateTunnel() field.ErrorList {
 			errs = append(errs, field.Required(k.Child("caFile"), "the proxy-server requires mutual TLS: set caFile, certFile and keyFile"))
 		}
 	default:
-		errs = append(errs, field.NotSupported(p.Child("transport"), t.Transport, []string{TunnelKonnectivity, TunnelDirect}))
+		errs = append(errs, field.NotSupported(p.Child("transport"), t.Transport, TunnelTransports))
 	}
 	if err := checkDialAddress(t.Konnectivity.DialAddress); err != nil {
 		errs = append(errs, field.Invalid(k.Child("dialAddress"), t.Konnectivity.DialAddress, err.Error()))

@@ -85,19 +85,19 @@ func (c *Config) validateGeneral() field.ErrorList {
 	if float64(c.Hub.Burst) < float64(c.Hub.QPS) {
 		errs = append(errs, field.Invalid(field.NewPath("hub", "burst"), c.Hub.Burst, "must be at least hub.qps"))
 	}
-	errs = append(errs, atMost(field.NewPath("workers", "topology"), c.Workers.Topology, 1024)...)
+	errs = append(errs, atMost(field.NewPath("workers", "topology"), c.Workers.Topology, MaxWorkers)...)
 	if c.ResyncPeriod.Duration < time.Minute {
 		errs = append(errs, field.Invalid(field.NewPath("resyncPeriod"), c.ResyncPeriod.Duration.String(), "must be at least 1m"))
 	}
 	if c.Retry.MaxDelay.Duration < c.Retry.BaseDelay.Duration {
 		errs = append(errs, field.Invalid(field.NewPath("retry", "maxDelay"), c.Retry.MaxDelay.Duration.String(), "must be at least retry.baseDelay"))
 	}
-	errs = append(errs, oneOf(field.NewPath("logging", "level"), c.Logging.Level, "debug", "info", "warn", "error")...)
-	errs = append(errs, oneOf(field.NewPath("logging", "format"), c.Logging.Format, "text", "json")...)
+	errs = append(errs, oneOf(field.NewPath("logging", "level"), c.Logging.Level, LogLevels...)...)
+	errs = append(errs, oneOf(field.NewPath("logging", "format"), c.Logging.Format, LogFormats...)...)
 	if c.Server.Address != ServerOff {
 		errs = append(errs, hostPort(field.NewPath("server", "address"), c.Server.Address)...)
 	}
-	errs = append(errs, atMost(field.NewPath("credentials", "workers"), c.Credentials.Workers, 1024)...)
+	errs = append(errs, atMost(field.NewPath("credentials", "workers"), c.Credentials.Workers, MaxWorkers)...)
 	if c.Credentials.Coalesce.Duration > 10*time.Second {
 		errs = append(errs, field.Invalid(field.NewPath("credentials", "coalesce"), c.Credentials.Coalesce.Duration.String(), "must be at most 10s"))
 	}
@@ -147,7 +147,7 @@ func (c *Config) validateAccessProviders() field.ErrorList {
 			}
 			errs = append(errs, validateServerProvider(path, p)...)
 		default:
-			errs = append(errs, field.NotSupported(path.Child("type"), p.Type, []string{ProviderServer, ProviderDirect, ProviderGateway}))
+			errs = append(errs, field.NotSupported(path.Child("type"), p.Type, ProviderTypes))
 		}
 	}
 	return errs
