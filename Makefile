@@ -14,7 +14,7 @@ ASSETS    := bash test/tools/build-kube-binaries.sh
 # building them first (~2 min) when the cache does not have them.
 KONN      := bash test/tools/build-konnectivity.sh
 
-.PHONY: all build test unit e2e argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
+.PHONY: all build generate dashboard dashboard-check test unit e2e argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
 
 all: build
 
@@ -39,7 +39,20 @@ check: fmt vet
 # Fast tests of pure logic first, then end-to-end tests against a real
 # kube-apiserver + etcd.
 unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/) ./test/layout/...
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/) ./test/layout/... ./test/testutil/...
+
+# The Grafana dashboard (charts/hubsync/files/dashboard.json) is generated
+# from Go with the Grafana Foundation SDK, in a module of its own
+# (test/tools/dashboard); edit dashboard.go there, never the JSON.
+dashboard:
+	cd test/tools/dashboard && $(GO) run .
+
+generate: dashboard
+
+# The checked-in dashboard is what the generator writes, and its panels,
+# queries and grid are what Grafana needs.
+dashboard-check:
+	cd test/tools/dashboard && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 e2e: kube-binaries konnectivity-binaries
 	KUBEBUILDER_ASSETS=$$($(ASSETS) 2>/dev/null) KONNECTIVITY_ASSETS=$$($(KONN) 2>/dev/null) \
@@ -74,7 +87,7 @@ multicluster-proof: kube-binaries
 kueue-proof: kube-binaries
 	cd test/kueue && $(GO) vet ./... && KUBEBUILDER_ASSETS=$$(bash ../tools/build-kube-binaries.sh 2>/dev/null) $(GO) test -count=1 -p 1 -timeout 20m ./...
 
-test: check unit e2e argocd-proof multicluster-proof kueue-proof
+test: check unit dashboard-check e2e argocd-proof multicluster-proof kueue-proof
 
 # The main job on an embedded default: a real API server, a simulated
 # fleet, hubsync, and what it does as the fleet changes.
