@@ -67,6 +67,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 	}
+	// The fixed label values have their series from the start, so that
+	// rate() and an alert on them see 0 rather than nothing.
+	for _, r := range []string{"authenticated", "unauthenticated", "error", "busy", "skipped"} {
+		m.reviews.WithLabelValues(r)
+	}
+	for _, k := range []string{endedWatch, endedUpgrade, endedForced} {
+		m.drained.WithLabelValues(k)
+	}
 	if reg == nil {
 		return m, nil
 	}
