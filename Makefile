@@ -49,8 +49,9 @@ dashboard:
 
 generate: dashboard
 
-# The checked-in dashboard is what the generator writes, and its panels,
-# queries and grid are what Grafana needs.
+# The checked-in dashboard is what the generator writes, its queries parse
+# with Prometheus's PromQL parser, and its panels and grid are what
+# Grafana needs.
 dashboard-check:
 	cd test/tools/dashboard && $(GO) vet ./... && $(GO) test -count=1 ./...
 

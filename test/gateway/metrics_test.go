@@ -154,7 +154,9 @@ func (u metricUses) names() []string {
 
 // usedMetrics reads the metric names of every query of the dashboard and
 // every expression of the alert rules, when their file exists (the
-// series a rule records are not scraped, and are left out).
+// series a rule records are not scraped, and are left out). A rules file
+// without rules adds nothing; rules from which no name is read are an
+// error.
 func usedMetrics() (metricUses, error) {
 	used := metricUses{}
 	data, err := os.ReadFile(filepath.Join(chartFiles, "dashboard.json"))
@@ -199,8 +201,10 @@ func usedMetrics() (metricUses, error) {
 	}
 	recorded := map[string]bool{}
 	alerts := metricUses{}
+	n := 0
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
+			n++
 			if r.Record != "" {
 				recorded[r.Record] = true
 			}
@@ -211,8 +215,8 @@ func usedMetrics() (metricUses, error) {
 			alerts.add(names, "alerts")
 		}
 	}
-	if len(alerts) == 0 {
-		return nil, errors.New("alerts.yaml names no metric: its rules were not read")
+	if n > 0 && len(alerts) == 0 {
+		return nil, fmt.Errorf("alerts.yaml has %d rules and no metric was read from them", n)
 	}
 	for n, where := range alerts {
 		if !recorded[n] {

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/prometheus/promql/parser"
 )
 
 // TestCheckedInIsGenerated fails when charts/hubsync/files/dashboard.json
@@ -149,5 +152,39 @@ func TestStructure(t *testing.T) {
 	walk(d.Panels)
 	if queries < 40 {
 		t.Fatalf("only %d queries: the dashboard or this walk is broken", queries)
+	}
+}
+
+// grafanaVariable is a dashboard variable in a query: $name or ${name...}.
+var grafanaVariable = regexp.MustCompile(`\$(\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)`)
+
+// TestQueriesParse parses every query with Prometheus's own PromQL
+// parser, the dashboard's variables replaced by what Grafana puts there
+// (a window for $__rate_interval, a value for the others).
+func TestQueriesParse(t *testing.T) {
+	data, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []panelJSON `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatal(err)
+	}
+	p := parser.NewParser(parser.Options{})
+	n := 0
+	for _, panel := range d.Panels {
+		for _, tg := range panel.Targets {
+			n++
+			expr := strings.ReplaceAll(tg.Expr, "$__rate_interval", "2m")
+			expr = grafanaVariable.ReplaceAllString(expr, "value")
+			if _, err := p.ParseExpr(expr); err != nil {
+				t.Errorf("panel %q: %s: %v", panel.Title, tg.Expr, err)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no query found")
 	}
 }
