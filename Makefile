@@ -17,7 +17,7 @@ KONN      := bash test/tools/build-konnectivity.sh
 # cache does not have this version (test/tools/promtool pins it).
 PROMTOOL  := bash test/tools/build-promtool.sh
 
-.PHONY: all build test unit e2e alerts-test argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean generate schema
+.PHONY: all build generate schema dashboard dashboard-check test unit e2e alerts-test argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
 
 all: build
 
@@ -40,7 +40,7 @@ vet:
 check: fmt vet
 
 # Everything generated from the sources, to commit with them.
-generate: schema
+generate: schema dashboard
 
 # The configuration's JSON Schema, derived from package config's types and
 # doc comments, written into charts/hubsync/values.schema.json as
@@ -52,7 +52,20 @@ schema:
 # Fast tests of pure logic first, then end-to-end tests against a real
 # kube-apiserver + etcd.
 unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/) ./test/layout/...
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/) ./test/layout/... ./test/testutil/...
+
+# The Grafana dashboard (charts/hubsync/files/dashboard.json) is generated
+# from Go with the Grafana Foundation SDK, in a module of its own
+# (test/tools/dashboard); edit dashboard.go there, never the JSON.
+dashboard:
+	cd test/tools/dashboard && $(GO) run .
+
+
+# The checked-in dashboard is what the generator writes, its queries parse
+# with Prometheus's PromQL parser, and its panels and grid are what
+# Grafana needs.
+dashboard-check:
+	cd test/tools/dashboard && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 e2e: kube-binaries konnectivity-binaries
 	KUBEBUILDER_ASSETS=$$($(ASSETS) 2>/dev/null) KONNECTIVITY_ASSETS=$$($(KONN) 2>/dev/null) \
@@ -95,7 +108,7 @@ alerts-test:
 		$$promtool check rules --lint=all --lint-fatal charts/hubsync/files/alerts.yaml && \
 		$$promtool test rules test/alerts/*_test.yaml
 
-test: check unit alerts-test e2e argocd-proof multicluster-proof kueue-proof
+test: check unit alerts-test dashboard-check e2e argocd-proof multicluster-proof kueue-proof
 
 # The main job on an embedded default: a real API server, a simulated
 # fleet, hubsync, and what it does as the fleet changes.

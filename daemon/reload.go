@@ -63,6 +63,9 @@ func newReloader(path string, running *config.Config, override func(*config.Conf
 			Help: "1 while the file holds changes that take effect only after a restart.",
 		}),
 	}
+	for _, result := range []string{"applied", "rejected", "unchanged"} {
+		r.reloads.WithLabelValues(result)
+	}
 	reg.MustRegister(r.successful, r.successAt, r.reloads, r.restart)
 	r.successful.Set(1)
 	r.successAt.SetToCurrentTime()

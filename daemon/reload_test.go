@@ -197,3 +197,12 @@ func TestReloaderWatchesOnlyItsFile(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, sinksAre("a", "b", "c"), "the file's own event applied; log:\n%s", logs)
 }
+
+// Every reload result has its series from the start, so that an alert on
+// rejected reloads sees 0 before the first reload.
+func TestReloadResultsFromStart(t *testing.T) {
+	r := newReloader(filepath.Join(t.TempDir(), "hubsync.yaml"), config.Default(), nil, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if n := promtest.CollectAndCount(r.reloads); n != 3 {
+		t.Fatalf("hubsync_config_reloads_total has %d series before any reload; want 3", n)
+	}
+}

@@ -83,10 +83,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 	}
-	// Every result has a series from the start, so that rate() and the
-	// alerts on it see 0 rather than nothing before the first review.
+	// The fixed label values have their series from the start, so that
+	// rate() and the alerts on them see 0 rather than nothing before the
+	// first review.
 	for _, result := range []string{ReviewAuthenticated, ReviewUnauthenticated, ReviewError} {
 		m.reviewSeconds.WithLabelValues(result)
+	}
+	for _, r := range []string{ReviewAuthenticated, ReviewUnauthenticated, ReviewError, "busy", "skipped"} {
+		m.reviews.WithLabelValues(r)
+	}
+	for _, k := range []string{endedWatch, endedUpgrade, endedForced} {
+		m.drained.WithLabelValues(k)
 	}
 	if reg == nil {
 		return m, nil

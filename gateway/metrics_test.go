@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/hubsync/hubsync/test/testutil"
@@ -110,3 +111,24 @@ func labelOf(pairs []*dto.LabelPair, name string) string {
 }
 
 func closeTo(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+
+// The fixed label values have their series from the start, so that
+// rate() and an alert on them see 0 before the first request.
+func TestFixedSeriesFromStart(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	if _, err := newMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{
+		"hubsync_gateway_token_reviews_total":        5,
+		"hubsync_gateway_drain_ended_requests_total": 3,
+	} {
+		n, err := promtestutil.GatherAndCount(reg, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Errorf("%s has %d series before any request; want %d", name, n, want)
+		}
+	}
+}

@@ -223,6 +223,7 @@ func (f *Fanout) Add(opts Options, c Consumer) error {
 		a.Attach(w)
 	}
 	f.consumers[opts.Name] = w
+	f.m.track(opts.Name)
 	if f.ctx != nil {
 		w.start(f.ctx)
 	}

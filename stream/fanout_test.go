@@ -476,3 +476,31 @@ func TestCloseDeliversWhatYieldHolds(t *testing.T) {
 		t.Errorf("delivered %v before the consumer stopped, want the held change", got)
 	}
 }
+
+// A consumer's counters have their series from its start, so that rate()
+// and an alert on failures or drops see 0 before the first one; removing
+// the consumer removes them.
+func TestConsumerSeriesFromStart(t *testing.T) {
+	f, reg := newFanout(t, func() []Change { return nil })
+	names := []string{"hubsync_sink_delivered_total", "hubsync_sink_delivery_failures_total", "hubsync_sink_dropped_total", "hubsync_sink_resyncs_total"}
+	count := func(want int) {
+		t.Helper()
+		for _, name := range names {
+			n, err := testutil.GatherAndCount(reg, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != want {
+				t.Errorf("%s has %d series; want %d", name, n, want)
+			}
+		}
+	}
+	if err := f.Add(fast("r"), &recorder{}); err != nil {
+		t.Fatal(err)
+	}
+	count(1)
+	if err := f.Remove("r"); err != nil {
+		t.Fatal(err)
+	}
+	count(0)
+}

@@ -50,6 +50,15 @@ func newMetrics(reg prometheus.Registerer, statuses func() []Status) (*metrics, 
 	return m, nil
 }
 
+// track gives a new consumer's counters their series at once, so that
+// rate() and an alert on failures or drops see 0 rather than nothing.
+func (m *metrics) track(name string) {
+	m.delivered.WithLabelValues(name)
+	m.failures.WithLabelValues(name)
+	m.dropped.WithLabelValues(name)
+	m.resyncs.WithLabelValues(name)
+}
+
 func (m *metrics) forget(name string) {
 	m.delivered.DeleteLabelValues(name)
 	m.failures.DeleteLabelValues(name)

@@ -142,6 +142,9 @@ func newCredentials(d credentialDeps, o *CredentialOptions, reg prometheus.Regis
 	for _, p := range []CopyProblem{ProblemNoToken, ProblemNameTooLong, ProblemNameConflict, ProblemImpersonator} {
 		c.problemsG.WithLabelValues(p.MetricReason())
 	}
+	for _, op := range credentialOps {
+		c.writes.WithLabelValues(op)
+	}
 	reg.MustRegister(c.writes, c.rotations, c.problemsG)
 	d.metrics.queueDepth.track("credentials", c.queue.Len)
 	if err := c.newInformers(o.Client); err != nil {

@@ -81,10 +81,27 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, k := range Kinds() {
 		m.foreignWrites.WithLabelValues(k)
 	}
+	// Every operation has its series from the start, so that rate() and
+	// an alert on errors see 0 rather than nothing.
+	for _, op := range profileOps {
+		m.writes.WithLabelValues(op)
+		m.writeErrors.WithLabelValues(op)
+	}
+	for _, op := range credentialOps {
+		m.writeErrors.WithLabelValues("credential-" + op)
+	}
 	reg.MustRegister(m.caRotations, m.reconciles, m.reconcileSeconds, m.writes, m.writeErrors,
 		m.conflicts, m.conflictsTotal, m.invalidSets, m.skippedClaims, m.queueDepth, m.foreignWrites, m.contested)
 	return m
 }
+
+// profileOps are the operations of hubsync_profile_writes_total, and
+// credentialOps those of hubsync_credential_writes_total (counted in
+// hubsync_profile_write_errors_total as credential-<op>).
+var (
+	profileOps    = []string{"create", "update", "status", "delete"}
+	credentialOps = []string{"create", "update", "delete"}
+)
 
 // contestedObjects is hubsync_contested_objects, counted from the
 // contested objects when scraped, so that an object is no longer counted

@@ -38,3 +38,22 @@ hubsync_queue_depth{queue="topology"} ` + strconv.Itoa(tc.topology) + `
 		})
 	}
 }
+
+// Every write operation has its series from the start, so that rate() and
+// an alert on refused writes see 0 before the first write.
+func TestWriteSeriesFromStart(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	newMetrics(reg)
+	for name, want := range map[string]int{
+		"hubsync_profile_writes_total":       len(profileOps),
+		"hubsync_profile_write_errors_total": len(profileOps) + len(credentialOps),
+	} {
+		n, err := testutil.GatherAndCount(reg, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Errorf("%s has %d series before any write; want %d", name, n, want)
+		}
+	}
+}

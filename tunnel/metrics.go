@@ -47,6 +47,18 @@ func newMetrics(reg prometheus.Registerer, statuses func() []Status) (*metrics, 
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 15),
 		}),
 	}
+	// Every result and state has its series from the start, so that
+	// rate() and an alert on errors see 0 rather than nothing.
+	for _, r := range []string{"ok", "error"} {
+		m.dials.WithLabelValues(r)
+		m.probes.WithLabelValues(r)
+		m.requests.WithLabelValues(r)
+		m.upgradeDials.WithLabelValues(r)
+	}
+	m.upgradeDials.WithLabelValues("busy")
+	for _, s := range []State{StateConnecting, StateReady, StateFailing} {
+		m.transitions.WithLabelValues(string(s))
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -135,3 +135,27 @@ func TestRedialBackoff(t *testing.T) {
 		})
 	}
 }
+
+// Every result and state has its series from the start, so that rate()
+// and an alert on errors see 0 before the first dial.
+func TestResultSeriesFromStart(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	if _, err := newMetrics(reg, func() []Status { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{
+		"hubsync_tunnel_dials_total":         2,
+		"hubsync_tunnel_probes_total":        2,
+		"hubsync_tunnel_requests_total":      2,
+		"hubsync_tunnel_upgrade_dials_total": 3,
+		"hubsync_tunnel_transitions_total":   3,
+	} {
+		n, err := testutil.GatherAndCount(reg, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Errorf("%s has %d series before any dial; want %d", name, n, want)
+		}
+	}
+}

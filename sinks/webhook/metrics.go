@@ -83,6 +83,9 @@ func (s *sinkMetrics) request(code string) {
 func (s *sinkMetrics) state(bytes int64, events int, disabled bool) {
 	s.m.spoolBytes.WithLabelValues(s.name).Set(float64(bytes))
 	s.m.spoolEvents.WithLabelValues(s.name).Set(float64(events))
+	// The drop counter is there from the start too, so that rate() and
+	// an alert on drops see 0 rather than nothing.
+	s.m.dropped.WithLabelValues(s.name)
 	d := 0.0
 	if disabled {
 		d = 1

@@ -1254,3 +1254,15 @@ func TestSpoolBeyondMemoryAndRoll(t *testing.T) {
 		})
 	}
 }
+
+// The drop counter has its series from the sink's start, beside the
+// spool's gauges, so that rate() and an alert on drops see 0 before the
+// first drop.
+func TestDroppedSeriesFromStart(t *testing.T) {
+	_, e := newServedEnv(t)
+	e.start()
+	v, ok := metric(t, e.reg, "hubsync_webhook_spool_dropped_total", map[string]string{"sink": e.cfg.Name})
+	if !ok || v != 0 {
+		t.Fatalf("hubsync_webhook_spool_dropped_total = %v (present %v) before any drop; want a series at 0", v, ok)
+	}
+}
