@@ -43,17 +43,17 @@ hubsync_config_reloads_total{result="rejected"} 1
 # TYPE hubsync_config_restart_required gauge
 hubsync_config_restart_required 0
 # TYPE hubsync_consumer_profiles gauge
-hubsync_consumer_profiles{namespace="team-a"} 3
-hubsync_consumer_profiles{namespace="team-b"} 2
+hubsync_consumer_profiles{consumer_namespace="team-a"} 3
+hubsync_consumer_profiles{consumer_namespace="team-b"} 2
 # TYPE hubsync_consumer_credential_copies gauge
-hubsync_consumer_credential_copies{namespace="team-a"} 3
-hubsync_consumer_credential_copies{namespace="team-b"} 2
+hubsync_consumer_credential_copies{consumer_namespace="team-a"} 3
+hubsync_consumer_credential_copies{consumer_namespace="team-b"} 2
 # TYPE hubsync_consumer_credential_copies_stale gauge
-hubsync_consumer_credential_copies_stale{namespace="team-a"} 0
-hubsync_consumer_credential_copies_stale{namespace="team-b"} 1
+hubsync_consumer_credential_copies_stale{consumer_namespace="team-a"} 0
+hubsync_consumer_credential_copies_stale{consumer_namespace="team-b"} 1
 # TYPE hubsync_consumer_credential_copy_oldest_timestamp_seconds gauge
-hubsync_consumer_credential_copy_oldest_timestamp_seconds{namespace="team-a"} %s
-hubsync_consumer_credential_copy_oldest_timestamp_seconds{namespace="team-b"} %s
+hubsync_consumer_credential_copy_oldest_timestamp_seconds{consumer_namespace="team-a"} %s
+hubsync_consumer_credential_copy_oldest_timestamp_seconds{consumer_namespace="team-b"} %s
 # TYPE hubsync_sink_up gauge
 hubsync_sink_up{sink="events",type="nats"} 1
 hubsync_sink_up{sink="hook",type="webhook"} 0

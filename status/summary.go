@@ -218,7 +218,7 @@ func Summarize(address string, cur, prev *Scrape) Status {
 func consumers(m metrics, now time.Time) *Consumers {
 	byNS := map[string]*Namespace{}
 	get := func(s *dto.Metric) *Namespace {
-		ns := label(s, "namespace")
+		ns := label(s, "consumer_namespace")
 		if byNS[ns] == nil {
 			byNS[ns] = &Namespace{Name: ns}
 		}

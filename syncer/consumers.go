@@ -18,14 +18,14 @@ import (
 // no longer does drops out.
 var (
 	consumerProfilesDesc = prometheus.NewDesc("hubsync_consumer_profiles",
-		"ClusterProfiles hubsync manages in each consumer namespace.", []string{"namespace"}, nil)
+		"ClusterProfiles hubsync manages in each consumer namespace.", []string{"consumer_namespace"}, nil)
 	consumerCopiesDesc = prometheus.NewDesc("hubsync_consumer_credential_copies",
-		"Credential copies in each consumer namespace.", []string{"namespace"}, nil)
+		"Credential copies in each consumer namespace.", []string{"consumer_namespace"}, nil)
 	consumerStaleDesc = prometheus.NewDesc("hubsync_consumer_credential_copies_stale",
-		"Credential copies whose token is not their source's current token, in each consumer namespace.", []string{"namespace"}, nil)
+		"Credential copies whose token is not their source's current token, in each consumer namespace.", []string{"consumer_namespace"}, nil)
 	consumerOldestDesc = prometheus.NewDesc("hubsync_consumer_credential_copy_oldest_timestamp_seconds",
 		"Unix time at which the namespace's oldest credential copy was last brought in step with its source: "+
-			"its hubsync.io/synced-at annotation, else its creation; time() minus it is that copy's age.", []string{"namespace"}, nil)
+			"its hubsync.io/synced-at annotation, else its creation; time() minus it is that copy's age.", []string{"consumer_namespace"}, nil)
 )
 
 // CopyState is what the consumer metrics know of one credential copy.

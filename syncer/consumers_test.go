@@ -207,17 +207,17 @@ func TestConsumerMetrics(t *testing.T) {
 	expect("standby", "")
 	s.ready.Store(true)
 	expect("running", help+`
-hubsync_consumer_credential_copies{namespace="team-a"} 2
-hubsync_consumer_credential_copies{namespace="team-b"} 1
-hubsync_consumer_credential_copies{namespace="team-d"} 0
-hubsync_consumer_credential_copies_stale{namespace="team-a"} 0
-hubsync_consumer_credential_copies_stale{namespace="team-b"} 0
-hubsync_consumer_credential_copies_stale{namespace="team-d"} 0
-hubsync_consumer_credential_copy_oldest_timestamp_seconds{namespace="team-a"} 1.7000036e+09
-hubsync_consumer_credential_copy_oldest_timestamp_seconds{namespace="team-b"} 1.7000072e+09
-hubsync_consumer_profiles{namespace="team-a"} 2
-hubsync_consumer_profiles{namespace="team-b"} 1
-hubsync_consumer_profiles{namespace="team-d"} 1
+hubsync_consumer_credential_copies{consumer_namespace="team-a"} 2
+hubsync_consumer_credential_copies{consumer_namespace="team-b"} 1
+hubsync_consumer_credential_copies{consumer_namespace="team-d"} 0
+hubsync_consumer_credential_copies_stale{consumer_namespace="team-a"} 0
+hubsync_consumer_credential_copies_stale{consumer_namespace="team-b"} 0
+hubsync_consumer_credential_copies_stale{consumer_namespace="team-d"} 0
+hubsync_consumer_credential_copy_oldest_timestamp_seconds{consumer_namespace="team-a"} 1.7000036e+09
+hubsync_consumer_credential_copy_oldest_timestamp_seconds{consumer_namespace="team-b"} 1.7000072e+09
+hubsync_consumer_profiles{consumer_namespace="team-a"} 2
+hubsync_consumer_profiles{consumer_namespace="team-b"} 1
+hubsync_consumer_profiles{consumer_namespace="team-d"} 1
 `)
 	profileEvents.OnDelete(profile("team-d", "c2", manager))
 
@@ -227,14 +227,14 @@ hubsync_consumer_profiles{namespace="team-d"} 1
 		c.refreshPairStats(key)
 	}
 	expect("rotated", help+`
-hubsync_consumer_credential_copies{namespace="team-a"} 2
-hubsync_consumer_credential_copies{namespace="team-b"} 1
-hubsync_consumer_credential_copies_stale{namespace="team-a"} 1
-hubsync_consumer_credential_copies_stale{namespace="team-b"} 1
-hubsync_consumer_credential_copy_oldest_timestamp_seconds{namespace="team-a"} 1.7000036e+09
-hubsync_consumer_credential_copy_oldest_timestamp_seconds{namespace="team-b"} 1.7000072e+09
-hubsync_consumer_profiles{namespace="team-a"} 2
-hubsync_consumer_profiles{namespace="team-b"} 1
+hubsync_consumer_credential_copies{consumer_namespace="team-a"} 2
+hubsync_consumer_credential_copies{consumer_namespace="team-b"} 1
+hubsync_consumer_credential_copies_stale{consumer_namespace="team-a"} 1
+hubsync_consumer_credential_copies_stale{consumer_namespace="team-b"} 1
+hubsync_consumer_credential_copy_oldest_timestamp_seconds{consumer_namespace="team-a"} 1.7000036e+09
+hubsync_consumer_credential_copy_oldest_timestamp_seconds{consumer_namespace="team-b"} 1.7000072e+09
+hubsync_consumer_profiles{consumer_namespace="team-a"} 2
+hubsync_consumer_profiles{consumer_namespace="team-b"} 1
 `)
 	synced3 := created.Add(3 * time.Hour)
 	for _, p := range []*cpv1alpha1.ClusterProfile{a1, b1} {
@@ -243,14 +243,14 @@ hubsync_consumer_profiles{namespace="team-b"} 1
 		c.refreshCopyStats(sec.Namespace, sec.Name)
 	}
 	expect("followed", help+`
-hubsync_consumer_credential_copies{namespace="team-a"} 2
-hubsync_consumer_credential_copies{namespace="team-b"} 1
-hubsync_consumer_credential_copies_stale{namespace="team-a"} 0
-hubsync_consumer_credential_copies_stale{namespace="team-b"} 0
-hubsync_consumer_credential_copy_oldest_timestamp_seconds{namespace="team-a"} 1.7000072e+09
-hubsync_consumer_credential_copy_oldest_timestamp_seconds{namespace="team-b"} 1.7000108e+09
-hubsync_consumer_profiles{namespace="team-a"} 2
-hubsync_consumer_profiles{namespace="team-b"} 1
+hubsync_consumer_credential_copies{consumer_namespace="team-a"} 2
+hubsync_consumer_credential_copies{consumer_namespace="team-b"} 1
+hubsync_consumer_credential_copies_stale{consumer_namespace="team-a"} 0
+hubsync_consumer_credential_copies_stale{consumer_namespace="team-b"} 0
+hubsync_consumer_credential_copy_oldest_timestamp_seconds{consumer_namespace="team-a"} 1.7000072e+09
+hubsync_consumer_credential_copy_oldest_timestamp_seconds{consumer_namespace="team-b"} 1.7000108e+09
+hubsync_consumer_profiles{consumer_namespace="team-a"} 2
+hubsync_consumer_profiles{consumer_namespace="team-b"} 1
 `)
 
 	// team-b's binding goes: its profile and copy are deleted, and so are
@@ -260,9 +260,9 @@ hubsync_consumer_profiles{namespace="team-b"} 1
 	c.refreshCopyStats("team-b", hub.CopyName("c1", "app"))
 	profileEvents.OnUpdate(a2, profile("team-a", "c2", "someone-else"))
 	expect("team-b gone", help+`
-hubsync_consumer_credential_copies{namespace="team-a"} 2
-hubsync_consumer_credential_copies_stale{namespace="team-a"} 0
-hubsync_consumer_credential_copy_oldest_timestamp_seconds{namespace="team-a"} 1.7000072e+09
-hubsync_consumer_profiles{namespace="team-a"} 1
+hubsync_consumer_credential_copies{consumer_namespace="team-a"} 2
+hubsync_consumer_credential_copies_stale{consumer_namespace="team-a"} 0
+hubsync_consumer_credential_copy_oldest_timestamp_seconds{consumer_namespace="team-a"} 1.7000072e+09
+hubsync_consumer_profiles{consumer_namespace="team-a"} 1
 `)
 }

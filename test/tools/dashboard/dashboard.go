@@ -249,16 +249,13 @@ func convergence(d *board) {
 		q("max("+m("hubsync_profile_conflicts")+")", "profile conflicts"),
 		q("max("+m("hubsync_invalid_cluster_sets")+")", "invalid cluster sets"),
 		q("max by (kind) ("+m("hubsync_contested_objects")+")", "contested {{kind}}"))
-	// Under a ServiceMonitor the scrape target's namespace label wins and
-	// the consumer namespace becomes exported_namespace.
-	d.graph(8, "Profiles by consumer namespace", "short", "ClusterProfiles hubsync manages in each consumer namespace (the ten largest). "+
-		"The consumer namespace is the exported_namespace label where the scrape target's own namespace label takes precedence.",
-		q("topk(10, max by (exported_namespace) ("+m("hubsync_consumer_profiles")+"))", "{{exported_namespace}}"))
+	d.graph(8, "Profiles by consumer namespace", "short", "ClusterProfiles hubsync manages in each consumer namespace (the ten largest).",
+		q("topk(10, max by (consumer_namespace) ("+m("hubsync_consumer_profiles")+"))", "{{consumer_namespace}}"))
 	d.graph(8, "Credential copies by consumer namespace", "short", "Credential copies in each consumer namespace, and those not in step with their source's current token.",
-		q("topk(10, max by (exported_namespace) ("+m("hubsync_consumer_credential_copies")+"))", "{{exported_namespace}}"),
-		q("max by (exported_namespace) ("+m("hubsync_consumer_credential_copies_stale")+") > 0", "stale {{exported_namespace}}"))
+		q("topk(10, max by (consumer_namespace) ("+m("hubsync_consumer_credential_copies")+"))", "{{consumer_namespace}}"),
+		q("max by (consumer_namespace) ("+m("hubsync_consumer_credential_copies_stale")+") > 0", "stale {{consumer_namespace}}"))
 	d.graph(8, "Oldest credential copy", "s", "Per consumer namespace, how long ago its oldest copy was last brought in step with its source (the ten oldest).",
-		q("topk(10, time() - min by (exported_namespace) ("+m("hubsync_consumer_credential_copy_oldest_timestamp_seconds")+" > 0))", "{{exported_namespace}}"))
+		q("topk(10, time() - min by (consumer_namespace) ("+m("hubsync_consumer_credential_copy_oldest_timestamp_seconds")+" > 0))", "{{consumer_namespace}}"))
 }
 
 func bus(d *board) {
