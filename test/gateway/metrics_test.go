@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -181,9 +180,6 @@ func usedMetrics() (metricUses, error) {
 	}
 
 	data, err = os.ReadFile(filepath.Join(chartFiles, "alerts.yaml"))
-	if errors.Is(err, os.ErrNotExist) {
-		return used, nil
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -215,8 +211,8 @@ func usedMetrics() (metricUses, error) {
 			alerts.add(names, "alerts")
 		}
 	}
-	if n > 0 && len(alerts) == 0 {
-		return nil, fmt.Errorf("alerts.yaml has %d rules and no metric was read from them", n)
+	if len(alerts) == 0 {
+		return nil, fmt.Errorf("alerts.yaml: no metric read from its %d rules", n)
 	}
 	for n, where := range alerts {
 		if !recorded[n] {
