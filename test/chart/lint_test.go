@@ -29,7 +29,7 @@ dashboard: {enabled: true}
 clusterPermission: {clusters: [cluster-a]}
 config:
   gateway: {enabled: true}
-  tunnel: {managedServiceAccount: hubsync-gateway}
+  tunnel: {enabled: true, managedServiceAccount: hubsync-gateway}
 `},
 		{"credentials off, one replica", `
 replicas: 1

@@ -135,7 +135,7 @@ chartLabels: false
 clusterPermission: {clusters: [CLUSTER]}
 config:
   gateway: {enabled: true}
-  tunnel: {managedServiceAccount: hubsync-gateway}
+  tunnel: {enabled: true, managedServiceAccount: hubsync-gateway}
 `,
 	"without-credentials": `
 chartLabels: false

@@ -149,7 +149,7 @@ func TestRender(t *testing.T) {
 		},
 		{
 			name: "another namespace", namespace: "hubsync-system",
-			values: `config: {gateway: {enabled: true}}`, want: with(baseObjects, gatewayObjects...),
+			values: `config: {gateway: {enabled: true}, tunnel: {enabled: true, managedServiceAccount: hubsync-gateway}}`, want: with(baseObjects, gatewayObjects...),
 			check: func(t *testing.T, objs []object) {
 				subjectsIn(t, objs, "hubsync-system")
 				for _, o := range objs {
@@ -174,7 +174,7 @@ func TestRender(t *testing.T) {
 		},
 		{
 			name:   "gateway on another port",
-			values: `config: {gateway: {enabled: true, listen: ":9443", url: https://gw.example.com}}`, want: with(baseObjects, gatewayObjects...),
+			values: `config: {gateway: {enabled: true, listen: ":9443", url: https://gw.example.com}, tunnel: {enabled: true, managedServiceAccount: hubsync-gateway}}`, want: with(baseObjects, gatewayObjects...),
 			check: func(t *testing.T, objs []object) {
 				svc := find[*corev1.Service](objs, "hubsync-gateway")
 				if p := svc.Spec.Ports[0]; p.Port != 9443 || p.TargetPort.String() != "gateway" {
@@ -198,7 +198,7 @@ func TestRender(t *testing.T) {
 		},
 		{
 			name:   "gateway with certificate files",
-			values: `config: {gateway: {enabled: true, tls: {secret: null, certFile: /etc/tls/tls.crt, keyFile: /etc/tls/tls.key}}}`,
+			values: `config: {gateway: {enabled: true, tls: {secret: null, certFile: /etc/tls/tls.crt, keyFile: /etc/tls/tls.key}}, tunnel: {enabled: true, managedServiceAccount: hubsync-gateway}}`,
 			want:   with(baseObjects, without(gatewayObjects, "Role/hubsync-gateway-serving-cert", "RoleBinding/hubsync-gateway-serving-cert")...),
 		},
 		{
@@ -270,7 +270,7 @@ config:
 clusterPermission: {clusters: [cluster-a, cluster-b]}
 config:
   gateway: {enabled: true}
-  tunnel: {managedServiceAccount: gw}
+  tunnel: {enabled: true, managedServiceAccount: gw}
 `,
 			want: with(baseObjects, append(gatewayObjects, "ClusterPermission/hubsync-gateway-impersonator", "ClusterPermission/hubsync-gateway-impersonator",
 				"ManagedServiceAccount/gw", "ManagedServiceAccount/gw")...),
@@ -414,6 +414,7 @@ func TestValuesRefused(t *testing.T) {
 			if !contains(err.Error(), tt.says...) {
 				t.Errorf("error does not say %q:\n%v", tt.says, err)
 			}
+			t.Logf("refused: %v", err)
 		})
 	}
 }

@@ -50,13 +50,13 @@ Everything else is as given. Templates read it with
 {{- $config := deepCopy .Values.config -}}
 {{- $ns := .Release.Namespace -}}
 {{- $le := get $config "leaderElection" | default dict -}}
-{{- if not $le.namespace }}{{ $_ := set $le "namespace" $ns }}{{ end -}}
+{{- if not (get $le "namespace") }}{{ $_ := set $le "namespace" $ns }}{{ end -}}
 {{- $_ := set $config "leaderElection" $le -}}
 {{- $gw := get $config "gateway" | default dict -}}
 {{- $tls := get $gw "tls" | default dict -}}
 {{- $secret := get $tls "secret" -}}
-{{- if and $secret (not $secret.namespace) }}{{ $_ := set $secret "namespace" $ns }}{{ end -}}
-{{- if not $gw.url -}}
+{{- if and $secret (not (get $secret "namespace")) }}{{ $_ := set $secret "namespace" $ns }}{{ end -}}
+{{- if not (get $gw "url") -}}
 {{- $_ := set $gw "url" (printf "https://hubsync-gateway.%s.svc:%s" $ns (include "hubsync.port" (get $gw "listen" | default ":8443"))) -}}
 {{- end -}}
 {{- $_ := set $config "gateway" $gw -}}
