@@ -21,6 +21,7 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/test/chart"
+	"github.com/hubsync/hubsync/test/testutil"
 )
 
 // The objects every rendering holds unless a value turns them off.
@@ -466,5 +467,39 @@ func TestConfigChecksum(t *testing.T) {
 		if checksum(v) == base {
 			t.Errorf("%s left the checksum as it is: the pods would keep the old configuration", v)
 		}
+	}
+}
+
+// TestReadmeValues renders the chart with the values example of
+// README.md's install section, which must be accepted and give hubsync a
+// configuration it accepts.
+func TestReadmeValues(t *testing.T) {
+	root, err := testutil.ModuleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(data)
+	i := strings.Index(readme, "helm install hubsync charts/hubsync")
+	if i < 0 {
+		t.Fatal("README.md has no `helm install hubsync charts/hubsync`")
+	}
+	rest := readme[i:]
+	start := strings.Index(rest, "```yaml\n")
+	if start < 0 {
+		t.Fatal("README.md has no values example after its helm install")
+	}
+	rest = rest[start+len("```yaml\n"):]
+	end := strings.Index(rest, "```")
+	if end < 0 {
+		t.Fatal("README.md's values example is not closed")
+	}
+	objs := render(t, loadChart(t), rest[:end], chart.Namespace)
+	cfg, _ := renderedConfig(t, objs)
+	if len(cfg.Bus.URLs) == 0 || len(cfg.Sinks) == 0 || find[*monitoringv1.ServiceMonitor](objs, "hubsync") == nil {
+		t.Errorf("the README's values did not reach the rendering: bus.urls %v, sinks %d, objects %v", cfg.Bus.URLs, len(cfg.Sinks), kinds(objs))
 	}
 }
