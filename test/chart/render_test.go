@@ -292,6 +292,21 @@ config:
 			},
 		},
 		{
+			name:   "configuration values as given",
+			values: `config: {bus: {stream: {maxBytes: 10737418240}}, hub: {qps: 50, burst: 100}, logging: {level: debug}, resyncPeriod: 1h30m}`,
+			want:   baseObjects,
+			check: func(t *testing.T, objs []object) {
+				cfg, text := renderedConfig(t, objs)
+				if cfg.Bus.Stream.MaxBytes != 10737418240 || cfg.Hub.QPS != 50 || cfg.Hub.Burst != 100 || cfg.Logging.Level != "debug" ||
+					cfg.ResyncPeriod.Duration.String() != "1h30m0s" {
+					t.Errorf("the configuration did not keep the values:\n%s", text)
+				}
+				if !strings.HasPrefix(text, "apiVersion: hubsync.io/v1alpha1\nkind: Config\n") {
+					t.Errorf("the configuration does not start with its apiVersion and kind:\n%s", text)
+				}
+			},
+		},
+		{
 			name: "no chart labels", values: `chartLabels: false`, want: baseObjects,
 			check: func(t *testing.T, objs []object) {
 				for _, o := range objs {
