@@ -12,12 +12,15 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
@@ -228,6 +231,25 @@ func TestInstall(t *testing.T) {
 		}
 		return nil
 	}, "the token copy in the bound namespace")
+
+	// The chart's admission policy holds for its ServiceAccount: a Secret
+	// without hubsync's labels is refused, whatever the RBAC allows. The
+	// API server loads a new policy within moments, so this polls.
+	asSA, err := kubernetes.NewForConfig(asHubsync)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, 200*time.Millisecond, func() error {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "not-hubsyncs", Namespace: consumer}, Type: corev1.SecretTypeOpaque}
+		_, err := asSA.CoreV1().Secrets(consumer).Create(ctx, s, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			return fmt.Errorf("the ServiceAccount may create a Secret without hubsync's labels")
+		}
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "hubsync may only write Secrets carrying its labels") {
+			return testutil.Stop(fmt.Errorf("refused, but not by the admission policy: %w", err))
+		}
+		return nil
+	}, "the admission policy refusing an unlabelled Secret")
 
 	stopped = true
 	if err := daemon.Stop(); err != nil {
