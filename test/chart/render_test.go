@@ -518,3 +518,33 @@ func TestReadmeValues(t *testing.T) {
 		t.Errorf("the README's values did not reach the rendering: bus.urls %v, sinks %d, objects %v", cfg.Bus.URLs, len(cfg.Sinks), kinds(objs))
 	}
 }
+
+// TestBrokenFilesRefused: a files/alerts.yaml or files/dashboard.json that
+// does not parse fails the rendering, naming the file, instead of
+// installing no alerts or a dashboard Grafana cannot load.
+func TestBrokenFilesRefused(t *testing.T) {
+	tests := []struct {
+		file, content, values string
+	}{
+		{"files/alerts.yaml", "groups: [\n", `prometheusRule: {enabled: true}`},
+		{"files/dashboard.json", "{\"panels\": [\n", `dashboard: {enabled: true}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			ch := loadChart(t)
+			found := false
+			for _, f := range ch.Files {
+				if f.Name == tt.file {
+					f.Data, found = []byte(tt.content), true
+				}
+			}
+			if !found {
+				t.Fatalf("the chart has no %s", tt.file)
+			}
+			_, err := chart.Render(ch, parseValues(t, tt.values), chart.Namespace)
+			if err == nil || !strings.Contains(err.Error(), tt.file) {
+				t.Fatalf("rendering with a broken %s: %v; want an error naming it", tt.file, err)
+			}
+		})
+	}
+}
