@@ -94,11 +94,21 @@ func scheme(t *testing.T) *runtime.Scheme {
 }
 
 // decode splits rendered templates into objects, each decoded strictly
-// into its Go type: an unknown or duplicated field, a wrong type or an
-// unknown kind is an error.
+// into its Go type, failing t on any error (decodeObjects).
 func decode(t *testing.T, rendered map[string]string) []object {
 	t.Helper()
-	dec := serializer.NewCodecFactory(scheme(t), serializer.EnableStrict).UniversalDeserializer()
+	objs, err := decodeObjects(scheme(t), rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// decodeObjects splits rendered templates into objects, each decoded
+// strictly into its Go type: an unknown or duplicated field, a wrong type
+// or an unknown kind is an error.
+func decodeObjects(s *runtime.Scheme, rendered map[string]string) ([]object, error) {
+	dec := serializer.NewCodecFactory(s, serializer.EnableStrict).UniversalDeserializer()
 	var objs []object
 	names := make([]string, 0, len(rendered))
 	for name := range rendered {
@@ -108,7 +118,7 @@ func decode(t *testing.T, rendered map[string]string) []object {
 	for _, name := range names {
 		docs, err := chart.Documents(rendered[name])
 		if err != nil {
-			t.Fatalf("%s: %v", name, err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		for i, doc := range docs {
 			var meta struct {
@@ -120,21 +130,21 @@ func decode(t *testing.T, rendered map[string]string) []object {
 				} `json:"metadata"`
 			}
 			if err := yaml.Unmarshal(doc, &meta); err != nil {
-				t.Fatalf("%s document %d: %v", name, i+1, err)
+				return nil, fmt.Errorf("%s document %d: %w", name, i+1, err)
 			}
 			o := object{template: name, gvk: schema.FromAPIVersionAndKind(meta.APIVersion, meta.Kind),
 				name: meta.Metadata.Name, ns: meta.Metadata.Namespace, yaml: doc}
 			if !untyped[o.gvk.GroupKind()] {
 				obj, _, err := dec.Decode(doc, nil, nil)
 				if err != nil {
-					t.Fatalf("%s document %d (%s): %v", name, i+1, o.gvk.Kind, err)
+					return nil, fmt.Errorf("%s document %d (%s): %w", name, i+1, o.gvk.Kind, err)
 				}
 				o.typed = obj
 			}
 			objs = append(objs, o)
 		}
 	}
-	return objs
+	return objs, nil
 }
 
 // render renders the chart with values (YAML) in namespace and decodes

@@ -548,3 +548,27 @@ func TestBrokenFilesRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestStrictDecode: the decoding every rendering goes through refuses an
+// unknown field, a wrong type and an unknown kind, in Kubernetes' types
+// and the prometheus-operator's alike.
+func TestStrictDecode(t *testing.T) {
+	s := scheme(t)
+	for name, doc := range map[string]string{
+		"unknown field": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replica: 2}\n",
+		"wrong type":    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: [1]}\n",
+		"unknown field of a ServiceMonitor": "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: x}\n" +
+			"spec: {selector: {}, endpoint: [{port: metrics}]}\n",
+		"unknown field of a PrometheusRule": "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata: {name: x}\n" +
+			"spec: {groups: [{name: g, rules: [{alert: A, expr: up, for: 1m, runbook: x}]}]}\n",
+		"unknown kind": "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: x}\n",
+	} {
+		if _, err := decodeObjects(s, map[string]string{"t.yaml": doc}); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+	ok := "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: x}\nspec: {selector: {}, endpoints: [{port: metrics}]}\n"
+	if _, err := decodeObjects(s, map[string]string{"t.yaml": ok}); err != nil {
+		t.Errorf("a valid ServiceMonitor: %v", err)
+	}
+}
