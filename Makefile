@@ -17,7 +17,7 @@ KONN      := bash test/tools/build-konnectivity.sh
 # cache does not have this version (test/tools/promtool pins it).
 PROMTOOL  := bash test/tools/build-promtool.sh
 
-.PHONY: all build generate schema dashboard dashboard-check test unit e2e alerts-test argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
+.PHONY: all build generate schema dashboard manifests dashboard-check chart-test alerts-test test unit e2e argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
 
 all: build
 
@@ -40,7 +40,7 @@ vet:
 check: fmt vet
 
 # Everything generated from the sources, to commit with them.
-generate: schema dashboard
+generate: schema dashboard manifests
 
 # The configuration's JSON Schema, derived from package config's types and
 # doc comments, written into charts/hubsync/values.schema.json as
@@ -108,7 +108,22 @@ alerts-test:
 		$$promtool check rules --lint=all --lint-fatal charts/hubsync/files/alerts.yaml && \
 		$$promtool test rules test/alerts/*_test.yaml
 
-test: check unit alerts-test dashboard-check e2e argocd-proof multicluster-proof kueue-proof
+# The Helm chart (charts/hubsync) through Helm's own Go library (v3.22.0):
+# lint --strict, renderings with a table of values, values.schema.json
+# refusing bad values, every object decoded strictly into its Go type,
+# deploy/ equal to what `make manifests` writes, and a server-side apply
+# on a real kube-apiserver with hubsync run from the rendered
+# configuration as the chart's ServiceAccount. A module of its own (Helm
+# needs newer Kubernetes libraries).
+chart-test: kube-binaries
+	cd test/chart && $(GO) vet ./... && KUBEBUILDER_ASSETS=$$(bash ../tools/build-kube-binaries.sh 2>/dev/null) $(GO) test -count=1 -p 1 -timeout 20m ./...
+
+test: check unit alerts-test dashboard-check chart-test e2e argocd-proof multicluster-proof kueue-proof
+
+# deploy/ rendered from charts/hubsync with its default values (release
+# hubsync in open-cluster-management-hub), without Helm's own labels.
+manifests:
+	cd test/chart && $(GO) run ./cmd/manifests
 
 # The main job on an embedded default: a real API server, a simulated
 # fleet, hubsync, and what it does as the fleet changes.

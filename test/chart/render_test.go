@@ -1,0 +1,574 @@
+package chart_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/test/chart"
+	"github.com/hubsync/hubsync/test/testutil"
+)
+
+// The objects every rendering holds unless a value turns them off.
+var baseObjects = []string{
+	"ClusterRole/hubsync", "ClusterRoleBinding/hubsync",
+	"ClusterRole/hubsync-credentials", "ClusterRoleBinding/hubsync-credentials",
+	"ClusterRole/hubsync-kueue", "ClusterRoleBinding/hubsync-kueue",
+	"ConfigMap/hubsync-config", "Deployment/hubsync", "NetworkPolicy/hubsync",
+	"PodDisruptionBudget/hubsync", "Role/hubsync-leader-election", "RoleBinding/hubsync-leader-election",
+	"ServiceAccount/hubsync", "ValidatingAdmissionPolicy/hubsync-secret-writes",
+	"ValidatingAdmissionPolicyBinding/hubsync-secret-writes",
+}
+
+// gatewayObjects are what config.gateway.enabled adds.
+var gatewayObjects = []string{
+	"ClusterRole/hubsync-gateway", "ClusterRoleBinding/hubsync-gateway",
+	"FlowSchema/hubsync-gateway", "PriorityLevelConfiguration/hubsync-gateway",
+	"Role/hubsync-gateway-serving-cert", "RoleBinding/hubsync-gateway-serving-cert",
+	"Service/hubsync-gateway",
+}
+
+// without returns list less the given entries.
+func without(list []string, drop ...string) []string {
+	return slices.DeleteFunc(slices.Clone(list), func(s string) bool { return slices.Contains(drop, s) })
+}
+
+// with returns list plus the given entries, sorted.
+func with(list []string, add ...string) []string {
+	out := append(slices.Clone(list), add...)
+	slices.Sort(out)
+	return out
+}
+
+// renderedConfig is hubsync's configuration as the rendered ConfigMap
+// holds it, decoded strictly and defaulted as the daemon does.
+func renderedConfig(t *testing.T, objs []object) (*config.Config, string) {
+	t.Helper()
+	cm := find[*corev1.ConfigMap](objs, "hubsync-config")
+	if cm == nil {
+		t.Fatal("no ConfigMap hubsync-config")
+	}
+	text, ok := cm.Data["config.yaml"]
+	if !ok {
+		t.Fatal("ConfigMap hubsync-config has no config.yaml")
+	}
+	cfg, err := config.Decode([]byte(text))
+	if err != nil {
+		t.Fatalf("the rendered configuration: %v\n%s", err, text)
+	}
+	return cfg, text
+}
+
+// subjectsIn checks that every RBAC binding names the ServiceAccount
+// hubsync in ns.
+func subjectsIn(t *testing.T, objs []object, ns string) {
+	t.Helper()
+	want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "hubsync", Namespace: ns}}
+	n := 0
+	for _, o := range objs {
+		var got []rbacv1.Subject
+		switch b := o.typed.(type) {
+		case *rbacv1.ClusterRoleBinding:
+			got = b.Subjects
+		case *rbacv1.RoleBinding:
+			got = b.Subjects
+		default:
+			continue
+		}
+		n++
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: subjects %+v, want %+v", o, got, want)
+		}
+	}
+	if n == 0 {
+		t.Error("no RBAC binding")
+	}
+}
+
+func TestRender(t *testing.T) {
+	ch := loadChart(t)
+	tests := []struct {
+		name      string
+		values    string
+		namespace string
+		want      []string // every object, as Kind/name
+		check     func(t *testing.T, objs []object)
+	}{
+		{
+			name: "defaults", values: `{}`, want: baseObjects,
+			check: func(t *testing.T, objs []object) {
+				subjectsIn(t, objs, chart.Namespace)
+				d := find[*appsv1.Deployment](objs, "hubsync")
+				if *d.Spec.Replicas != 2 || d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 || d.Spec.Strategy.RollingUpdate.MaxSurge.IntValue() != 1 {
+					t.Errorf("deployment: replicas %d, rolling update %+v; want 2, maxSurge 1, maxUnavailable 0", *d.Spec.Replicas, d.Spec.Strategy.RollingUpdate)
+				}
+				if c := d.Spec.Template.Spec.Containers[0]; c.Image != "hubsync:latest" || c.Resources.Limits.Memory().String() != "256Mi" {
+					t.Errorf("container image %s, memory limit %s", c.Image, c.Resources.Limits.Memory())
+				}
+				if len(d.Spec.Template.Spec.TopologySpreadConstraints) != 2 {
+					t.Errorf("topology spread %+v", d.Spec.Template.Spec.TopologySpreadConstraints)
+				}
+				cfg, _ := renderedConfig(t, objs)
+				if cfg.LeaderElection.Namespace != chart.Namespace || !cfg.LeaderElection.Enabled {
+					t.Errorf("leaderElection %+v", cfg.LeaderElection)
+				}
+				if cfg.Gateway.URL != "https://hubsync-gateway."+chart.Namespace+".svc:8443" {
+					t.Errorf("gateway.url %q", cfg.Gateway.URL)
+				}
+				// Helm's labels are on every object, and the pods'
+				// selector stays without them.
+				for _, o := range objs {
+					var m struct {
+						Metadata metav1.ObjectMeta `json:"metadata"`
+					}
+					if err := yaml.Unmarshal(o.yaml, &m); err != nil {
+						t.Fatal(err)
+					}
+					if m.Metadata.Labels["helm.sh/chart"] != "hubsync-0.1.0" || m.Metadata.Labels["app.kubernetes.io/managed-by"] != "Helm" {
+						t.Errorf("%s: labels %v", o, m.Metadata.Labels)
+					}
+				}
+				if len(d.Spec.Selector.MatchLabels) != 2 {
+					t.Errorf("selector %v", d.Spec.Selector.MatchLabels)
+				}
+			},
+		},
+		{
+			name: "another namespace", namespace: "hubsync-system",
+			values: `config: {gateway: {enabled: true}, tunnel: {enabled: true, managedServiceAccount: hubsync-gateway}}`, want: with(baseObjects, gatewayObjects...),
+			check: func(t *testing.T, objs []object) {
+				subjectsIn(t, objs, "hubsync-system")
+				for _, o := range objs {
+					if o.ns != "" && o.ns != "hubsync-system" {
+						t.Errorf("%s: namespace %s", o, o.ns)
+					}
+				}
+				p := find[*admissionv1.ValidatingAdmissionPolicy](objs, "hubsync-secret-writes")
+				if got := p.Spec.MatchConditions[0].Expression; !strings.Contains(got, `"system:serviceaccount:hubsync-system:hubsync"`) {
+					t.Errorf("admission policy matches %s", got)
+				}
+				fs := find[*flowcontrolv1.FlowSchema](objs, "hubsync-gateway")
+				if sa := fs.Spec.Rules[0].Subjects[0].ServiceAccount; sa.Namespace != "hubsync-system" || sa.Name != "hubsync" {
+					t.Errorf("flow schema subject %+v", sa)
+				}
+				cfg, _ := renderedConfig(t, objs)
+				if cfg.LeaderElection.Namespace != "hubsync-system" || cfg.Gateway.TLS.Secret.Namespace != "hubsync-system" ||
+					cfg.Gateway.URL != "https://hubsync-gateway.hubsync-system.svc:8443" {
+					t.Errorf("configuration: leaderElection %+v, gateway url %s tls %+v", cfg.LeaderElection, cfg.Gateway.URL, cfg.Gateway.TLS)
+				}
+			},
+		},
+		{
+			name:   "gateway on another port",
+			values: `config: {gateway: {enabled: true, listen: ":9443", url: https://gw.example.com}, tunnel: {enabled: true, managedServiceAccount: hubsync-gateway}}`, want: with(baseObjects, gatewayObjects...),
+			check: func(t *testing.T, objs []object) {
+				svc := find[*corev1.Service](objs, "hubsync-gateway")
+				if p := svc.Spec.Ports[0]; p.Port != 9443 || p.TargetPort.String() != "gateway" {
+					t.Errorf("service port %+v", p)
+				}
+				d := find[*appsv1.Deployment](objs, "hubsync")
+				if !selectsPods(svc.Spec.Selector, d) {
+					t.Errorf("service selector %v misses the pods", svc.Spec.Selector)
+				}
+				if p := d.Spec.Template.Spec.Containers[0].Ports[1]; p.Name != "gateway" || p.ContainerPort != 9443 {
+					t.Errorf("container port %+v", p)
+				}
+				if cfg, _ := renderedConfig(t, objs); cfg.Gateway.URL != "https://gw.example.com" {
+					t.Errorf("gateway.url %s: a set url must stay", cfg.Gateway.URL)
+				}
+				r := find[*rbacv1.Role](objs, "hubsync-gateway-serving-cert")
+				if r.Namespace != chart.Namespace || !slices.Equal(r.Rules[0].ResourceNames, []string{"hubsync-gateway-tls"}) {
+					t.Errorf("serving cert role %s/%s %+v", r.Namespace, r.Name, r.Rules)
+				}
+			},
+		},
+		{
+			name:   "gateway with certificate files",
+			values: `config: {gateway: {enabled: true, tls: {secret: null, certFile: /etc/tls/tls.crt, keyFile: /etc/tls/tls.key}}, tunnel: {enabled: true, managedServiceAccount: hubsync-gateway}}`,
+			want:   with(baseObjects, without(gatewayObjects, "Role/hubsync-gateway-serving-cert", "RoleBinding/hubsync-gateway-serving-cert")...),
+		},
+		{
+			name: "without credentials", values: `config: {credentials: {enabled: false}}`,
+			want: with(without(baseObjects, "ClusterRole/hubsync-credentials", "ClusterRoleBinding/hubsync-credentials"),
+				"Role/hubsync-ca-secret", "RoleBinding/hubsync-ca-secret"),
+			check: func(t *testing.T, objs []object) {
+				r := find[*rbacv1.Role](objs, "hubsync-ca-secret")
+				if r.Namespace != "open-cluster-management-addon" || !slices.Equal(r.Rules[0].ResourceNames, []string{"cluster-proxy-user-serving-cert"}) ||
+					!slices.Equal(r.Rules[0].Verbs, []string{"list", "watch"}) {
+					t.Errorf("CA Secret role %s/%s %+v", r.Namespace, r.Name, r.Rules)
+				}
+				subjectsIn(t, objs, chart.Namespace)
+			},
+		},
+		{
+			name: "without credentials, two CA Secrets in one namespace",
+			values: `
+config:
+  credentials: {enabled: false}
+  accessProviders:
+    - {name: a, type: server, server: "https://a/{{.ClusterName}}", caSecret: {namespace: certs, name: ca-a}}
+    - {name: b, type: server, server: "https://b/{{.ClusterName}}", caSecret: {namespace: certs, name: ca-b}}
+    - {name: c, type: direct}
+`,
+			want: with(without(baseObjects, "ClusterRole/hubsync-credentials", "ClusterRoleBinding/hubsync-credentials"),
+				"Role/hubsync-ca-secret", "RoleBinding/hubsync-ca-secret"),
+			check: func(t *testing.T, objs []object) {
+				r := find[*rbacv1.Role](objs, "hubsync-ca-secret")
+				if r.Namespace != "certs" || !slices.Equal(r.Rules[0].ResourceNames, []string{"ca-a", "ca-b"}) {
+					t.Errorf("CA Secret role %s/%s %+v", r.Namespace, r.Name, r.Rules)
+				}
+			},
+		},
+		{
+			name:   "without credentials or access providers",
+			values: `config: {credentials: {enabled: false}, accessProviders: []}`,
+			want:   without(baseObjects, "ClusterRole/hubsync-credentials", "ClusterRoleBinding/hubsync-credentials"),
+		},
+		{
+			name:   "one replica",
+			values: `{replicas: 1, topologySpread: false, podAnnotations: {a: b}, nodeSelector: {disk: ssd}}`,
+			want:   without(baseObjects, "PodDisruptionBudget/hubsync"),
+			check: func(t *testing.T, objs []object) {
+				d := find[*appsv1.Deployment](objs, "hubsync")
+				pod := d.Spec.Template
+				if *d.Spec.Replicas != 1 || len(pod.Spec.TopologySpreadConstraints) != 0 || pod.Annotations["a"] != "b" || pod.Spec.NodeSelector["disk"] != "ssd" {
+					t.Errorf("deployment: replicas %d, spread %v, annotations %v, nodeSelector %v", *d.Spec.Replicas,
+						pod.Spec.TopologySpreadConstraints, pod.Annotations, pod.Spec.NodeSelector)
+				}
+			},
+		},
+		{
+			name:   "optional parts off",
+			values: `{rbac: {kueue: false}, admissionPolicy: {enabled: false}, networkPolicy: {enabled: false}, podDisruptionBudget: {enabled: false}, config: {leaderElection: {enabled: false}}}`,
+			want: without(baseObjects, "ClusterRole/hubsync-kueue", "ClusterRoleBinding/hubsync-kueue", "ValidatingAdmissionPolicy/hubsync-secret-writes",
+				"ValidatingAdmissionPolicyBinding/hubsync-secret-writes", "NetworkPolicy/hubsync", "PodDisruptionBudget/hubsync",
+				"Role/hubsync-leader-election", "RoleBinding/hubsync-leader-election"),
+		},
+		{
+			name:   "monitoring on",
+			values: `{serviceMonitor: {enabled: true, labels: {release: prometheus}}, prometheusRule: {enabled: true}, dashboard: {enabled: true, annotations: {grafana_folder: hubsync}}}`,
+			want:   with(baseObjects, "ConfigMap/hubsync-dashboard", "PrometheusRule/hubsync", "Service/hubsync-metrics", "ServiceMonitor/hubsync"),
+			check:  checkMonitoring,
+		},
+		{
+			name: "cluster permissions",
+			values: `
+clusterPermission: {clusters: [cluster-a, cluster-b]}
+config:
+  gateway: {enabled: true}
+  tunnel: {enabled: true, managedServiceAccount: gw}
+`,
+			want: with(baseObjects, append(gatewayObjects, "ClusterPermission/hubsync-gateway-impersonator", "ClusterPermission/hubsync-gateway-impersonator",
+				"ManagedServiceAccount/gw", "ManagedServiceAccount/gw")...),
+			check: func(t *testing.T, objs []object) {
+				var where []string
+				for _, o := range objs {
+					if o.gvk.Kind == "ClusterPermission" || o.gvk.Kind == "ManagedServiceAccount" {
+						where = append(where, o.gvk.Kind+" "+o.ns)
+						if !strings.Contains(string(o.yaml), "name: gw") {
+							t.Errorf("%s does not name the ManagedServiceAccount gw:\n%s", o, o.yaml)
+						}
+					}
+				}
+				slices.Sort(where)
+				if want := []string{"ClusterPermission cluster-a", "ClusterPermission cluster-b", "ManagedServiceAccount cluster-a", "ManagedServiceAccount cluster-b"}; !slices.Equal(where, want) {
+					t.Errorf("got %v, want %v", where, want)
+				}
+			},
+		},
+		{
+			name:   "configuration values as given",
+			values: `config: {bus: {stream: {maxBytes: 10737418240}}, hub: {qps: 50, burst: 100}, logging: {level: debug}, resyncPeriod: 1h30m}`,
+			want:   baseObjects,
+			check: func(t *testing.T, objs []object) {
+				cfg, text := renderedConfig(t, objs)
+				if cfg.Bus.Stream.MaxBytes != 10737418240 || cfg.Hub.QPS != 50 || cfg.Hub.Burst != 100 || cfg.Logging.Level != "debug" ||
+					cfg.ResyncPeriod.Duration.String() != "1h30m0s" {
+					t.Errorf("the configuration did not keep the values:\n%s", text)
+				}
+				if !strings.HasPrefix(text, "apiVersion: hubsync.io/v1alpha1\nkind: Config\n") {
+					t.Errorf("the configuration does not start with its apiVersion and kind:\n%s", text)
+				}
+			},
+		},
+		{
+			name: "no chart labels", values: `chartLabels: false`, want: baseObjects,
+			check: func(t *testing.T, objs []object) {
+				for _, o := range objs {
+					if strings.Contains(string(o.yaml), "helm.sh/chart") || strings.Contains(string(o.yaml), "Helm") {
+						t.Errorf("%s carries Helm's labels:\n%s", o, o.yaml)
+					}
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ns := tt.namespace
+			if ns == "" {
+				ns = chart.Namespace
+			}
+			objs := render(t, ch, tt.values, ns)
+			want := slices.Sorted(slices.Values(tt.want))
+			if got := kinds(objs); !slices.Equal(got, want) {
+				t.Fatalf("rendered\n  %v\nwant\n  %v", got, want)
+			}
+			// Whatever else differs, the configuration is one hubsync
+			// accepts, and the pods mount it.
+			renderedConfig(t, objs)
+			if tt.check != nil {
+				tt.check(t, objs)
+			}
+		})
+	}
+}
+
+// selectsPods reports whether a Service selector selects d's pods.
+func selectsPods(sel map[string]string, d *appsv1.Deployment) bool {
+	return len(sel) > 0 && labels.SelectorFromSet(sel).Matches(labels.Set(d.Spec.Template.Labels))
+}
+
+// checkMonitoring: the ServiceMonitor scrapes the metrics port of the
+// pods through the metrics Service; the PrometheusRule holds the groups of
+// files/alerts.yaml; the dashboard ConfigMap holds files/dashboard.json.
+func checkMonitoring(t *testing.T, objs []object) {
+	dir, err := chart.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := find[*appsv1.Deployment](objs, "hubsync")
+	svc := find[*corev1.Service](objs, "hubsync-metrics")
+	if !selectsPods(svc.Spec.Selector, d) || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].TargetPort.String() != "metrics" {
+		t.Errorf("metrics service %+v", svc.Spec)
+	}
+	sm := find[*monitoringv1.ServiceMonitor](objs, "hubsync")
+	if !labels.SelectorFromSet(sm.Spec.Selector.MatchLabels).Matches(labels.Set(svc.Labels)) {
+		t.Errorf("ServiceMonitor selector %v misses Service labels %v", sm.Spec.Selector.MatchLabels, svc.Labels)
+	}
+	if sm.Labels["release"] != "prometheus" || len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" {
+		t.Errorf("ServiceMonitor labels %v endpoints %+v", sm.Labels, sm.Spec.Endpoints)
+	}
+
+	data, err := os.ReadFile(filepath.Join(dir, "files", "alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Groups []monitoringv1.RuleGroup `json:"groups"`
+	}
+	if err := yaml.UnmarshalStrict(data, &file); err != nil {
+		t.Fatalf("files/alerts.yaml: %v", err)
+	}
+	pr := find[*monitoringv1.PrometheusRule](objs, "hubsync")
+	got, _ := json.Marshal(pr.Spec.Groups)
+	want, _ := json.Marshal(file.Groups)
+	if string(got) != string(want) {
+		t.Errorf("PrometheusRule groups\n%s\nwant files/alerts.yaml's\n%s", got, want)
+	}
+
+	dash, err := os.ReadFile(filepath.Join(dir, "files", "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := find[*corev1.ConfigMap](objs, "hubsync-dashboard")
+	if cm.Labels["grafana_dashboard"] != "1" || cm.Annotations["grafana_folder"] != "hubsync" {
+		t.Errorf("dashboard ConfigMap labels %v annotations %v", cm.Labels, cm.Annotations)
+	}
+	if strings.TrimSpace(cm.Data["hubsync.json"]) != strings.TrimSpace(string(dash)) {
+		t.Errorf("dashboard ConfigMap holds\n%s\nwant files/dashboard.json", cm.Data["hubsync.json"])
+	}
+	if !json.Valid([]byte(cm.Data["hubsync.json"])) {
+		t.Error("the dashboard is not JSON")
+	}
+}
+
+// TestValuesRefused renders the chart with values that are wrong: each
+// must fail, naming what is wrong, before anything is installed.
+func TestValuesRefused(t *testing.T) {
+	ch := loadChart(t)
+	tests := []struct {
+		name   string
+		values string
+		says   []string
+	}{
+		{"a misspelt top-level key", `replica: 3`, []string{"replica"}},
+		{"a misspelt nested key", `serviceMonitor: {enable: true}`, []string{"serviceMonitor", "enable"}},
+		{"replicas as a string", `replicas: "2"`, []string{"replicas", "integer"}},
+		{"no replicas", `replicas: 0`, []string{"replicas", "minimum"}},
+		{"a boolean that is not one", `dashboard: {enabled: "yes"}`, []string{"dashboard", "enabled", "boolean"}},
+		{"an unknown pull policy", `image: {pullPolicy: Sometimes}`, []string{"pullPolicy"}},
+		{"a budget that is neither a count nor a percentage", `podDisruptionBudget: {maxUnavailable: half}`, []string{"maxUnavailable"}},
+		{"an empty monitoring namespace", `networkPolicy: {monitoringNamespace: ""}`, []string{"monitoringNamespace"}},
+		{"a scrape interval that is no duration", `serviceMonitor: {interval: often}`, []string{"interval"}},
+		{"pod annotations that are not strings", `podAnnotations: {a: {b: c}}`, []string{"podAnnotations"}},
+		{"a configuration that is not an object", `config: [a]`, []string{"config", "object"}},
+		{"cluster permissions without the gateway's ManagedServiceAccount",
+			`{clusterPermission: {clusters: [a]}, config: {gateway: {enabled: true}}}`, []string{"config.tunnel.managedServiceAccount"}},
+		{"a metrics address without a port", `config: {server: {address: disabled}}`, []string{`"disabled" has no port`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := chart.Render(ch, parseValues(t, tt.values), chart.Namespace)
+			if err == nil {
+				t.Fatalf("values %s rendered", tt.values)
+			}
+			if !contains(err.Error(), tt.says...) {
+				t.Errorf("error does not say %q:\n%v", tt.says, err)
+			}
+			t.Logf("refused: %v", err)
+		})
+	}
+}
+
+// TestConfigSchemaRefusesTypos checks that a typo inside config fails at
+// render time, once values.schema.json holds the configuration's schema
+// generated from its Go types (make schema).
+func TestConfigSchemaRefusesTypos(t *testing.T) {
+	ch := loadChart(t)
+	var s struct {
+		Properties struct {
+			Config struct {
+				Properties map[string]any `json:"properties"`
+			} `json:"config"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(ch.Schema, &s); err != nil {
+		t.Fatalf("values.schema.json: %v", err)
+	}
+	if len(s.Properties.Config.Properties) == 0 {
+		t.Skip("values.schema.json has no schema of config yet: run make schema")
+	}
+	for _, v := range []string{`config: {hub: {qsp: 3}}`, `config: {logging: {level: 3}}`} {
+		if _, err := chart.Render(ch, parseValues(t, v), chart.Namespace); err == nil {
+			t.Errorf("values %s rendered", v)
+		}
+	}
+}
+
+// TestConfigChecksum: a change to sinks alone leaves the pods' checksum
+// annotation as it is (hubsync applies it live); any other change to the
+// configuration changes it, so that the pods roll.
+func TestConfigChecksum(t *testing.T) {
+	ch := loadChart(t)
+	checksum := func(values string) string {
+		d := find[*appsv1.Deployment](render(t, ch, values, chart.Namespace), "hubsync")
+		sum := d.Spec.Template.Annotations["checksum/config"]
+		if len(sum) != 64 {
+			t.Fatalf("checksum/config = %q", sum)
+		}
+		return sum
+	}
+	base := checksum(`{}`)
+	sinks := checksum(`config: {sinks: [{name: audit, type: webhook, webhook: {url: "https://hooks.example.com/h"}}]}`)
+	if sinks != base {
+		t.Error("a change to sinks alone changed the checksum: the pods would roll for what hubsync reloads")
+	}
+	for _, v := range []string{`config: {logging: {level: debug}}`, `config: {credentials: {workers: 4}}`} {
+		if checksum(v) == base {
+			t.Errorf("%s left the checksum as it is: the pods would keep the old configuration", v)
+		}
+	}
+}
+
+// TestReadmeValues renders the chart with the values example of
+// README.md's install section, which must be accepted and give hubsync a
+// configuration it accepts.
+func TestReadmeValues(t *testing.T) {
+	root, err := testutil.ModuleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(data)
+	i := strings.Index(readme, "helm install hubsync charts/hubsync")
+	if i < 0 {
+		t.Fatal("README.md has no `helm install hubsync charts/hubsync`")
+	}
+	rest := readme[i:]
+	start := strings.Index(rest, "```yaml\n")
+	if start < 0 {
+		t.Fatal("README.md has no values example after its helm install")
+	}
+	rest = rest[start+len("```yaml\n"):]
+	end := strings.Index(rest, "```")
+	if end < 0 {
+		t.Fatal("README.md's values example is not closed")
+	}
+	objs := render(t, loadChart(t), rest[:end], chart.Namespace)
+	cfg, _ := renderedConfig(t, objs)
+	if len(cfg.Bus.URLs) == 0 || len(cfg.Sinks) == 0 || find[*monitoringv1.ServiceMonitor](objs, "hubsync") == nil {
+		t.Errorf("the README's values did not reach the rendering: bus.urls %v, sinks %d, objects %v", cfg.Bus.URLs, len(cfg.Sinks), kinds(objs))
+	}
+}
+
+// TestBrokenFilesRefused: a files/alerts.yaml or files/dashboard.json that
+// does not parse fails the rendering, naming the file, instead of
+// installing no alerts or a dashboard Grafana cannot load.
+func TestBrokenFilesRefused(t *testing.T) {
+	tests := []struct {
+		file, content, values string
+	}{
+		{"files/alerts.yaml", "groups: [\n", `prometheusRule: {enabled: true}`},
+		{"files/dashboard.json", "{\"panels\": [\n", `dashboard: {enabled: true}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			ch := loadChart(t)
+			found := false
+			for _, f := range ch.Files {
+				if f.Name == tt.file {
+					f.Data, found = []byte(tt.content), true
+				}
+			}
+			if !found {
+				t.Fatalf("the chart has no %s", tt.file)
+			}
+			_, err := chart.Render(ch, parseValues(t, tt.values), chart.Namespace)
+			if err == nil || !strings.Contains(err.Error(), tt.file) {
+				t.Fatalf("rendering with a broken %s: %v; want an error naming it", tt.file, err)
+			}
+		})
+	}
+}
+
+// TestStrictDecode: the decoding every rendering goes through refuses an
+// unknown field, a wrong type and an unknown kind, in Kubernetes' types
+// and the prometheus-operator's alike.
+func TestStrictDecode(t *testing.T) {
+	s := scheme(t)
+	for name, doc := range map[string]string{
+		"unknown field": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replica: 2}\n",
+		"wrong type":    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: [1]}\n",
+		"unknown field of a ServiceMonitor": "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: x}\n" +
+			"spec: {selector: {}, endpoint: [{port: metrics}]}\n",
+		"unknown field of a PrometheusRule": "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata: {name: x}\n" +
+			"spec: {groups: [{name: g, rules: [{alert: A, expr: up, for: 1m, runbook: x}]}]}\n",
+		"unknown kind": "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: x}\n",
+	} {
+		if _, err := decodeObjects(s, map[string]string{"t.yaml": doc}); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+	ok := "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: x}\nspec: {selector: {}, endpoints: [{port: metrics}]}\n"
+	if _, err := decodeObjects(s, map[string]string{"t.yaml": ok}); err != nil {
+		t.Errorf("a valid ServiceMonitor: %v", err)
+	}
+}
