@@ -201,33 +201,11 @@ func (p *printer) gateway(g *Gateway) {
 	if g == nil {
 		return
 	}
-	var total float64
-	var parts []string
-	for _, c := range classes {
-		if n, ok := g.Requests[c]; ok {
-			total += n
-			parts = append(parts, fmt.Sprintf("%s %s", c, num(n)))
-		}
-	}
-	byClass := ""
-	if len(parts) > 0 {
-		byClass = " (" + strings.Join(parts, ", ") + ")"
-	}
+	total, byClass := splitByClass(g.Requests, num)
 	p.printf("gateway:   %s requests%s, %s refused, %s TokenReview errors, %s upgraded connections open\n",
 		num(total), byClass, num(g.Refused), num(g.TokenReviewErrors), num(g.UpgradedConnections))
 	if r := g.Rates; r != nil {
-		var total float64
-		var parts []string
-		for _, c := range classes {
-			if n, ok := r.Requests[c]; ok {
-				total += n
-				parts = append(parts, fmt.Sprintf("%s %s/s", c, rate(n)))
-			}
-		}
-		byClass := ""
-		if len(parts) > 0 {
-			byClass = " (" + strings.Join(parts, ", ") + ")"
-		}
+		total, byClass := splitByClass(r.Requests, func(n float64) string { return rate(n) + "/s" })
 		p.printf("           over %s: %s requests/s%s, %s refused/s, %s TokenReview errors/s\n",
 			seconds(r.IntervalSeconds), rate(total), byClass, rate(r.Refused), rate(r.TokenReviewErrors))
 	}
@@ -290,4 +268,20 @@ func orUnknown(s string) string {
 		return "identity not known yet"
 	}
 	return s
+}
+
+// splitByClass sums requests by status class and lists them in class
+// order, as " (2xx N, 4xx N)" ("" when there are none).
+func splitByClass(requests map[string]float64, format func(float64) string) (total float64, byClass string) {
+	var parts []string
+	for _, c := range classes {
+		if n, ok := requests[c]; ok {
+			total += n
+			parts = append(parts, c+" "+format(n))
+		}
+	}
+	if len(parts) > 0 {
+		byClass = " (" + strings.Join(parts, ", ") + ")"
+	}
+	return total, byClass
 }
