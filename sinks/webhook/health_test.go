@@ -189,7 +189,11 @@ func TestStatusComesFromTheSpool(t *testing.T) {
 			begin := time.Now()
 			// The sink's first delivery, a resync, spools the state.
 			fan := startFanout(t, e, state)
-			waitFor(t, "a few refusals", func() bool { return len(rc.all()) >= 3 })
+			// The receiver sees a request before the sender records its
+			// answer: wait for both.
+			waitFor(t, "a few refusals, recorded", func() bool {
+				return len(rc.all()) >= 3 && fan.Statuses()[0].LastResult != ""
+			})
 			if !tt.wantHealthy {
 				waitFor(t, "the sink to fail", func() bool { return !fan.Statuses()[0].Healthy })
 			}
