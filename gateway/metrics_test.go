@@ -136,7 +136,7 @@ func TestRequestsByClusterSet(t *testing.T) {
 				t.Fatal(err)
 			}
 			for name, want := range map[string]map[string]string{
-				"hubsync_gateway_requests_total": {"cluster": tt.cluster, "cluster_set": tt.set, "code": strconv.Itoa(tt.code), "mode": tt.mode},
+				"hubsync_gateway_requests_total":           {"cluster": tt.cluster, "cluster_set": tt.set, "code": strconv.Itoa(tt.code), "mode": tt.mode},
 				"hubsync_gateway_request_duration_seconds": {"cluster_set": tt.set, "mode": tt.mode},
 			} {
 				series := m[name].GetMetric()
