@@ -204,8 +204,7 @@ func newWorld(t testing.TB) *world {
 
 func (w *world) pool() *fakePool {
 	return &fakePool{states: map[string]tunnel.State{"c1": tunnel.StateReady, "c2": tunnel.StateReady, "down": tunnel.StateFailing},
-		sets: map[string]string{"c1": "prod", "down": "edge"},
-		msa:  "msa-token", keys: map[string][]byte{"c1": w.c1.jwks(), "c2": w.c2.jwks()}}
+		msa: "msa-token", keys: map[string][]byte{"c1": w.c1.jwks(), "c2": w.c2.jwks()}, sets: map[string]string{"c1": "prod", "down": "edge"}}
 }
 
 func (w *world) reviewer() *mapReviewer {
