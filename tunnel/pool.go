@@ -637,7 +637,10 @@ func (p *Pool) Status(cluster string) (Status, bool) {
 	p.mu.Lock()
 	e := p.entries[cluster]
 	idle := e == nil && p.opts.OnDemand && p.servedLocked(cluster)
-	set := p.targets[cluster].ClusterSet
+	var set string
+	if idle {
+		set = p.targets[cluster].ClusterSet
+	}
 	p.mu.Unlock()
 	switch {
 	case idle:
