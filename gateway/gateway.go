@@ -192,14 +192,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // request is what one request's log line and metrics say.
 type request struct {
-	start    time.Time
-	addr     string // the client's address, the key of its refusal limit
-	cluster  string // only once known to be served: bounds metric labels
-	mode     string
-	user     string
-	refusal  string
-	upgrade  bool
-	switched bool // the cluster answered 101 and the connection was handed over
+	start   time.Time
+	addr    string // the client's address, the key of its refusal limit
+	cluster string // only once known to be served: bounds metric labels
+	// clusterSet is the cluster's ManagedClusterSet, as the pool's status
+	// names it, once the cluster is known to be served.
+	clusterSet string
+	mode       string
+	user       string
+	refusal    string
+	upgrade    bool
+	switched   bool // the cluster answered 101 and the connection was handed over
 	// bodyDeadline: reading the body is bounded by BodyTimeout.
 	bodyDeadline bool
 	watch        bool
@@ -253,7 +256,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, rq *request) {
 			fmt.Sprintf("cluster %q is not served by this gateway (no ClusterProfile or tunnel for it)", route.Cluster)))
 		return
 	}
-	rq.cluster = route.Cluster
+	rq.cluster, rq.clusterSet = route.Cluster, st.ClusterSet
 	if st.State != tunnel.StateReady && st.State != tunnel.StateFailing {
 		st = g.waitForTunnel(r.Context(), route.Cluster, st)
 	}
@@ -666,7 +669,7 @@ func (g *Gateway) finish(w *recorder, r *http.Request, rq *request) {
 	case code == 0:
 		code = http.StatusOK
 	}
-	g.m.requests.WithLabelValues(rq.cluster, strconv.Itoa(code), rq.mode).Inc()
+	g.m.requests.WithLabelValues(rq.cluster, rq.clusterSet, strconv.Itoa(code), rq.mode).Inc()
 	if rq.refusal != "" {
 		g.m.refused.WithLabelValues(rq.refusal).Inc()
 	}
@@ -675,7 +678,7 @@ func (g *Gateway) finish(w *recorder, r *http.Request, rq *request) {
 	}
 	elapsed := time.Since(rq.start)
 	if !rq.upgrade && !rq.watch {
-		g.m.duration.WithLabelValues(rq.mode).Observe(elapsed.Seconds())
+		g.m.duration.WithLabelValues(rq.mode, rq.clusterSet).Observe(elapsed.Seconds())
 	}
 	level := slog.LevelDebug
 	if code >= 500 && code != 503 {

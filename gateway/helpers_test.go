@@ -83,6 +83,7 @@ func (f *mapReviewer) reviews() int {
 // reaches "the cluster", as the pool's round trippers receive it.
 type fakePool struct {
 	states map[string]tunnel.State
+	sets   map[string]string // cluster -> its ManagedClusterSet
 	msa    string
 	keys   map[string][]byte // cluster -> JWKS
 	// answer, if set, makes the cluster's answers.
@@ -99,7 +100,7 @@ func (p *fakePool) Status(c string) (tunnel.Status, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s, ok := p.states[c]
-	return tunnel.Status{Cluster: c, State: s, Reason: "dial: no agent"}, ok
+	return tunnel.Status{Cluster: c, ClusterSet: p.sets[c], State: s, Reason: "dial: no agent"}, ok
 }
 
 // WaitReady: a cluster named in dials becomes ready when asked (its dial
@@ -203,7 +204,7 @@ func newWorld(t testing.TB) *world {
 
 func (w *world) pool() *fakePool {
 	return &fakePool{states: map[string]tunnel.State{"c1": tunnel.StateReady, "c2": tunnel.StateReady, "down": tunnel.StateFailing},
-		msa: "msa-token", keys: map[string][]byte{"c1": w.c1.jwks(), "c2": w.c2.jwks()}}
+		msa: "msa-token", keys: map[string][]byte{"c1": w.c1.jwks(), "c2": w.c2.jwks()}, sets: map[string]string{"c1": "prod", "down": "edge"}}
 }
 
 func (w *world) reviewer() *mapReviewer {

@@ -41,17 +41,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hubsync_gateway_requests_total",
-			Help: "Gateway requests by cluster (empty until the cluster is known to be served, so that clients cannot make up label values), HTTP code and mode (impersonate, passthrough, refused).",
-		}, []string{"cluster", "code", "mode"}),
+			Help: "Gateway requests by cluster (empty until the cluster is known to be served, so that clients cannot make up label values), cluster_set (the cluster's ManagedClusterSet, from its cluster.open-cluster-management.io/clusterset label; empty when it has none or the cluster is not known), HTTP code and mode (impersonate, passthrough, refused).",
+		}, []string{"cluster", "cluster_set", "code", "mode"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hubsync_gateway_refused_total",
 			Help: "Gateway requests answered by the gateway itself instead of a cluster, by reason (connection_header, bad_path, no_token, impersonation_header, credential_in_url, hub_token_refused, not_cluster_token, rate_limited, reviews_busy, cluster_not_served, cluster_not_ready, redirect, identity_mismatch, ...).",
 		}, []string{"reason"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "hubsync_gateway_request_duration_seconds",
-			Help:    "Time to serve gateway requests, watches, follows and upgraded connections excluded, by mode.",
+			Help:    "Time to serve gateway requests, watches, follows and upgraded connections excluded, by mode and cluster_set (the cluster's ManagedClusterSet; empty when it has none or the cluster is not known).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"mode"}),
+		}, []string{"mode", "cluster_set"}),
 		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hubsync_gateway_token_reviews_total",
 			Help: "Bearer tokens checked with the hub's TokenReview, by result: authenticated (a hub identity), unauthenticated, error (the hub could not be asked), busy (too many reviews in flight: not asked), skipped (an expired hub token, refused without asking).",

@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -99,6 +101,65 @@ func TestTokenReviewDuration(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRequestsByClusterSet: a request is counted, and its duration
+// observed, under the ManagedClusterSet of its cluster as the pool names
+// it; a cluster in no set, and a request with no known cluster, under "".
+func TestRequestsByClusterSet(t *testing.T) {
+	w := newWorld(t)
+	tests := []struct {
+		name    string
+		path    string
+		code    int
+		cluster string
+		set     string
+		mode    string
+	}{
+		{name: "a cluster of set prod", path: "/c1/api", code: http.StatusOK, cluster: "c1", set: "prod", mode: modeImpersonate},
+		{name: "a cluster in no set", path: "/c2/api", code: http.StatusOK, cluster: "c2", set: "", mode: modeImpersonate},
+		{name: "a failing cluster of set edge", path: "/down/api", code: http.StatusServiceUnavailable, cluster: "down", set: "edge", mode: modeImpersonate},
+		{name: "a cluster not served", path: "/nowhere/api", code: http.StatusNotFound, cluster: "", set: "", mode: modeImpersonate},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			g, err := New(configured(Options{Pool: w.pool(), Reviewer: w.reviewer(), Registerer: reg}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec := serve(g, http.MethodGet, tt.path, bearer(w.hubToken)); rec.Code != tt.code {
+				t.Fatalf("answered %d %s; want %d", rec.Code, rec.Body, tt.code)
+			}
+			m, err := testutil.Gather(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, want := range map[string]map[string]string{
+				"hubsync_gateway_requests_total":           {"cluster": tt.cluster, "cluster_set": tt.set, "code": strconv.Itoa(tt.code), "mode": tt.mode},
+				"hubsync_gateway_request_duration_seconds": {"cluster_set": tt.set, "mode": tt.mode},
+			} {
+				series := m[name].GetMetric()
+				if len(series) != 1 {
+					t.Fatalf("%s has %d series; want 1:\n%s", name, len(series), m.Text())
+				}
+				if got := labelsOf(series[0]); !maps.Equal(got, want) {
+					t.Errorf("%s: labels %v; want %v", name, got, want)
+				}
+				if v := m.Value(name, nil); v != 1 {
+					t.Errorf("%s counts %v requests; want 1", name, v)
+				}
+			}
+		})
+	}
+}
+
+func labelsOf(s *dto.Metric) map[string]string {
+	out := map[string]string{}
+	for _, p := range s.GetLabel() {
+		out[p.GetName()] = p.GetValue()
+	}
+	return out
 }
 
 func labelOf(pairs []*dto.LabelPair, name string) string {

@@ -79,10 +79,10 @@ hubsync_sink_last_success_timestamp_seconds{sink="hook",type="webhook"} %s
 		fmt.Fprintf(&b, "hubsync_tunnel_state_since_timestamp_seconds{cluster=\"edge-%02d\"} %s\n", i, unix(time.Duration(100-i)*time.Minute))
 	}
 	fmt.Fprintf(&b, `# TYPE hubsync_gateway_requests_total counter
-hubsync_gateway_requests_total{cluster="ok-1",code="200",mode="http"} %v
-hubsync_gateway_requests_total{cluster="ok-1",code="201",mode="http"} 10
-hubsync_gateway_requests_total{cluster="edge-00",code="502",mode="http"} 7
-hubsync_gateway_requests_total{cluster="ok-1",code="403",mode="http"} 3
+hubsync_gateway_requests_total{cluster="ok-1",cluster_set="prod",code="200",mode="impersonate"} %v
+hubsync_gateway_requests_total{cluster="ok-2",cluster_set="",code="201",mode="impersonate"} 10
+hubsync_gateway_requests_total{cluster="edge-00",cluster_set="edge",code="502",mode="impersonate"} 7
+hubsync_gateway_requests_total{cluster="ok-1",cluster_set="prod",code="403",mode="impersonate"} 3
 # TYPE hubsync_gateway_refused_total counter
 hubsync_gateway_refused_total{reason="unauthenticated"} %v
 # TYPE hubsync_gateway_token_reviews_total counter

@@ -122,7 +122,7 @@ func (e *entry) status() Status {
 		conns++
 	}
 	return Status{
-		Cluster: e.cluster, State: e.state, Reason: e.reason, Since: e.since,
+		Cluster: e.cluster, ClusterSet: e.target.ClusterSet, State: e.state, Reason: e.reason, Since: e.since,
 		ProbeLatency: e.latency, LastProbe: e.probed, Address: e.target.Address,
 		Credential: e.target.TokenFingerprint, Dials: e.dials, Connections: conns,
 	}

@@ -84,6 +84,10 @@ type Target struct {
 	TokenFingerprint string
 	// UID is the ManagedCluster's, for the Events recorded on it.
 	UID types.UID
+	// ClusterSet is the ManagedClusterSet the cluster belongs to (its
+	// cluster.open-cluster-management.io/clusterset label); empty when
+	// none. The gateway labels what it measures with it.
+	ClusterSet string
 	// Err says why the cluster cannot be dialed (for example no API
 	// server URL in direct mode); the entry reports it as failing.
 	Err error
@@ -559,7 +563,9 @@ func (p *Pool) notify(st Status, namespaces []string) {
 // Status is one entry's state.
 type Status struct {
 	Cluster string `json:"cluster"`
-	State   State  `json:"state"`
+	// ClusterSet is the cluster's ManagedClusterSet (Target.ClusterSet).
+	ClusterSet string `json:"clusterSet,omitempty"`
+	State      State  `json:"state"`
 	// Reason says why the entry is failing; empty otherwise.
 	Reason string `json:"reason,omitempty"`
 	// Since is when the entry entered its state.
@@ -631,10 +637,14 @@ func (p *Pool) Status(cluster string) (Status, bool) {
 	p.mu.Lock()
 	e := p.entries[cluster]
 	idle := e == nil && p.opts.OnDemand && p.servedLocked(cluster)
+	var set string
+	if idle {
+		set = p.targets[cluster].ClusterSet
+	}
 	p.mu.Unlock()
 	switch {
 	case idle:
-		return Status{Cluster: cluster, State: StateIdle}, true
+		return Status{Cluster: cluster, ClusterSet: set, State: StateIdle}, true
 	case e == nil:
 		return Status{}, false
 	}

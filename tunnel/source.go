@@ -249,7 +249,9 @@ func (s *Source) sync(cluster string) {
 
 // target derives where and how to reach the cluster.
 func (s *Source) target(mc *clusterv1.ManagedCluster, sec *corev1.Secret) Target {
-	var t Target
+	// Only the exclusive set the label names is the cluster's group: sets
+	// that select clusters by label may overlap.
+	t := Target{ClusterSet: mc.Labels[hub.LabelClusterSet]}
 	var u *url.URL
 	var caBundle []byte
 	for _, c := range mc.Spec.ManagedClusterClientConfigs {

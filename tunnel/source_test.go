@@ -62,6 +62,12 @@ func TestTargetFromTheHub(t *testing.T) {
 			want: Target{Address: "1.2.3.4:6443", ServerName: "api.internal", CA: []byte("ca")}},
 		{name: "a URL that is not one",
 			opts: SourceOptions{Transport: TransportDirect}, cluster: mc("://nope", ""), wantErr: "is not a URL"},
+		{name: "the cluster's set from its label",
+			opts: SourceOptions{Transport: TransportDirect}, cluster: inSet(mc("https://1.2.3.4:6443", "ca"), "prod"),
+			want: Target{Address: "1.2.3.4:6443", ServerName: "1.2.3.4", CA: []byte("ca"), ClusterSet: "prod"}},
+		{name: "the set also when the cluster cannot be dialed",
+			opts: SourceOptions{Transport: TransportDirect}, cluster: inSet(mc("", ""), "edge"),
+			want: Target{ClusterSet: "edge"}, wantErr: "no spec.managedClusterClientConfigs URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,6 +80,9 @@ func TestTargetFromTheHub(t *testing.T) {
 			}
 			s := &Source{opts: tt.opts, tmpl: tmpl}
 			got := s.target(tt.cluster, tt.secret)
+			if got.ClusterSet != tt.want.ClusterSet {
+				t.Fatalf("cluster set %q, want %q", got.ClusterSet, tt.want.ClusterSet)
+			}
 			if tt.wantErr != "" {
 				if got.Err == nil || !strings.Contains(got.Err.Error(), tt.wantErr) {
 					t.Fatalf("err %v, want %q", got.Err, tt.wantErr)
@@ -89,6 +98,65 @@ func TestTargetFromTheHub(t *testing.T) {
 			got.TokenFingerprint = ""
 			if got.Address != tt.want.Address || got.ServerName != tt.want.ServerName || string(got.CA) != string(tt.want.CA) || got.Token != tt.want.Token {
 				t.Fatalf("target %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func inSet(mc *clusterv1.ManagedCluster, set string) *clusterv1.ManagedCluster {
+	mc.Labels = map[string]string{hub.LabelClusterSet: set}
+	return mc
+}
+
+// TestSourceFollowsTheClusterSet: the pool's status of a cluster names
+// the set its ManagedCluster's label names, and follows the label as it
+// changes and goes, whether the cluster's entry is dialed or waits for
+// its first request (on demand).
+func TestSourceFollowsTheClusterSet(t *testing.T) {
+	for _, onDemand := range []bool{false, true} {
+		t.Run(fmt.Sprintf("onDemand=%v", onDemand), func(t *testing.T) {
+			mc := &clusterv1.ManagedCluster{ObjectMeta: metav1.ObjectMeta{Name: "edge-1",
+				Labels: map[string]string{"pick": "yes", hub.LabelClusterSet: "prod"}},
+				Spec: clusterv1.ManagedClusterSpec{ManagedClusterClientConfigs: []clusterv1.ClientConfig{{URL: "https://127.0.0.1:1"}}}}
+			p, _ := newTestPool(t, func(o *Options) {
+				o.OnDemand, o.IdleTimeout = onDemand, time.Hour
+			})
+			cc := clusterfake.NewSimpleClientset(mc)
+			s, err := NewSource(cc, kubefake.NewSimpleClientset(), metadatafake.NewSimpleMetadataClient(runtime.NewScheme()),
+				SourceOptions{Transport: TransportDirect, DialAddress: "{{.ServerHost}}",
+					Selector: labels.SelectorFromSet(labels.Set{"pick": "yes"}), ClusterManager: "cm"}, p, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if err := s.Run(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, set := range []string{"prod", "staging", ""} {
+				if set != "prod" {
+					mc = mc.DeepCopy()
+					if set == "" {
+						delete(mc.Labels, hub.LabelClusterSet)
+					} else {
+						mc.Labels[hub.LabelClusterSet] = set
+					}
+					if _, err := cc.ClusterV1().ManagedClusters().Update(ctx, mc, metav1.UpdateOptions{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := testutil.Poll(ctx, 10*time.Second, 5*time.Millisecond, func() error {
+					st, ok := p.Status("edge-1")
+					switch {
+					case !ok:
+						return errors.New("not served")
+					case st.ClusterSet != set:
+						return fmt.Errorf("status names set %q (state %s)", st.ClusterSet, st.State)
+					}
+					return nil
+				}); err != nil {
+					t.Fatalf("label set to %q: %v", set, err)
+				}
 			}
 		})
 	}

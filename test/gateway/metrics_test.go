@@ -46,7 +46,8 @@ var prometheusSeries = map[string]bool{
 // reconcile, events to both sinks, a gateway request served through a
 // tunnel and one refused, and then requires every metric named by a
 // query of charts/hubsync/files/dashboard.json or an expression of
-// charts/hubsync/files/alerts.yaml to be in its /metrics.
+// charts/hubsync/files/alerts.yaml to be in its /metrics, and the served
+// request under its cluster's set (cluster_set).
 func TestDashboardAndAlertMetricsExist(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -121,10 +122,17 @@ func TestDashboardAndAlertMetricsExist(t *testing.T) {
 		if len(missing) > 0 {
 			return fmt.Errorf("%d missing", len(missing))
 		}
+		// The request served above, under the set the cluster is in:
+		// what the dashboard's panels by cluster set read.
+		bySet := testutil.Labels{"cluster": cluster, "cluster_set": consumerSet, "code": "200"}
+		if !scraped.Has("hubsync_gateway_requests_total", bySet) ||
+			!scraped.Has("hubsync_gateway_request_duration_seconds", testutil.Labels{"cluster_set": consumerSet}) {
+			return fmt.Errorf("no request to %s counted and timed under cluster_set=%q", cluster, consumerSet)
+		}
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("metrics named by the dashboard or the alerts that the daemon does not expose (%v):\n  %s",
+		t.Fatalf("metrics named by the dashboard or the alerts that the daemon does not expose, or the gateway's series by cluster set (%v):\n  %s",
 			err, strings.Join(missing, "\n  "))
 	}
 	t.Logf("all %d metrics named by the dashboard and the alerts are exposed", len(used))

@@ -23,10 +23,10 @@ const uid = "hubsync-overview"
 // says the same at more length.
 const description = "hubsync: convergence of profiles and credential copies, events on the bus, " +
 	"each sink's delivery and backlog, the tunnel pool and the access gateway. " +
-	"Gateway latency is the fleet's, by mode: hubsync_gateway_request_duration_seconds has no cluster label, " +
+	"Gateway latency is the fleet's, by mode, and each cluster set's (ManagedClusterSet): " +
+	"hubsync_gateway_request_duration_seconds has a cluster_set label but no cluster label, " +
 	"so that a fleet of thousands of clusters does not cost thousands of histograms. " +
-	"Request rates and codes are broken down per cluster (the busiest ten, and the ten with most 5xx answers). " +
-	"No metric carries the cluster's ManagedClusterSet, so nothing is broken down by cluster group. " +
+	"Request rates and codes are broken down per cluster set, and per cluster (the busiest ten, and the ten with most 5xx answers). " +
 	"See docs/dashboard.md."
 
 // sel selects the series of the replicas chosen in the dashboard's
@@ -56,6 +56,12 @@ func quantile(q, labels, name string, matchers ...string) string {
 		by = labels + ", le"
 	}
 	return fmt.Sprintf("histogram_quantile(%s, sum by (%s) (rate(%s%s)))", q, by, m(name+"_bucket", matchers...), rate)
+}
+
+// noSet names the series of clusters in no cluster set "(none)", so that
+// a legend by cluster_set does not show them as nothing.
+func noSet(expr string) string {
+	return `label_replace(` + expr + `, "cluster_set", "(none)", "cluster_set", "")`
 }
 
 // query is one target of a panel.
@@ -331,10 +337,20 @@ func gateway(d *board) {
 	d.graph(8, "Refused", "reqps", "Requests the gateway answered itself instead of a cluster, by reason.",
 		q(rateBy("reason", "hubsync_gateway_refused_total"), "{{reason}}"))
 	d.graph(8, "Latency (fleet)", "s", "Time to serve gateway requests by mode, watches, follows and upgraded connections excluded. "+
-		"The whole fleet's: the histogram has no cluster label.",
+		"The whole fleet's: the histogram has no cluster label (see Latency by cluster set).",
 		q(quantile("0.5", "mode", "hubsync_gateway_request_duration_seconds"), "p50 {{mode}}"),
 		q(quantile("0.9", "mode", "hubsync_gateway_request_duration_seconds"), "p90 {{mode}}"),
 		q(quantile("0.99", "mode", "hubsync_gateway_request_duration_seconds"), "p99 {{mode}}"))
+	d.graph(8, "Requests by cluster set", "reqps", "Gateway requests per second to the clusters of each cluster set "+
+		"(ManagedClusterSet, the cluster's cluster.open-cluster-management.io/clusterset label), and their 5xx answers. "+
+		"(none): clusters in no set. Requests refused before their cluster is known to be served are left out (see Refused).",
+		q(noSet(rateBy("cluster_set", "hubsync_gateway_requests_total", `cluster!=""`)), "{{cluster_set}}"),
+		q(noSet(rateBy("cluster_set", "hubsync_gateway_requests_total", `cluster!=""`, `code=~"5.."`)), "5xx {{cluster_set}}"))
+	d.graph(8, "Latency by cluster set", "s", "Time to serve gateway requests to the clusters of each cluster set, all modes together, "+
+		"watches, follows and upgraded connections excluded. (none): clusters in no set, and requests for a cluster not served. "+
+		"Requests the gateway refused without an identity (mode refused) are left out.",
+		q(noSet(quantile("0.5", "cluster_set", "hubsync_gateway_request_duration_seconds", `mode!="refused"`)), "p50 {{cluster_set}}"),
+		q(noSet(quantile("0.99", "cluster_set", "hubsync_gateway_request_duration_seconds", `mode!="refused"`)), "p99 {{cluster_set}}"))
 	d.graph(8, "Busiest clusters", "reqps", "The ten clusters with most gateway requests per second.",
 		q("topk(10, "+rateBy("cluster", "hubsync_gateway_requests_total", `cluster!=""`)+")", "{{cluster}}"))
 	d.graph(8, "Clusters answering 5xx", "reqps", "The ten clusters with most 5xx answers per second through the gateway.",
