@@ -89,6 +89,7 @@ func (c *credentials) create(ctx context.Context, pair Pair, want *corev1.Secret
 			c.written.wrote(out)
 			c.foreign.writers.wrote(KindCredential, out.Namespace, out.Name, out.ResourceVersion, c.foreign.writers.copyPrint(want))
 			c.notify(stream.CredentialSynced, out)
+			c.log.Debug("credential copy created", "namespace", out.Namespace, "secret", out.Name, "source", hub.SourceKey(pair.Cluster, pair.MSA))
 		}
 		return err
 	})
@@ -119,6 +120,7 @@ func (c *credentials) update(ctx context.Context, u CopyUpdate, intent uint64) e
 			c.written.wrote(out)
 			c.foreign.writers.wrote(KindCredential, out.Namespace, out.Name, out.ResourceVersion, intent)
 			c.notify(typ, out)
+			c.log.Debug("credential copy updated", "namespace", out.Namespace, "secret", out.Name, "rotated", u.Rotated)
 		}
 		return err
 	})

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -244,6 +245,15 @@ func run(ctx context.Context, binary string, keep bool) error {
 	}
 	if err := sinks.print(ctx, hub, d); err != nil {
 		return err
+	}
+
+	step("hubsync status: what an operator sees of the running daemon (through kubectl port-forward on a hub)")
+	out, err := exec.CommandContext(ctx, binary, "status", "--address", d.Address).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("hubsync status: %w\n%s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		fmt.Println("   " + line)
 	}
 
 	step("What hubsync wrote (from its /metrics)")

@@ -31,7 +31,7 @@ const profileReturnRounds = 20
 // kube-controller-manager, so the test is the garbage collector: it deletes
 // the old copy as the collector does, guarded by its uid, and it decides
 // when. Each time, the copy must be back, owned by the new profile, within
-// a second of the profile's return, and stay.
+// moments of the profile's return (a bound of 3s), and stay.
 func TestCredentialCopyFollowsProfileReturn(t *testing.T) {
 	gate := newWatchGate()
 	cfg := rest.CopyConfig(hubConfig)
@@ -120,8 +120,12 @@ func (r *profileReturn) round(name string, play func(*roundStart)) {
 		back = p.UID
 		return nil
 	}, "%s: profile recreated", name)
-	took := testutil.Eventually(t, time.Second, 5*time.Millisecond, func() error { return r.checkCopy(back) },
-		"%s: the copy back, owned by the new profile, within a second of the profile; hubsync logs:\n%s", name, h.logs)
+	// A sanity bound, not a figure: the copy is back within about 100 ms
+	// here; a missed event would leave it missing until the next resync,
+	// an hour away in this harness. Loaded CI machines (-race, the suite
+	// running beside everything else) have taken over a second.
+	took := testutil.Eventually(t, 3*time.Second, 5*time.Millisecond, func() error { return r.checkCopy(back) },
+		"%s: the copy back, owned by the new profile, within 3s of the profile; hubsync logs:\n%s", name, h.logs)
 	// And it stays: what hubsync hears late changes nothing.
 	h.waitIdle()
 	if err := r.checkCopy(back); err != nil {
