@@ -33,27 +33,36 @@ var leaderInfoDesc = prometheus.NewDesc("hubsync_leader_info",
 	"1, labelled with the identity holding the leader Lease as this replica last saw it (this replica's own without leader election).",
 	[]string{"identity"}, nil)
 
-// leaderInfo is hubsync_leader_info: one series at most, whose identity
-// changes in one step, so that no scrape sees two leaders or none between
-// them.
+// leaderInfo is hubsync_leader_info: one series at most, read at each
+// scrape from the election's own record of the holder, so that it names
+// the holder the elector last observed. (client-go runs OnNewLeader on a
+// goroutine per change, so two quick changes could land out of order.)
 type leaderInfo struct {
-	mu       sync.Mutex
-	identity string
+	mu     sync.Mutex
+	holder func() string
 }
 
-func (l *leaderInfo) set(id string) {
+// set makes the series name id: this replica's own identity without
+// leader election.
+func (l *leaderInfo) set(id string) { l.follow(func() string { return id }) }
+
+// follow makes the series name whatever holder returns at each scrape.
+func (l *leaderInfo) follow(holder func() string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.identity = id
+	l.holder = holder
 }
 
 func (l *leaderInfo) Describe(ch chan<- *prometheus.Desc) { ch <- leaderInfoDesc }
 
 func (l *leaderInfo) Collect(ch chan<- prometheus.Metric) {
 	l.mu.Lock()
-	id := l.identity
+	holder := l.holder
 	l.mu.Unlock()
-	if id != "" {
+	if holder == nil {
+		return
+	}
+	if id := holder(); id != "" {
 		ch <- prometheus.MustNewConstMetric(leaderInfoDesc, prometheus.GaugeValue, 1, id)
 	}
 }
@@ -94,7 +103,6 @@ func runLeaderElected(ctx context.Context, c config.LeaderElection, kube kuberne
 			},
 			OnStoppedLeading: func() { log.Info("stopped leading", "lease", lease) },
 			OnNewLeader: func(leader string) {
-				info.set(leader)
 				if leader != id {
 					log.Info("another replica leads; standing by", "lease", lease, "leader", leader)
 				}
@@ -104,6 +112,7 @@ func runLeaderElected(ctx context.Context, c config.LeaderElection, kube kuberne
 	if err != nil {
 		return fmt.Errorf("leader election: %w", err)
 	}
+	info.follow(le.GetLeader)
 	// The election runs on a context of its own: cancelling it releases
 	// the lease, which must wait for fn.
 	electionCtx, stopElection := context.WithCancel(context.WithoutCancel(ctx))

@@ -63,10 +63,11 @@ func BaseURL(address string) string {
 // as hubsync, is an error that says so.
 func Read(ctx context.Context, client *http.Client, base string) (*Scrape, error) {
 	s := &Scrape{At: time.Now()}
-	body, code, err := get(ctx, client, base+"/metrics")
+	body, code, date, err := get(ctx, client, base+"/metrics")
 	if err != nil {
 		return nil, err
 	}
+	s.At = daemonClock(s.At, date)
 	if code != http.StatusOK {
 		return nil, fmt.Errorf("%s/metrics answered %d %s: %w", base, code, http.StatusText(code), ErrNotHubsync)
 	}
@@ -77,7 +78,7 @@ func Read(ctx context.Context, client *http.Client, base string) (*Scrape, error
 	if s.Metrics[mLeader] == nil {
 		return nil, fmt.Errorf("%s/metrics has no %s metric: %w", base, mLeader, ErrNotHubsync)
 	}
-	body, code, err = get(ctx, client, base+"/readyz?verbose")
+	body, code, _, err = get(ctx, client, base+"/readyz?verbose")
 	if err != nil {
 		return nil, err
 	}
@@ -106,21 +107,40 @@ func Read(ctx context.Context, client *http.Client, base string) (*Scrape, error
 // large fleet's tunnels are a few megabytes.
 const maxBody = 64 << 20
 
-func get(ctx context.Context, client *http.Client, url string) (string, int, error) {
+func get(ctx context.Context, client *http.Client, url string) (body string, code int, date string, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return "", 0, fmt.Errorf("request %s: %w", url, err)
+		return "", 0, "", fmt.Errorf("request %s: %w", url, err)
 	}
 	req.Header.Set("Accept", "text/plain")
 	resp, err := client.Do(req)
 	if err != nil {
-		return "", 0, fmt.Errorf("no answer from %s: %w (is hubsync running there? for a pod: "+
+		return "", 0, "", fmt.Errorf("no answer from %s: %w (is hubsync running there? for a pod: "+
 			"kubectl port-forward -n open-cluster-management-hub pod/POD 8080, then --address localhost:8080)", url, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return "", 0, fmt.Errorf("read %s: %w", url, err)
+		return "", 0, "", fmt.Errorf("read %s: %w", url, err)
 	}
-	return string(body), resp.StatusCode, nil
+	return string(data), resp.StatusCode, resp.Header.Get("Date"), nil
+}
+
+// maxSkew is how far the daemon's clock may be from this machine's before
+// ages are taken on the daemon's: the timestamps in its metrics are its own.
+const maxSkew = 2 * time.Second
+
+// daemonClock is the daemon's time when it answered: local, unless the
+// answer's Date header (whole seconds) says the daemon's clock is more
+// than maxSkew away, as on a workstation reaching a pod through a
+// port-forward.
+func daemonClock(local time.Time, date string) time.Time {
+	t, err := http.ParseTime(date)
+	if err != nil {
+		return local
+	}
+	if skew := t.Sub(local); skew > maxSkew || skew < -maxSkew {
+		return local.Add(skew)
+	}
+	return local
 }

@@ -40,6 +40,7 @@ hubsync_config_last_reload_success_timestamp_seconds %s
 # TYPE hubsync_config_reloads_total counter
 hubsync_config_reloads_total{result="applied"} 2
 hubsync_config_reloads_total{result="rejected"} 1
+hubsync_config_reloads_total{result="unchanged"} 5
 # TYPE hubsync_config_restart_required gauge
 hubsync_config_restart_required 0
 # TYPE hubsync_consumer_profiles gauge
@@ -366,5 +367,27 @@ func TestBaseURL(t *testing.T) {
 		if got := BaseURL(in); got != want {
 			t.Errorf("BaseURL(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestDaemonClock: ages are taken on the daemon's clock when its Date
+// header says it is more than maxSkew from this machine's.
+func TestDaemonClock(t *testing.T) {
+	local := time.Date(2026, 1, 2, 3, 4, 5, 500e6, time.UTC)
+	for _, tt := range []struct {
+		name, date string
+		want       time.Time
+	}{
+		{"no Date header", "", local},
+		{"a Date that does not parse", "yesterday", local},
+		{"within the skew", local.Add(time.Second).Format(http.TimeFormat), local},
+		{"a daemon ahead", local.Add(time.Hour).Format(http.TimeFormat), local.Add(time.Hour).Truncate(time.Second)},
+		{"a daemon behind", local.Add(-10 * time.Minute).Format(http.TimeFormat), local.Add(-10 * time.Minute).Truncate(time.Second)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := daemonClock(local, tt.date); !got.Equal(tt.want) {
+				t.Errorf("daemonClock(%s, %q) = %s; want %s", local, tt.date, got, tt.want)
+			}
+		})
 	}
 }

@@ -87,8 +87,10 @@ type Hub struct {
 type Config struct {
 	LastReloadSuccessful bool       `json:"lastReloadSuccessful"`
 	LastSuccess          *time.Time `json:"lastSuccess,omitempty"`
-	Reloads              int        `json:"reloads"`
-	RejectedReloads      int        `json:"rejectedReloads"`
+	// Reloads counts the reloads that changed something or were
+	// rejected; a reload of an unchanged file is not one.
+	Reloads         int `json:"reloads"`
+	RejectedReloads int `json:"rejectedReloads"`
 	// RestartRequired: a reload changed settings that only a restart
 	// applies.
 	RestartRequired bool `json:"restartRequired"`
@@ -194,9 +196,10 @@ func Summarize(address string, cur, prev *Scrape) Status {
 		st.Config = &Config{
 			LastReloadSuccessful: m.value(mReloadOK, nil) == 1,
 			LastSuccess:          timestamp(m.value(mReloadSuccessAt, nil)),
-			Reloads:              int(m.value(mReloads, nil)),
-			RejectedReloads:      int(m.value(mReloads, map[string]string{"result": "rejected"})),
-			RestartRequired:      m.value(mRestartRequired, nil) == 1,
+			Reloads: int(m.value(mReloads, map[string]string{"result": "applied"}) +
+				m.value(mReloads, map[string]string{"result": "rejected"})),
+			RejectedReloads: int(m.value(mReloads, map[string]string{"result": "rejected"})),
+			RestartRequired: m.value(mRestartRequired, nil) == 1,
 		}
 	}
 	if st.Leader.Leading {

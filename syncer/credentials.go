@@ -218,8 +218,7 @@ func (c *credentials) addHandlers() error {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
 	}{
-		{c.msaInformers.Authentication().V1beta1().ManagedServiceAccounts().Informer(),
-			cache.ResourceEventHandlerFuncs{AddFunc: addMSA, UpdateFunc: func(_, obj any) { addMSA(obj) }, DeleteFunc: addMSA}},
+		{c.msaInformers.Authentication().V1beta1().ManagedServiceAccounts().Informer(), onEvent(addMSA)},
 		// A token Secret belongs to the MSAs whose status.tokenSecretRef
 		// names it (and, before any MSA reports it, to the MSA of its own
 		// name, which the agent gives it).

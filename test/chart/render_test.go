@@ -254,7 +254,7 @@ config:
 		},
 		{
 			name:   "optional parts off",
-			values: `{rbac: {kueue: false}, admissionPolicy: {enabled: false}, networkPolicy: {enabled: false}, podDisruptionBudget: {enabled: false}, config: {leaderElection: {enabled: false}}}`,
+			values: `{replicas: 1, rbac: {kueue: false}, admissionPolicy: {enabled: false}, networkPolicy: {enabled: false}, podDisruptionBudget: {enabled: false}, config: {leaderElection: {enabled: false}}}`,
 			want: without(baseObjects, "ClusterRole/hubsync-kueue", "ClusterRoleBinding/hubsync-kueue", "ValidatingAdmissionPolicy/hubsync-secret-writes",
 				"ValidatingAdmissionPolicyBinding/hubsync-secret-writes", "NetworkPolicy/hubsync", "PodDisruptionBudget/hubsync",
 				"Role/hubsync-leader-election", "RoleBinding/hubsync-leader-election"),
@@ -420,6 +420,7 @@ func TestValuesRefused(t *testing.T) {
 		{"cluster permissions without the gateway's ManagedServiceAccount",
 			`{clusterPermission: {clusters: [a]}, config: {gateway: {enabled: true}}}`, []string{"config.tunnel.managedServiceAccount"}},
 		{"a metrics address without a port", `config: {server: {address: disabled}}`, []string{`"disabled" has no port`}},
+		{"several replicas without leader election", `config: {leaderElection: {enabled: false}}`, []string{"replicas is 2", "leaderElection.enabled false"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
