@@ -71,6 +71,11 @@ type query struct {
 
 func q(expr, legend string) query { return query{expr, legend} }
 
+// medianAndP99 are the fleet's p50 and p99 of a histogram.
+func medianAndP99(name string) []query {
+	return []query{q(quantile("0.5", "", name), "p50"), q(quantile("0.99", "", name), "p99")}
+}
+
 // board builds the dashboard, numbering panels as they are added.
 type board struct {
 	b      *dashboard.DashboardBuilder
@@ -276,8 +281,7 @@ func bus(d *board) {
 	d.graph(8, "Bus connected", "short", "1 while a replica is connected to NATS.",
 		q("max by (pod) ("+m("hubsync_bus_connected")+")", "{{pod}}"))
 	d.graph(12, "Publish duration", "s", "Time from sending an event to JetStream's acknowledgement, per attempt.",
-		q(quantile("0.5", "", "hubsync_bus_publish_duration_seconds"), "p50"),
-		q(quantile("0.99", "", "hubsync_bus_publish_duration_seconds"), "p99"))
+		medianAndP99("hubsync_bus_publish_duration_seconds")...)
 	d.graph(12, "Bus lag", "s", "Time from a change being made to its event being on the bus (the nats sink's delivery lag).",
 		q(quantile("0.5", "", "hubsync_sink_delivery_lag_duration_seconds", `sink="nats"`), "p50"),
 		q(quantile("0.99", "", "hubsync_sink_delivery_lag_duration_seconds", `sink="nats"`), "p99"))
@@ -320,11 +324,9 @@ func tunnels(d *board) {
 		q(rateBy("result", "hubsync_tunnel_probes_total"), "probe {{result}}"),
 		q(rateBy("state", "hubsync_tunnel_transitions_total"), "to {{state}}"))
 	d.graph(8, "Dial duration", "s", "Time to dial a pool entry: tunnel, TLS and HTTP/2 handshakes.",
-		q(quantile("0.5", "", "hubsync_tunnel_dial_duration_seconds"), "p50"),
-		q(quantile("0.99", "", "hubsync_tunnel_dial_duration_seconds"), "p99"))
+		medianAndP99("hubsync_tunnel_dial_duration_seconds")...)
 	d.graph(8, "Probe round trip", "s", "Round trip of successful probes of pool entries.",
-		q(quantile("0.5", "", "hubsync_tunnel_probe_duration_seconds"), "p50"),
-		q(quantile("0.99", "", "hubsync_tunnel_probe_duration_seconds"), "p99"))
+		medianAndP99("hubsync_tunnel_probe_duration_seconds")...)
 	d.list(8, "Failing tunnels", "s", "The clusters whose entry is failing, longest first (at most 20), and for how long.",
 		q("topk(20, max by (cluster, pod) ((time() - "+m("hubsync_tunnel_state_since_timestamp_seconds")+") and on (cluster, pod) ("+
 			m("hubsync_tunnel_state", `state="failing"`)+" == 1)))", ""))
@@ -359,11 +361,9 @@ func gateway(d *board) {
 		q(rateBy("result", "hubsync_gateway_token_reviews_total"), "{{result}}"),
 		q(rateBy("", "hubsync_gateway_token_review_cache_hits_total"), "cache hits"))
 	d.graph(8, "TokenReview duration", "s", "Time the hub took to answer the gateway's TokenReviews.",
-		q(quantile("0.5", "", "hubsync_gateway_token_review_duration_seconds"), "p50"),
-		q(quantile("0.99", "", "hubsync_gateway_token_review_duration_seconds"), "p99"))
+		medianAndP99("hubsync_gateway_token_review_duration_seconds")...)
 	d.graph(8, "Tunnel wait", "s", "How long requests waited for a cluster's tunnel that was still connecting (bounded by gateway.tunnelWait).",
-		q(quantile("0.5", "", "hubsync_gateway_tunnel_wait_duration_seconds"), "p50"),
-		q(quantile("0.99", "", "hubsync_gateway_tunnel_wait_duration_seconds"), "p99"))
+		medianAndP99("hubsync_gateway_tunnel_wait_duration_seconds")...)
 	d.graph(8, "Upgraded connections", "short", "Exec, attach and port-forward connections open through each replica's gateway.",
 		q("sum by (pod) ("+m("hubsync_gateway_upgraded_connections")+")", "{{pod}}"))
 }
