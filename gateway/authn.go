@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -98,6 +100,7 @@ type CachedReviewer struct {
 	o        ReviewCacheOptions
 	reviews  *expiring[tokenKey, Identity]
 	inFlight chan struct{}
+	keys     keyHashers
 	// flight makes concurrent misses of one token (every request in
 	// flight when its entry expires) send one TokenReview.
 	flight singleflight.Group
@@ -106,7 +109,39 @@ type CachedReviewer struct {
 // tokenKey identifies a token without holding it.
 type tokenKey [sha256.Size]byte
 
-func keyOf(token string) tokenKey { return sha256.Sum256([]byte(token)) }
+// keyHashers compute a token's key, its SHA-256, on the hot path without
+// allocating: sha256.Sum256([]byte(token)) allocates both the hasher (an
+// interface) and the token's copy, which escapes through it.
+type keyHashers struct{ pool sync.Pool }
+
+// keyHasher is a hasher with a buffer it reads a token through.
+type keyHasher struct {
+	h   hash.Hash
+	buf [512]byte
+}
+
+func (p *keyHashers) key(token string) tokenKey {
+	k, _ := p.pool.Get().(*keyHasher)
+	if k == nil {
+		k = &keyHasher{h: sha256.New()}
+	}
+	defer p.pool.Put(k)
+	return k.sum(token)
+}
+
+// sum is token's SHA-256; no part of the token stays behind in k.
+func (k *keyHasher) sum(token string) tokenKey {
+	k.h.Reset()
+	for rest := token; len(rest) > 0; {
+		n := copy(k.buf[:], rest)
+		_, _ = k.h.Write(k.buf[:n])
+		rest = rest[n:]
+	}
+	clear(k.buf[:min(len(token), len(k.buf))])
+	var key tokenKey
+	k.h.Sum(key[:0])
+	return key
+}
 
 // NewCachedReviewer wraps next.
 func NewCachedReviewer(next Reviewer, o ReviewCacheOptions) (*CachedReviewer, error) {
@@ -132,7 +167,7 @@ func NewCachedReviewer(next Reviewer, o ReviewCacheOptions) (*CachedReviewer, er
 // Review answers from the cache when a positive review of token is fresh,
 // else asks next.
 func (c *CachedReviewer) Review(ctx context.Context, token string) (Identity, bool, error) {
-	return c.review(ctx, keyOf(token), token)
+	return c.review(ctx, c.keys.key(token), token)
 }
 
 // cached returns the identity of a fresh positive review of key.

@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -159,4 +162,31 @@ func newCached(t *testing.T, next Reviewer, o ReviewCacheOptions) *CachedReviewe
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestTokenKeys: a token's key is its SHA-256 at every length around the
+// hasher's buffer, from concurrent callers, and leaves no byte of the
+// token in the pooled buffer.
+func TestTokenKeys(t *testing.T) {
+	var keys keyHashers
+	var wg sync.WaitGroup
+	for _, n := range []int{0, 1, 511, 512, 513, 1024, 1500, 4096} {
+		token := strings.Repeat("t", n)
+		want := tokenKey(sha256.Sum256([]byte(token)))
+		for range 4 {
+			wg.Go(func() {
+				if got := keys.key(token); got != want {
+					t.Errorf("key of a %d-byte token = %x, want %x", n, got, want)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	k := &keyHasher{h: sha256.New()}
+	if got, want := k.sum(strings.Repeat("s", 700)), tokenKey(sha256.Sum256([]byte(strings.Repeat("s", 700)))); got != want {
+		t.Errorf("sum = %x, want %x", got, want)
+	}
+	if bytes.ContainsRune(k.buf[:], 's') {
+		t.Error("the token stayed in the hasher's buffer")
+	}
 }

@@ -240,7 +240,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, rq *request) {
 			return
 		}
 	}
-	key := keyOf(token)
+	key := g.reviewer.keys.key(token)
 	st, served := g.opts.Pool.Status(route.Cluster)
 	d, ref := g.decide(r.Context(), rq.addr, route.Cluster, served, token, key)
 	if ref != nil {
@@ -582,7 +582,26 @@ func (g *Gateway) answer(w *recorder, rq *request, resp *http.Response, key toke
 		// again on another replica.
 		resp.Body = rq.flight.watch(resp.Body)
 	}
+	if !rq.switched {
+		moveHeader(w.Header(), resp.Header)
+	}
 	return nil
+}
+
+// moveHeader gives dst src's headers, leaving src empty, as Go's proxy
+// would next copy them (httputil's copyHeader adds each value, which
+// allocates per value): the proxy then finds nothing left to copy. The
+// proxy has already removed the hop-by-hop headers from src. Not for a
+// 101, whose headers the proxy writes from src itself.
+func moveHeader(dst, src http.Header) {
+	for k, vs := range src {
+		if have, ok := dst[k]; ok {
+			dst[k] = append(have, vs...)
+		} else {
+			dst[k] = vs
+		}
+	}
+	clear(src)
 }
 
 // proxyError answers a request the pool or the cluster failed.

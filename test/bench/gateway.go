@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -281,7 +282,11 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 
 	procs := daemons.procs()
 	if gatewayHot != "" {
-		return gatewayHotLoop(ctx, daemons, procs, modes[gw])
+		var baseline *gatewayMode
+		if len(modes) > base {
+			baseline = &modes[base]
+		}
+		return gatewayHotLoop(ctx, daemons, procs, modes[gw], baseline)
 	}
 	// What every process uses idle, over the same clock as the figures
 	// below: per request, the CPU figures include it for the request's
@@ -463,31 +468,69 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 // gatewayHotLoop loads the hubsync gateway through konnectivity with one
 // kind of request (--gateway-hot) in rounds of 5 s and prints the CPU of
 // the hubsync process per request in each, with a CPU profile of the
-// whole load when --gateway-cpuprofile names a directory.
-func gatewayHotLoop(ctx context.Context, daemons *gatewayDaemons, procs gatewayProcs, md gatewayMode) error {
+// whole load when --gateway-cpuprofile names a directory. With a baseline
+// build (--gateway-baseline), the rounds alternate between the two, and
+// each pair of rounds gives this build's CPU per request over the
+// baseline's, and the relays' (proxy-server and agent) likewise.
+func gatewayHotLoop(ctx context.Context, daemons *gatewayDaemons, procs gatewayProcs, md gatewayMode, baseline *gatewayMode) error {
 	path, conc, n := gatewaySmallPath, 32, gatewayRequests
 	if gatewayHot == "list" {
 		path, conc, n = gatewayListPath, 1, gatewayLists
 	} else if gatewayHot != "small" {
 		return fmt.Errorf("--gateway-hot: want small or list, not %q", gatewayHot)
 	}
-	var rounds []float64
+	type round struct{ us, relays, allocs, bytes float64 }
+	var rounds, baseRounds []round
+	// one loads md (the role's daemon) for 5 s and returns its CPU and
+	// the relays' per request.
+	one := func(ctx context.Context, md gatewayMode, d gatewayDaemon, role string) (round, error) {
+		mem0, err := d.d.Scrape()
+		if err != nil {
+			return round{}, err
+		}
+		before, count, start := procs.cpu(), 0, time.Now()
+		for time.Since(start) < 5*time.Second {
+			if _, _, _, err := gatewayRun(ctx, md, path, conc, n); err != nil {
+				return round{}, err
+			}
+			count += n
+		}
+		after := procs.cpu()
+		mem1, err := d.d.Scrape()
+		if err != nil {
+			return round{}, err
+		}
+		per := func(r string) float64 {
+			return float64(after[r]-before[r]) / float64(time.Microsecond) / float64(count)
+		}
+		perMem := func(name string) float64 { return (mem1.Value(name, nil) - mem0.Value(name, nil)) / float64(count) }
+		r := round{us: per(role), relays: per("proxy-server") + per("proxy-agent"),
+			allocs: perMem("go_memstats_mallocs_total"), bytes: perMem("go_memstats_alloc_bytes_total")}
+		fmt.Printf("  %-18s %d requests in %s: %.0f µs of CPU per request (relays %.0f µs), %.0f allocations (%.1f KiB), %.0f requests/s\n", role, count,
+			time.Since(start).Round(time.Millisecond), r.us, r.relays, r.allocs, r.bytes/1024, float64(count)/time.Since(start).Seconds())
+		return r, nil
+	}
 	load := func(ctx context.Context) error {
 		for ctx.Err() == nil {
-			before, count, start := procs.cpu(), 0, time.Now()
-			for time.Since(start) < 5*time.Second {
-				if _, _, _, err := gatewayRun(ctx, md, path, conc, n); err != nil {
-					if ctx.Err() != nil {
-						return nil
-					}
-					return err
+			r, err := one(ctx, md, daemons.konnectivity, "hubsync")
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
 				}
-				count += n
+				return err
 			}
-			after := procs.cpu()
-			us := float64(after["hubsync"]-before["hubsync"]) / float64(time.Microsecond) / float64(count)
-			rounds = append(rounds, us)
-			fmt.Printf("  %d requests in %s: hubsync %.0f µs of CPU per request, %.0f requests/s\n", count, time.Since(start).Round(time.Millisecond), us, float64(count)/time.Since(start).Seconds())
+			rounds = append(rounds, r)
+			if baseline == nil {
+				continue
+			}
+			b, err := one(ctx, *baseline, daemons.baseline, baselineRole)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			baseRounds = append(baseRounds, b)
 		}
 		return nil
 	}
@@ -497,16 +540,36 @@ func gatewayHotLoop(ctx context.Context, daemons *gatewayDaemons, procs gatewayP
 	var err error
 	if gatewayCPUProfile != "" {
 		file := filepath.Join(gatewayCPUProfile, "hubsync-hot-"+gatewayHot+".pprof")
+		allocs := filepath.Join(gatewayCPUProfile, "hubsync-hot-"+gatewayHot+"-allocs.pprof")
+		aerr := make(chan error, 1)
+		go func() { aerr <- daemons.konnectivity.fetchProfile(ctx, allocs, "allocs", gatewayHotSeconds-1) }()
 		err = daemons.konnectivity.profileFor(ctx, file, gatewayHotSeconds, load)
+		err = errors.Join(err, <-aerr)
 		fmt.Println("CPU profile of the hubsync process:", file)
+		fmt.Println("allocations of the hubsync process over the same load:", allocs)
 	} else {
 		err = load(hctx)
 	}
 	if err != nil {
 		return err
 	}
+	var us, relays, allocs, kib, ratios, relayRatios, baseAllocs, baseKiB []float64
+	for i, r := range rounds {
+		us, relays, allocs, kib = append(us, r.us), append(relays, r.relays), append(allocs, r.allocs), append(kib, r.bytes/1024)
+		if i < len(baseRounds) {
+			b := baseRounds[i]
+			ratios = append(ratios, r.us/b.us)
+			relayRatios = append(relayRatios, r.relays/b.relays)
+			baseAllocs, baseKiB = append(baseAllocs, b.allocs), append(baseKiB, b.bytes/1024)
+		}
+	}
 	if len(rounds) > 0 {
-		fmt.Printf("hubsync CPU per request: %s µs over %d rounds of 5 s\n", floatSpread(rounds, "%.0f"), len(rounds))
+		fmt.Printf("hubsync per request over %d rounds of 5 s: CPU %s µs, the relays' %s µs; %s allocations, %s KiB allocated\n",
+			len(rounds), floatSpread(us, "%.0f"), floatSpread(relays, "%.0f"), floatSpread(allocs, "%.0f"), floatSpread(kib, "%.1f"))
+	}
+	if len(ratios) > 0 {
+		fmt.Printf("this build / the baseline, CPU per request over %d pairs of rounds: hubsync %s, the relays %s; the baseline's allocations %s (%s KiB)\n",
+			len(ratios), ratioSpread(ratios), ratioSpread(relayRatios), floatSpread(baseAllocs, "%.0f"), floatSpread(baseKiB, "%.1f"))
 	}
 	return nil
 }
@@ -679,25 +742,32 @@ func (g gatewayDaemon) profileFor(ctx context.Context, path string, seconds int,
 	defer stopLoad()
 	loadErr := make(chan error, 1)
 	go func() { loadErr <- load(lctx) }()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", g.d.Address, seconds), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	var data []byte
-	if err == nil {
-		data, err = io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-	}
+	err := g.fetchProfile(ctx, path, "profile", seconds)
 	stopLoad()
 	if lerr := <-loadErr; lerr != nil {
 		return lerr
 	}
+	return err
+}
+
+// fetchProfile writes the daemon's pprof profile kind (profile: CPU;
+// allocs: allocations) over the next seconds into path.
+func (g gatewayDaemon) fetchProfile(ctx context.Context, path, kind string, seconds int) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", g.d.Address, kind, seconds), nil)
 	if err != nil {
-		return fmt.Errorf("CPU profile of hubsync: %w", err)
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s profile of hubsync: %w", kind, err)
+	}
+	data, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return fmt.Errorf("%s profile of hubsync: %w", kind, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("CPU profile of hubsync: %s: %s", resp.Status, data)
+		return fmt.Errorf("%s profile of hubsync: %s: %s", kind, resp.Status, data)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
