@@ -128,6 +128,14 @@ func (e *entry) status() Status {
 	}
 }
 
+// connecting reports whether the entry has not dialed yet (neither ready
+// nor failing).
+func (e *entry) connecting() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.state == StateConnecting
+}
+
 // use returns the connection for a request and a channel closed when
 // the connection is replaced.
 func (e *entry) use() (*http2.ClientConn, <-chan struct{}, Status) {

@@ -3,10 +3,13 @@ package tunnel
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -654,5 +657,84 @@ func TestDyingConnectionsAreRedialedWithBackoff(t *testing.T) {
 	// tens of milliseconds.
 	if took := time.Since(start); took < 350*time.Millisecond {
 		t.Fatalf("four redials within %s with a 400 ms backoff", took)
+	}
+}
+
+// perClusterGates holds each cluster's dials until its gate is opened.
+type perClusterGates struct {
+	DirectDialer
+	mu    sync.Mutex
+	gates map[string]chan struct{}
+}
+
+func (d *perClusterGates) gate(cluster string) chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g, ok := d.gates[cluster]
+	if !ok {
+		g = make(chan struct{})
+		d.gates[cluster] = g
+	}
+	return g
+}
+
+func (d *perClusterGates) Dial(ctx context.Context, cluster, address string) (net.Conn, error) {
+	select {
+	case <-d.gate(cluster):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return d.DirectDialer.Dial(ctx, cluster, address)
+}
+
+// TestWaitWarm: the warm-up wait returns once every entry has dialed
+// once, whatever the order the dials end in, and is not held by an entry
+// that left the pool while it was connecting.
+func TestWaitWarm(t *testing.T) {
+	ca := newTestCA(t)
+	s := newFakeAPIServer(t, ca, "shared")
+	d := &perClusterGates{gates: map[string]chan struct{}{}}
+	p, _ := newTestPool(t, func(o *Options) { o.Dialer = d; o.MaxDials = 100 })
+	const n = 30
+	var clusters []string
+	for i := range n {
+		c := fmt.Sprintf("c%02d", i)
+		clusters = append(clusters, c)
+		p.SetTarget(c, target(s, ca, ""))
+		p.SetSelected(c, true)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.WaitWarm(context.Background()) }()
+	// All but two dial, in an order of their own.
+	rand.Shuffle(len(clusters), func(i, j int) { clusters[i], clusters[j] = clusters[j], clusters[i] })
+	leaving, last := clusters[0], clusters[1]
+	for _, c := range clusters[2:] {
+		close(d.gate(c))
+	}
+	eventually(t, "all but two dialed", func() bool { connecting, _ := p.Pending(); return connecting == 2 })
+	select {
+	case err := <-done:
+		t.Fatalf("WaitWarm returned (%v) with two entries connecting", err)
+	default:
+	}
+	// One leaves while connecting: the other still holds the wait.
+	p.SetSelected(leaving, false)
+	eventually(t, "one left", func() bool { connecting, total := p.Pending(); return connecting == 1 && total == n-1 })
+	select {
+	case err := <-done:
+		t.Fatalf("WaitWarm returned (%v) with an entry connecting", err)
+	default:
+	}
+	close(d.gate(last))
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitWarm did not return once every entry had dialed")
+	}
+	if connecting, _ := p.Pending(); connecting != 0 {
+		t.Fatalf("WaitWarm returned with %d entries connecting", connecting)
 	}
 }
