@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
@@ -145,6 +146,17 @@ func (e *entry) use() (*http2.ClientConn, <-chan struct{}, Status) {
 	return cc, swapped, e.status()
 }
 
+// A GOAWAY makes the entry dial a new connection at once (kube-apiserver
+// sends them to rebalance clients with --goaway-chance, up to 2% of
+// requests), but at most goawayRedials times a second after a burst of
+// goawayRedialBurst: a server that sends one on every connection is then
+// redialed at that pace rather than in a loop. Requests wait for the new
+// connection meanwhile (up to the dial timeout).
+const (
+	goawayRedials     = rate.Limit(10)
+	goawayRedialBurst = 10
+)
+
 // maxReason bounds a failing reason (a TLS error can list every name a
 // certificate holds); events allow 1024 bytes.
 const maxReason = 512
@@ -190,6 +202,7 @@ func (e *entry) run(ctx context.Context) {
 	b := redialBackoff(e.p.opts.BackoffBase, e.p.opts.BackoffMax)
 	// lastQuick is when a lost connection was last redialed at once.
 	var lastQuick time.Time
+	goaways := rate.NewLimiter(goawayRedials, goawayRedialBurst)
 	for ctx.Err() == nil {
 		e.mu.Lock()
 		t := e.target
@@ -217,6 +230,18 @@ func (e *entry) run(ctx context.Context) {
 				if reason == "" {
 					// The target changed, or a GOAWAY came: dial a new
 					// connection while the old one finishes its streams.
+					// GOAWAYs are followed at a bounded pace, so that a
+					// server that sends one on every connection is not
+					// redialed in a loop.
+					e.mu.Lock()
+					moved := !e.ccTarget.sameConnection(e.target)
+					e.mu.Unlock()
+					if !moved {
+						if r := goaways.Reserve(); r.Delay() > 0 {
+							e.p.m.goawayWaits.Inc()
+							e.sleep(ctx, r.Delay())
+						}
+					}
 					continue
 				}
 				// A connection that was fine a moment ago gets one
@@ -274,7 +299,7 @@ func (e *entry) keep(ctx context.Context, cc *http2.ClientConn, dead <-chan stru
 			e.mu.Lock()
 			same := e.ccTarget.sameConnection(e.target)
 			e.mu.Unlock()
-			if same && usable(cc) {
+			if same && e.stillUsable(ctx, cc) {
 				continue
 			}
 			// A new target, or a GOAWAY (an API server going away, or
@@ -298,6 +323,28 @@ func (e *entry) keep(ctx context.Context, cc *http2.ClientConn, dead <-chan stru
 		e.latency = latency
 		e.mu.Unlock()
 	}
+}
+
+// goawaySettle is how long after a kick the entry looks at its
+// connection again: the HTTP/2 transport reports a GOAWAY to its pool
+// (MarkDead, which kicks the entry) just before it marks the connection
+// as going away, so a look at once can miss it.
+const goawaySettle = 20 * time.Millisecond
+
+// stillUsable reports whether cc still takes new requests, looked at
+// again goawaySettle after a kick.
+func (e *entry) stillUsable(ctx context.Context, cc *http2.ClientConn) bool {
+	if !usable(cc) {
+		return false
+	}
+	t := time.NewTimer(goawaySettle)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return true // the caller's loop sees ctx end
+	case <-t.C:
+	}
+	return usable(cc)
 }
 
 // swap makes cc the entry's connection and retires the previous one: it

@@ -10,6 +10,7 @@ type metrics struct {
 	probes       *prometheus.CounterVec
 	requests     *prometheus.CounterVec
 	transitions  *prometheus.CounterVec
+	goawayWaits  prometheus.Counter
 	dialSeconds  prometheus.Histogram
 	probeSeconds prometheus.Histogram
 }
@@ -36,6 +37,10 @@ func newMetrics(reg prometheus.Registerer, statuses func() []Status) (*metrics, 
 			Name: "hubsync_tunnel_transitions_total",
 			Help: "Tunnel pool entries entering a state.",
 		}, []string{"state"}),
+		goawayWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hubsync_tunnel_goaway_waits_total",
+			Help: "GOAWAYs after which a pool entry waited before dialing a new connection, because GOAWAYs came faster than the pool follows them (10 a second per cluster after a burst of 10).",
+		}),
 		dialSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "hubsync_tunnel_dial_duration_seconds",
 			Help:    "Time to dial a pool entry: tunnel, TLS and HTTP/2 handshakes.",
@@ -62,7 +67,7 @@ func newMetrics(reg prometheus.Registerer, statuses func() []Status) (*metrics, 
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.dials, m.upgradeDials, m.probes, m.requests, m.transitions, m.dialSeconds, m.probeSeconds, &stateCollector{statuses}} {
+	for _, c := range []prometheus.Collector{m.dials, m.upgradeDials, m.probes, m.requests, m.transitions, m.goawayWaits, m.dialSeconds, m.probeSeconds, &stateCollector{statuses}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

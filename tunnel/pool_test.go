@@ -2,8 +2,10 @@ package tunnel
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/net/http2"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/hubsync/hubsync/events"
@@ -736,5 +739,96 @@ func TestWaitWarm(t *testing.T) {
 	}
 	if connecting, _ := p.Pending(); connecting != 0 {
 		t.Fatalf("WaitWarm returned with %d entries connecting", connecting)
+	}
+}
+
+// goawayServer is an HTTP/2 server that answers each connection's first
+// PING and then sends GOAWAY on it, as an API server shutting down does
+// to every connection it gets.
+type goawayServer struct {
+	addr   string
+	opened atomic.Int32
+}
+
+func newGoawayServer(t *testing.T, ca *testCA, name string) *goawayServer {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{ca.serving(t, "127.0.0.1", name)}, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	s := &goawayServer{addr: ln.Addr().String()}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.opened.Add(1)
+			go s.serve(c)
+		}
+	}()
+	return s
+}
+
+func (s *goawayServer) serve(c net.Conn) {
+	defer c.Close()
+	preface := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(c, preface); err != nil {
+		return
+	}
+	fr := http2.NewFramer(c, c)
+	if fr.WriteSettings() != nil {
+		return
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() && fr.WriteSettingsAck() != nil {
+				return
+			}
+		case *http2.PingFrame:
+			if f.IsAck() {
+				continue
+			}
+			if fr.WritePing(true, f.Data) != nil || fr.WriteGoAway(0, http2.ErrCodeNo, nil) != nil {
+				return
+			}
+		}
+	}
+}
+
+// TestGoAwaysAreFollowedAtABoundedPace: a server that sends GOAWAY on
+// every connection is redialed at most goawayRedials times a second
+// after a burst, not in a loop, and the cluster is not reported failing
+// for it.
+func TestGoAwaysAreFollowedAtABoundedPace(t *testing.T) {
+	ca := newTestCA(t)
+	s := newGoawayServer(t, ca, "g")
+	p, rec := newTestPool(t, func(o *Options) { o.ProbeInterval = time.Hour })
+	p.SetTarget("g", &Target{Address: s.addr, ServerName: "g", CA: ca.pem, TokenFingerprint: "sha256:test"})
+	profiles(p, "ns", "g")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%d connections opened; statuses: %+v", s.opened.Load(), p.Statuses())
+		}
+	})
+	eventually(t, "the burst of redials spent", func() bool { return s.opened.Load() > goawayRedialBurst })
+	start, before := time.Now(), s.opened.Load()
+	eventually(t, "redialed after the burst", func() bool { return s.opened.Load() >= before+10 })
+	// Ten more connections take about a second at the bounded pace; in a
+	// loop they take a few milliseconds.
+	if took := time.Since(start); took < 500*time.Millisecond {
+		t.Fatalf("10 redials after GOAWAYs within %s, want them paced at %v a second", took, goawayRedials)
+	}
+	if v := testutil.ToFloat64(p.m.goawayWaits); v < 5 {
+		t.Errorf("hubsync_tunnel_goaway_waits_total = %v after paced redials", v)
+	}
+	if n := rec.count(stream.TunnelFailing, "ns", "g"); n != 0 {
+		t.Fatalf("GOAWAYs reported as failing (%d events)", n)
 	}
 }
