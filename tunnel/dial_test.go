@@ -1,16 +1,20 @@
 package tunnel
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
@@ -67,6 +71,8 @@ type fakeProxyServer struct {
 	answer  func(n int) string
 	streams atomic.Int32
 	conns   atomic.Int32
+	// echo sends every DATA packet back on its connection.
+	echo bool
 }
 
 func (s *fakeProxyServer) Proxy(stream client.ProxyService_ProxyServer) error {
@@ -84,6 +90,12 @@ func (s *fakeProxyServer) Proxy(stream client.ProxyService_ProxyServer) error {
 			}
 			if err := stream.Send(&client.Packet{Type: client.PacketType_DIAL_RSP, Payload: &client.Packet_DialResponse{DialResponse: rsp}}); err != nil {
 				return err
+			}
+		case client.PacketType_DATA:
+			if s.echo {
+				if err := stream.Send(pkt); err != nil {
+					return err
+				}
 			}
 		case client.PacketType_CLOSE_REQ:
 			rsp := &client.CloseResponse{ConnectID: pkt.GetCloseRequest().ConnectID}
@@ -187,5 +199,125 @@ func TestKonnectivityDialerTriesAnotherServer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// pingCounter reads the HTTP/2 frames a client sends (after its preface)
+// as they pass, and counts its PINGs.
+type pingCounter struct {
+	net.Conn
+	w     *io.PipeWriter
+	pings atomic.Int32
+}
+
+func newPingCounter(c net.Conn) *pingCounter {
+	r, w := io.Pipe()
+	pc := &pingCounter{Conn: c, w: w}
+	go func() {
+		defer r.Close()
+		if _, err := io.ReadFull(r, make([]byte, len(http2.ClientPreface))); err != nil {
+			return
+		}
+		fr := http2.NewFramer(nil, r)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			if p, ok := f.(*http2.PingFrame); ok && !p.IsAck() {
+				pc.pings.Add(1)
+			}
+		}
+	}()
+	return pc
+}
+
+func (c *pingCounter) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		_, _ = c.w.Write(b[:n])
+	}
+	return n, err
+}
+
+type pingCountingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []*pingCounter
+}
+
+func (l *pingCountingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	pc := newPingCounter(c)
+	l.mu.Lock()
+	l.conns = append(l.conns, pc)
+	l.mu.Unlock()
+	return pc, nil
+}
+
+func (l *pingCountingListener) pings() int32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n int32
+	for _, c := range l.conns {
+		n += c.pings.Load()
+	}
+	return n
+}
+
+// TestTunnelSendsNoFlowControlPings: a tunnel's gRPC connection has fixed
+// flow-control windows, so receiving data costs no BDP PING to the
+// proxy-server (gRPC's default sends one on the first data after each
+// answered one: about a write, and the proxy-server's answer, per small
+// request through the gateway).
+func TestTunnelSendsNoFlowControlPings(t *testing.T) {
+	ca := newTestCA(t)
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// TLS is ended before the frames are read; the gRPC server is given
+	// the decrypted connection.
+	ln := &pingCountingListener{Listener: tls.NewListener(raw, &tls.Config{Certificates: []tls.Certificate{ca.serving(t, "127.0.0.1")},
+		MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}})}
+	s := &fakeProxyServer{answer: func(int) string { return "" }, echo: true}
+	srv := grpc.NewServer()
+	client.RegisterProxyServiceServer(srv, s)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	d, err := NewKonnectivityDialer(KonnectivityConfig{Address: raw.Addr().String(), CAFile: caFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := d.Dial(ctx, "c1", "10.0.0.1:443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 64<<10)
+	for i := range 50 {
+		msg := bytes.Repeat([]byte{byte('a' + i%26)}, 1000+i*1000)
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < len(msg); {
+			n, err := c.Read(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+	}
+	if n := ln.pings(); n != 0 {
+		t.Fatalf("the tunnel's gRPC connection sent %d PINGs while it received data", n)
 	}
 }

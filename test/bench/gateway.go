@@ -479,7 +479,7 @@ func gatewayHotLoop(ctx context.Context, daemons *gatewayDaemons, procs gatewayP
 	} else if gatewayHot != "small" {
 		return fmt.Errorf("--gateway-hot: want small or list, not %q", gatewayHot)
 	}
-	type round struct{ us, relays, allocs, bytes float64 }
+	type round struct{ us, relays, allocs, bytes, calls, relayCalls float64 }
 	var rounds, baseRounds []round
 	// one loads md (the role's daemon) for 5 s and returns its CPU and
 	// the relays' per request.
@@ -488,14 +488,14 @@ func gatewayHotLoop(ctx context.Context, daemons *gatewayDaemons, procs gatewayP
 		if err != nil {
 			return round{}, err
 		}
-		before, count, start := procs.cpu(), 0, time.Now()
+		before, calls0, count, start := procs.cpu(), procs.syscalls(), 0, time.Now()
 		for time.Since(start) < 5*time.Second {
 			if _, _, _, err := gatewayRun(ctx, md, path, conc, n); err != nil {
 				return round{}, err
 			}
 			count += n
 		}
-		after := procs.cpu()
+		after, calls1 := procs.cpu(), procs.syscalls()
 		mem1, err := d.d.Scrape()
 		if err != nil {
 			return round{}, err
@@ -504,10 +504,12 @@ func gatewayHotLoop(ctx context.Context, daemons *gatewayDaemons, procs gatewayP
 			return float64(after[r]-before[r]) / float64(time.Microsecond) / float64(count)
 		}
 		perMem := func(name string) float64 { return (mem1.Value(name, nil) - mem0.Value(name, nil)) / float64(count) }
+		perCalls := func(r string) float64 { return float64(calls1[r]-calls0[r]) / float64(count) }
 		r := round{us: per(role), relays: per("proxy-server") + per("proxy-agent"),
-			allocs: perMem("go_memstats_mallocs_total"), bytes: perMem("go_memstats_alloc_bytes_total")}
-		fmt.Printf("  %-18s %d requests in %s: %.0f µs of CPU per request (relays %.0f µs), %.0f allocations (%.1f KiB), %.0f requests/s\n", role, count,
-			time.Since(start).Round(time.Millisecond), r.us, r.relays, r.allocs, r.bytes/1024, float64(count)/time.Since(start).Seconds())
+			allocs: perMem("go_memstats_mallocs_total"), bytes: perMem("go_memstats_alloc_bytes_total"),
+			calls: perCalls(role), relayCalls: perCalls("proxy-server") + perCalls("proxy-agent")}
+		fmt.Printf("  %-18s %d requests in %s: %.0f µs of CPU per request (relays %.0f µs), %.0f allocations (%.1f KiB), %.2f read+write syscalls (relays %.2f), %.0f requests/s\n", role, count,
+			time.Since(start).Round(time.Millisecond), r.us, r.relays, r.allocs, r.bytes/1024, r.calls, r.relayCalls, float64(count)/time.Since(start).Seconds())
 		return r, nil
 	}
 	load := func(ctx context.Context) error {
@@ -553,23 +555,27 @@ func gatewayHotLoop(ctx context.Context, daemons *gatewayDaemons, procs gatewayP
 	if err != nil {
 		return err
 	}
-	var us, relays, allocs, kib, ratios, relayRatios, baseAllocs, baseKiB []float64
+	var us, relays, allocs, kib, calls, relayCalls, ratios, relayRatios, baseAllocs, baseKiB, baseCalls, baseRelayCalls []float64
 	for i, r := range rounds {
 		us, relays, allocs, kib = append(us, r.us), append(relays, r.relays), append(allocs, r.allocs), append(kib, r.bytes/1024)
+		calls, relayCalls = append(calls, r.calls), append(relayCalls, r.relayCalls)
 		if i < len(baseRounds) {
 			b := baseRounds[i]
 			ratios = append(ratios, r.us/b.us)
 			relayRatios = append(relayRatios, r.relays/b.relays)
 			baseAllocs, baseKiB = append(baseAllocs, b.allocs), append(baseKiB, b.bytes/1024)
+			baseCalls, baseRelayCalls = append(baseCalls, b.calls), append(baseRelayCalls, b.relayCalls)
 		}
 	}
 	if len(rounds) > 0 {
-		fmt.Printf("hubsync per request over %d rounds of 5 s: CPU %s µs, the relays' %s µs; %s allocations, %s KiB allocated\n",
-			len(rounds), floatSpread(us, "%.0f"), floatSpread(relays, "%.0f"), floatSpread(allocs, "%.0f"), floatSpread(kib, "%.1f"))
+		fmt.Printf("hubsync per request over %d rounds of 5 s: CPU %s µs, the relays' %s µs; %s allocations, %s KiB allocated; %s read+write syscalls, the relays' %s\n",
+			len(rounds), floatSpread(us, "%.0f"), floatSpread(relays, "%.0f"), floatSpread(allocs, "%.0f"), floatSpread(kib, "%.1f"),
+			floatSpread(calls, "%.2f"), floatSpread(relayCalls, "%.2f"))
 	}
 	if len(ratios) > 0 {
-		fmt.Printf("this build / the baseline, CPU per request over %d pairs of rounds: hubsync %s, the relays %s; the baseline's allocations %s (%s KiB)\n",
-			len(ratios), ratioSpread(ratios), ratioSpread(relayRatios), floatSpread(baseAllocs, "%.0f"), floatSpread(baseKiB, "%.1f"))
+		fmt.Printf("this build / the baseline, CPU per request over %d pairs of rounds: hubsync %s, the relays %s; the baseline's allocations %s (%s KiB), syscalls %s, the relays' %s\n",
+			len(ratios), ratioSpread(ratios), ratioSpread(relayRatios), floatSpread(baseAllocs, "%.0f"), floatSpread(baseKiB, "%.1f"),
+			floatSpread(baseCalls, "%.2f"), floatSpread(baseRelayCalls, "%.2f"))
 	}
 	return nil
 }
@@ -623,6 +629,41 @@ func (p gatewayProcs) cpu() map[string]time.Duration {
 		}
 	}
 	return out
+}
+
+// syscalls is the read and write system calls made so far by each
+// daemon role and by the relays (/proc/<pid>/io): a count the machine's
+// speed does not move, unlike CPU time.
+func (p gatewayProcs) syscalls() map[string]int64 {
+	out := map[string]int64{}
+	for role, pid := range p.daemons {
+		out[role] = processSyscalls(pid)
+	}
+	for _, c := range children() {
+		if c.name == "proxy-server" || c.name == "proxy-agent" {
+			out[c.name] += processSyscalls(c.pid)
+		}
+	}
+	return out
+}
+
+// processSyscalls is a process's read and write system calls so far (0
+// when the kernel does not say).
+func processSyscalls(pid int) int64 {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "io"))
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for line := range strings.Lines(string(b)) {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ": ")
+		if !ok || (name != "syscr" && name != "syscw") {
+			continue
+		}
+		c, _ := strconv.ParseInt(v, 10, 64)
+		n += c
+	}
+	return n
 }
 
 // cpuTally sums, per mode, the CPU time each role used during the timed
