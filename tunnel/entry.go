@@ -239,7 +239,7 @@ func (e *entry) run(ctx context.Context) {
 					if !moved {
 						if r := goaways.Reserve(); r.Delay() > 0 {
 							e.p.m.goawayWaits.Inc()
-							e.sleep(ctx, r.Delay())
+							pause(ctx, r.Delay())
 						}
 					}
 					continue
@@ -276,6 +276,17 @@ func (e *entry) sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-e.kick:
 	case <-timer:
+	}
+}
+
+// pause waits d, or until ctx ends. Unlike sleep, a kick does not end it:
+// every request that finds the connection gone away kicks the entry.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 

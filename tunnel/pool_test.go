@@ -804,14 +804,28 @@ func (s *goawayServer) serve(c net.Conn) {
 
 // TestGoAwaysAreFollowedAtABoundedPace: a server that sends GOAWAY on
 // every connection is redialed at most goawayRedials times a second
-// after a burst, not in a loop, and the cluster is not reported failing
-// for it.
+// after a burst, not in a loop, even while requests keep kicking the
+// entry (each that finds the connection gone away does), and the cluster
+// is not reported failing for it.
 func TestGoAwaysAreFollowedAtABoundedPace(t *testing.T) {
 	ca := newTestCA(t)
 	s := newGoawayServer(t, ca, "g")
 	p, rec := newTestPool(t, func(o *Options) { o.ProbeInterval = time.Hour })
 	p.SetTarget("g", &Target{Address: s.addr, ServerName: "g", CA: ca.pem, TokenFingerprint: "sha256:test"})
 	profiles(p, "ns", "g")
+	eventually(t, "an entry", func() bool { return p.entry("g") != nil })
+	kicks, stop := p.entry("g"), make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				kicks.wake()
+			}
+		}
+	}()
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("%d connections opened; statuses: %+v", s.opened.Load(), p.Statuses())
