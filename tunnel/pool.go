@@ -616,10 +616,10 @@ func (p *Pool) Pending() (connecting, total int) {
 // WaitWarm waits until no entry is connecting (each is ready or failing),
 // or ctx ends.
 //
-// Every entry's change wakes it. It keeps to one entry still connecting
-// and looks for another only once that one is done, so that a warm-up of
-// n entries costs about n·log n looks at entries rather than n² (a scan
-// per change: seconds of CPU at ten thousand clusters).
+// Every entry's change wakes it. It keeps to one entry still connecting,
+// chosen at random, and looks for another only once that one is done: a
+// warm-up of n entries then costs about log n scans of the entries
+// rather than one per change (n).
 func (p *Pool) WaitWarm(ctx context.Context) error {
 	var on *entry // an entry still connecting, when last looked at
 	for {
