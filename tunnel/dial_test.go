@@ -121,21 +121,33 @@ func (l countingListener) Accept() (net.Conn, error) {
 // for it.
 func startFakeProxyServer(t *testing.T, s *fakeProxyServer) *KonnectivityDialer {
 	t.Helper()
+	return serveFakeProxyServer(t, s, func(ln net.Listener, cert tls.Certificate) (net.Listener, []grpc.ServerOption) {
+		return countingListener{Listener: ln, n: &s.conns},
+			[]grpc.ServerOption{grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))}
+	})
+}
+
+// serveFakeProxyServer serves s on loopback through the listener and with
+// the server options serve makes of the raw listener and a serving
+// certificate, and returns a dialer for it.
+func serveFakeProxyServer(t *testing.T, s *fakeProxyServer,
+	serve func(net.Listener, tls.Certificate) (net.Listener, []grpc.ServerOption)) *KonnectivityDialer {
+	t.Helper()
 	ca := newTestCA(t)
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
 	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert := ca.serving(t, "127.0.0.1")
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+	ln, opts := serve(raw, ca.serving(t, "127.0.0.1"))
+	srv := grpc.NewServer(opts...)
 	client.RegisterProxyServiceServer(srv, s)
-	go func() { _ = srv.Serve(countingListener{Listener: ln, n: &s.conns}) }()
+	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
-	d, err := NewKonnectivityDialer(KonnectivityConfig{Address: ln.Addr().String(), CAFile: caFile})
+	d, err := NewKonnectivityDialer(KonnectivityConfig{Address: raw.Addr().String(), CAFile: caFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,28 +286,15 @@ func (l *pingCountingListener) pings() int32 {
 // answered one: about a write, and the proxy-server's answer, per small
 // request through the gateway).
 func TestTunnelSendsNoFlowControlPings(t *testing.T) {
-	ca := newTestCA(t)
-	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// TLS is ended before the frames are read; the gRPC server is given
 	// the decrypted connection.
-	ln := &pingCountingListener{Listener: tls.NewListener(raw, &tls.Config{Certificates: []tls.Certificate{ca.serving(t, "127.0.0.1")},
-		MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}})}
-	s := &fakeProxyServer{answer: func(int) string { return "" }, echo: true}
-	srv := grpc.NewServer()
-	client.RegisterProxyServiceServer(srv, s)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	d, err := NewKonnectivityDialer(KonnectivityConfig{Address: raw.Addr().String(), CAFile: caFile})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var ln *pingCountingListener
+	d := serveFakeProxyServer(t, &fakeProxyServer{answer: func(int) string { return "" }, echo: true},
+		func(raw net.Listener, cert tls.Certificate) (net.Listener, []grpc.ServerOption) {
+			ln = &pingCountingListener{Listener: tls.NewListener(raw, &tls.Config{Certificates: []tls.Certificate{cert},
+				MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}})}
+			return ln, nil
+		})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := d.Dial(ctx, "c1", "10.0.0.1:443")

@@ -512,27 +512,28 @@ func gatewayHotLoop(ctx context.Context, daemons *gatewayDaemons, procs gatewayP
 			time.Since(start).Round(time.Millisecond), r.us, r.relays, r.allocs, r.bytes/1024, r.calls, r.relayCalls, float64(count)/time.Since(start).Seconds())
 		return r, nil
 	}
+	type side struct {
+		md     gatewayMode
+		d      gatewayDaemon
+		role   string
+		rounds *[]round
+	}
+	sides := []side{{md, daemons.konnectivity, "hubsync", &rounds}}
+	if baseline != nil {
+		sides = append(sides, side{*baseline, daemons.baseline, baselineRole, &baseRounds})
+	}
 	load := func(ctx context.Context) error {
 		for ctx.Err() == nil {
-			r, err := one(ctx, md, daemons.konnectivity, "hubsync")
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
+			for _, sd := range sides {
+				r, err := one(ctx, sd.md, sd.d, sd.role)
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return err
 				}
-				return err
+				*sd.rounds = append(*sd.rounds, r)
 			}
-			rounds = append(rounds, r)
-			if baseline == nil {
-				continue
-			}
-			b, err := one(ctx, *baseline, daemons.baseline, baselineRole)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-			baseRounds = append(baseRounds, b)
 		}
 		return nil
 	}
