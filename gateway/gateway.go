@@ -33,9 +33,10 @@ type Pool interface {
 	// UpgradeRoundTripper gives each request a connection of its own (an
 	// upgrade cannot share an HTTP/2 connection).
 	UpgradeRoundTripper(cluster string) http.RoundTripper
-	// Token is the cluster's ManagedServiceAccount token, which may
+	// Authorization is the Authorization header value ("Bearer " and
+	// the token) of the cluster's ManagedServiceAccount, which may
 	// impersonate; tunnel.ErrNoCredential when there is none.
-	Token(cluster string) (string, error)
+	Authorization(cluster string) (string, error)
 	// WaitReady waits until the cluster's entry is ready (dialing it, if
 	// it is dialed on demand), or ctx ends.
 	WaitReady(ctx context.Context, cluster string) error

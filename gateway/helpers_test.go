@@ -142,7 +142,7 @@ func (p *fakePool) rt(cluster string) http.RoundTripper {
 func (p *fakePool) RoundTripper(c string) http.RoundTripper        { return p.rt(c) }
 func (p *fakePool) UpgradeRoundTripper(c string) http.RoundTripper { return p.rt(c) }
 
-func (p *fakePool) Token(c string) (string, error) {
+func (p *fakePool) Authorization(c string) (string, error) {
 	p.mu.Lock()
 	_, ok := p.states[c]
 	p.mu.Unlock()
@@ -152,7 +152,7 @@ func (p *fakePool) Token(c string) (string, error) {
 	if p.msa == "" {
 		return "", fmt.Errorf("cluster %s: %w", c, tunnel.ErrNoCredential)
 	}
-	return p.msa, nil
+	return "Bearer " + p.msa, nil
 }
 
 func (p *fakePool) requests() []*http.Request {

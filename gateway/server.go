@@ -316,12 +316,21 @@ func newFlights(h http.Handler) *flights {
 	return &flights{h: h, all: map[*flight]struct{}{}, idle: make(chan struct{})}
 }
 
-// flight is one request in flight through Serve. Its context ends when
-// the request does, when the drain closes it (an upgraded connection), or
-// when it is cut; never when Serve's context ends.
+// flight is one request in flight through Serve, and its context: it
+// ends when the request does, when the drain closes it (an upgraded
+// connection), or when it is cut; never when Serve's context ends.
+//
+// An HTTP/2 request's context is its stream's, which the server ends
+// when the stream does and when stop closes the connection, so a
+// flight adds nothing to it but itself as a value: no cancellation of
+// its own per request. An HTTP/1 request (and so every upgrade: HTTP/2
+// has none) gets one, since a hijacked connection is not the server's
+// to close and a request whose body is still unread is not ended by
+// closing its connection.
 type flight struct {
+	context.Context
 	fs     *flights
-	cancel context.CancelFunc
+	cancel context.CancelFunc // nil for HTTP/2
 
 	// Guarded by fs.mu.
 	kind    string // "", endedWatch or endedUpgrade
@@ -339,19 +348,31 @@ func flightOf(ctx context.Context) *flight {
 	return f
 }
 
+// Value makes the flight its own context's value for flightKey.
+func (f *flight) Value(key any) any {
+	if _, ok := key.(flightKey); ok {
+		return f
+	}
+	return f.Context.Value(key)
+}
+
 func (fs *flights) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithCancel(r.Context())
-	f := &flight{fs: fs, cancel: cancel}
+	f := &flight{Context: r.Context(), fs: fs}
+	if r.ProtoMajor < 2 {
+		f.Context, f.cancel = context.WithCancel(f.Context)
+	}
 	fs.mu.Lock()
 	fs.all[f] = struct{}{}
 	fs.mu.Unlock()
 	defer fs.land(f)
-	fs.h.ServeHTTP(w, r.WithContext(context.WithValue(ctx, flightKey{}, f)))
+	fs.h.ServeHTTP(w, r.WithContext(f))
 }
 
 // land counts a request that has ended.
 func (fs *flights) land(f *flight) {
-	f.cancel()
+	if f.cancel != nil {
+		f.cancel()
+	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	delete(fs.all, f)
@@ -404,7 +425,8 @@ func (fs *flights) drain() drainCounts {
 	return n
 }
 
-// force cuts every request still in flight.
+// force cuts every request still in flight: HTTP/1 ones here, HTTP/2
+// ones as stop then closes their connections.
 func (fs *flights) force() {
 	fs.mu.Lock()
 	left := make([]*flight, 0, len(fs.all))
@@ -415,7 +437,9 @@ func (fs *flights) force() {
 	fs.n.forced += len(left)
 	fs.mu.Unlock()
 	for _, f := range left {
-		f.cancel()
+		if f.cancel != nil {
+			f.cancel()
+		}
 	}
 }
 
@@ -457,7 +481,7 @@ func (f *flight) watch(body io.ReadCloser) io.ReadCloser {
 // its request's context ends, and the reverse proxy then closes both
 // sides.
 func (f *flight) upgraded() {
-	if f != nil {
+	if f != nil && f.cancel != nil {
 		f.mark(endedUpgrade, f.cancel)
 	}
 }

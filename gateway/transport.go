@@ -49,11 +49,11 @@ func (g *Gateway) identity(cluster string, d decision) (http.Header, error) {
 	h := make(http.Header, 3)
 	switch d.mode {
 	case modeImpersonate:
-		token, err := g.opts.Pool.Token(cluster)
+		auth, err := g.opts.Pool.Authorization(cluster)
 		if err != nil {
 			return nil, err
 		}
-		h["Authorization"] = []string{"Bearer " + token}
+		h["Authorization"] = []string{auth}
 		h["Impersonate-User"] = []string{Prefix + d.id.Username}
 		// The uid and extra fields are not forwarded: a hub uid means
 		// nothing on a managed cluster, and RBAC cannot limit
@@ -71,11 +71,11 @@ func (g *Gateway) identity(cluster string, d decision) (http.Header, error) {
 		}
 		h.Set("Authorization", "Bearer "+d.token)
 	case modeSelf:
-		token, err := g.opts.Pool.Token(cluster)
+		auth, err := g.opts.Pool.Authorization(cluster)
 		if err != nil {
 			return nil, err
 		}
-		h.Set("Authorization", "Bearer "+token)
+		h["Authorization"] = []string{auth}
 	default:
 		return nil, fmt.Errorf("%w: no identity for mode %q", errIdentity, d.mode)
 	}

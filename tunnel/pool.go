@@ -238,6 +238,9 @@ type Pool struct {
 	selected map[string]bool
 	// targets holds what the sources know of each cluster.
 	targets map[string]Target
+	// authorization holds, per cluster with a token, the Authorization
+	// value that sends a request with it, made once per token.
+	authorization map[string]string
 	// demanded holds the clusters asked for since their entry was last
 	// closed idle (OnDemand).
 	demanded map[string]bool
@@ -286,16 +289,17 @@ func New(opts Options) (*Pool, error) {
 	}
 	p := &Pool{
 		opts: opts, log: opts.Log,
-		sem:        make(chan struct{}, opts.MaxDials),
-		upgradeSem: make(chan struct{}, opts.MaxUpgradeDials),
-		epoch:      strconv.FormatInt(time.Now().UnixNano(), 36),
-		entries:    map[string]*entry{},
-		namespaces: map[string]map[string]bool{},
-		selected:   map[string]bool{},
-		targets:    map[string]Target{},
-		demanded:   map[string]bool{},
-		changed:    make(chan struct{}),
-		owners:     map[*http2.ClientConn]*entry{},
+		sem:           make(chan struct{}, opts.MaxDials),
+		upgradeSem:    make(chan struct{}, opts.MaxUpgradeDials),
+		epoch:         strconv.FormatInt(time.Now().UnixNano(), 36),
+		entries:       map[string]*entry{},
+		namespaces:    map[string]map[string]bool{},
+		selected:      map[string]bool{},
+		targets:       map[string]Target{},
+		authorization: map[string]string{},
+		demanded:      map[string]bool{},
+		changed:       make(chan struct{}),
+		owners:        map[*http2.ClientConn]*entry{},
 	}
 	p.h2 = &http2.Transport{
 		// A connection that says nothing for this long is pinged;
@@ -363,9 +367,17 @@ func (p *Pool) Close() {
 func (p *Pool) SetTarget(cluster string, t *Target) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if t == nil {
+	switch {
+	case t == nil:
 		delete(p.targets, cluster)
-	} else {
+		delete(p.authorization, cluster)
+	case t.Token == "":
+		p.targets[cluster] = *t
+		delete(p.authorization, cluster)
+	default:
+		if p.targets[cluster].Token != t.Token || p.authorization[cluster] == "" {
+			p.authorization[cluster] = "Bearer " + t.Token
+		}
 		p.targets[cluster] = *t
 	}
 	p.reconcileLocked(cluster)

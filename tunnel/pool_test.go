@@ -83,6 +83,18 @@ func TestEntriesWarmWithoutRequestsAndReachTheRightServer(t *testing.T) {
 	if _, err := p.Token("nowhere"); !errors.Is(err, ErrNotServed) {
 		t.Fatalf("Token of a cluster not served: %v, want ErrNotServed", err)
 	}
+	// Authorization is the same token as a header value, and follows a
+	// rotation.
+	if auth, err := p.Authorization("b"); err != nil || auth != "Bearer token-b" {
+		t.Fatalf("Authorization(b) = %q, %v; want the header value of token-b", auth, err)
+	}
+	if _, err := p.Authorization("nowhere"); !errors.Is(err, ErrNotServed) {
+		t.Fatalf("Authorization of a cluster not served: %v, want ErrNotServed", err)
+	}
+	p.SetTarget("b", target(b, ca, "token-b2"))
+	if auth, err := p.Authorization("b"); err != nil || auth != "Bearer token-b2" {
+		t.Fatalf("Authorization(b) after a rotation = %q, %v; want the new token's", auth, err)
+	}
 	// Many concurrent requests share the one connection.
 	errs := make(chan error, 64)
 	for range 64 {
@@ -151,6 +163,9 @@ func TestNotServedAndNotReadyFailAtOnce(t *testing.T) {
 	eventually(t, "ready", func() bool { return state(p, "up") == StateReady })
 	if _, err := p.Token("up"); !errors.Is(err, ErrNoCredential) {
 		t.Fatalf("Token of a cluster without one: %v, want ErrNoCredential", err)
+	}
+	if _, err := p.Authorization("up"); !errors.Is(err, ErrNoCredential) {
+		t.Fatalf("Authorization of a cluster without a token: %v, want ErrNoCredential", err)
 	}
 }
 

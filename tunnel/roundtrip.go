@@ -29,13 +29,33 @@ func (p *Pool) Token(cluster string) (string, error) {
 	p.mu.Lock()
 	served, token := p.servedLocked(cluster), p.targets[cluster].Token
 	p.mu.Unlock()
-	if !served {
-		return "", fmt.Errorf("cluster %s: %w", cluster, ErrNotServed)
-	}
-	if token == "" {
-		return "", fmt.Errorf("cluster %s: %w", cluster, ErrNoCredential)
+	if err := credentialErr(cluster, served, token); err != nil {
+		return "", err
 	}
 	return token, nil
+}
+
+// Authorization is Token as the value of an Authorization header
+// ("Bearer " and the token), made once per token rather than for every
+// request.
+func (p *Pool) Authorization(cluster string) (string, error) {
+	p.mu.Lock()
+	served, auth := p.servedLocked(cluster), p.authorization[cluster]
+	p.mu.Unlock()
+	if err := credentialErr(cluster, served, auth); err != nil {
+		return "", err
+	}
+	return auth, nil
+}
+
+func credentialErr(cluster string, served bool, credential string) error {
+	if !served {
+		return fmt.Errorf("cluster %s: %w", cluster, ErrNotServed)
+	}
+	if credential == "" {
+		return fmt.Errorf("cluster %s: %w", cluster, ErrNoCredential)
+	}
+	return nil
 }
 
 type roundTripper struct {
