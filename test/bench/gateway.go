@@ -249,6 +249,24 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 		modes = append(modes, gatewayMode{baselineRole, daemons.baseline.url + "/" + gatewayCluster, newClient(gatewayRoots), bearer(hubToken)})
 		defer modes[base].rt.(*http.Transport).CloseIdleConnections()
 	}
+	bare := -1
+	if gatewayHot == "" {
+		// The floor under the gateway's own hop: the plainest Go proxy,
+		// sending the same request as "direct, impersonating".
+		caFile := filepath.Join(dir, "managed-ca.crt")
+		if err := os.WriteFile(caFile, m.CA, 0o600); err != nil {
+			return err
+		}
+		bp, err := startBareProxy(ctx, m.Address, caFile, daemons.certFile, daemons.keyFile, logs)
+		if err != nil {
+			return err
+		}
+		defer bp.stop()
+		daemons.bare = bp
+		bare = len(modes)
+		modes = append(modes, gatewayMode{bareProxyRole, bp.url, newClient(gatewayRoots), impHeader})
+		defer modes[bare].rt.(*http.Transport).CloseIdleConnections()
+	}
 
 	// Ready when every mode reads the object (RBAC is applied a moment
 	// after it is written); then show who each mode is on the cluster.
@@ -283,7 +301,7 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 	procs := daemons.procs()
 	if gatewayHot != "" {
 		var baseline *gatewayMode
-		if len(modes) > base {
+		if daemons.baseline.d != nil {
 			baseline = &modes[base]
 		}
 		return gatewayHotLoop(ctx, daemons, procs, modes[gw], baseline)
@@ -308,6 +326,7 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 	goalSmall := map[int][]float64{}
 	hop := map[int][]float64{}
 	hopFloor := map[int][]float64{}
+	bareHops, bareCPU, bareRatio := map[int][]float64{}, map[int][]float64{}, map[int][]float64{}
 	smallCPU := map[int][]float64{}
 	baseCPU := map[int][]float64{}
 	fmt.Printf("small GET %s, %d requests per mode, concurrency and repeat; modes interleaved in each repeat\n", gatewaySmallPath, gatewayRequests)
@@ -362,6 +381,21 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 		hopFloor[conc] = cpu.proxyFloor(imp)
 		fmt.Printf("  a proxy costing two of the clients' TLS and HTTP/2 endpoints (their CPU per request when direct, impersonating) would make that hop %s here\n",
 			ratioSpread(hopFloor[conc]))
+		if bare >= 0 {
+			var bareHop []float64
+			for r := range gatewayRepeats {
+				bareHop = append(bareHop, ratio(p50s[bare][r], p50s[imp][r]))
+			}
+			bareHops[conc] = bareHop
+			bareCPU[conc] = cpu.perRun(bare, bareProxyRole, time.Microsecond)
+			var vsBare []float64
+			for r, us := range cpu.perRun(gwDirect, "hubsync, direct dialer", time.Microsecond) {
+				vsBare = append(vsBare, us/bareCPU[conc][r])
+			}
+			bareRatio[conc] = vsBare
+			fmt.Printf("  bare Go proxy / direct, impersonating: p50 %s (the same hop through httputil.ReverseProxy with nothing of its own); its CPU per request %s µs; hubsync's with the direct dialer / the bare proxy's, per repeat: %s\n",
+				ratioSpread(bareHop), floatSpread(bareCPU[conc], "%.0f"), ratioSpread(vsBare))
+		}
 		smallCPU[conc] = cpu.perRun(gw, "hubsync", time.Microsecond)
 		goal = ""
 		if conc == 32 {
@@ -369,7 +403,7 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 		}
 		fmt.Printf("  CPU of the hubsync process per small GET through konnectivity: %s µs%s; with the direct dialer %s µs\n",
 			floatSpread(smallCPU[conc], "%.0f"), goal, floatSpread(cpu.perRun(gwDirect, "hubsync, direct dialer", time.Microsecond), "%.0f"))
-		if len(modes) > base {
+		if daemons.baseline.d != nil {
 			b := cpu.perRun(base, baselineRole, time.Microsecond)
 			var r []float64
 			for i := range b {
@@ -461,6 +495,10 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 	}
 	fmt.Printf("  small GET p50 at concurrency 32, hubsync, direct dialer / direct, impersonating: %s, goal <= 1.20x: %s (a proxy costing two client endpoints: %s)\n",
 		ratioSpread(hop[32]), gatewayGoal(hop[32], func(r float64) bool { return r <= 1.2 }), ratioSpread(hopFloor[32]))
+	if len(bareHops[32]) > 0 {
+		fmt.Printf("  the same hop through the bare Go proxy: %s (repeats <= 1.20x: %s), its CPU %s µs per request; hubsync, direct dialer / bare Go proxy, CPU per request: %s\n",
+			ratioSpread(bareHops[32]), gatewayGoal(bareHops[32], func(r float64) bool { return r <= 1.2 }), floatSpread(bareCPU[32], "%.0f"), ratioSpread(bareRatio[32]))
+	}
 	for _, conc := range []int{1, 4} {
 		fmt.Printf("  large LIST throughput at concurrency %d, hubsync / direct: %s, goal >= 80%%: %s (direct dialer: %s; through konnectivity with a gateway of no cost: %.0f%%)\n",
 			conc, percentSpread(goalList[conc]), gatewayGoal(goalList[conc], func(p float64) bool { return p >= 80 }), percentSpread(directList[conc]), listCeiling[conc])
@@ -587,13 +625,13 @@ func gatewayHotLoop(ctx context.Context, daemons *gatewayDaemons, procs gatewayP
 
 // The processes whose CPU time the gateway figures break down, in the
 // order printed.
-var gatewayRoles = []string{"clients", "hubsync", "hubsync, direct dialer", baselineRole, "managed kube-apiserver", "etcd", "proxy-server", "proxy-agent", "hub kube-apiserver"}
+var gatewayRoles = []string{"clients", "hubsync", "hubsync, direct dialer", baselineRole, bareProxyRole, "managed kube-apiserver", "etcd", "proxy-server", "proxy-agent", "hub kube-apiserver"}
 
 // roles are the roles of gatewayRoles that have a process in this run.
 func (p gatewayProcs) roles() []string {
 	var out []string
 	for _, r := range gatewayRoles {
-		if _, daemon := p.daemons[r]; daemon || !strings.HasPrefix(r, "hubsync") {
+		if _, daemon := p.daemons[r]; daemon || !strings.HasPrefix(r, "hubsync") && r != bareProxyRole {
 			out = append(out, r)
 		}
 	}
@@ -848,6 +886,10 @@ type gatewayDaemons struct {
 	// for before/after figures in one run; d is nil without it.
 	baseline gatewayDaemon
 	ca       *pki.CA
+	// certFile and keyFile are the daemons' serving pair, from ca.
+	certFile, keyFile string
+	// bare is the bare Go proxy, when it runs.
+	bare *bareProxy
 }
 
 func (g *gatewayDaemons) all() []gatewayDaemon {
@@ -870,6 +912,9 @@ func (g *gatewayDaemons) procs() gatewayProcs {
 	p := gatewayProcs{daemons: map[string]int{"hubsync": g.konnectivity.d.Pid(), "hubsync, direct dialer": g.direct.d.Pid()}}
 	if g.baseline.d != nil {
 		p.daemons[baselineRole] = g.baseline.d.Pid()
+	}
+	if g.bare != nil {
+		p.daemons[bareProxyRole] = g.bare.cmd.Process.Pid
 	}
 	return p
 }
@@ -925,7 +970,7 @@ func startGatewayDaemons(ctx context.Context, cp *controlplane.ControlPlane, bin
 	if err != nil {
 		return nil, err
 	}
-	out := &gatewayDaemons{ca: ca}
+	out := &gatewayDaemons{ca: ca, certFile: certFile, keyFile: keyFile}
 	type daemonSpec struct {
 		transport, binary string
 		into              *gatewayDaemon

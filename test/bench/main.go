@@ -105,6 +105,14 @@ import (
 )
 
 func main() {
+	if spec := os.Getenv(bareProxyEnv); spec != "" {
+		// This binary run again as the gateway figures' bare Go proxy.
+		if err := runBareProxy(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "bare Go proxy:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	binary := flag.String("hubsync", "bin/hubsync", "hubsync binary")
 	clusters := flag.Int("clusters", 500, "managed clusters in the fleet")
 	namespaces := flag.Int("namespaces", 8, "consumer namespaces, each bound to sets covering every cluster")
