@@ -78,7 +78,7 @@ type Target struct {
 	// system's roots.
 	CA []byte
 	// Token authenticates probes, and the gateway's requests as it
-	// decides (Pool.Token). Never logged.
+	// decides (Pool.Authorization). Never logged.
 	Token string
 	// TokenFingerprint identifies Token in statuses; never the token.
 	TokenFingerprint string

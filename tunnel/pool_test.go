@@ -76,15 +76,8 @@ func TestEntriesWarmWithoutRequestsAndReachTheRightServer(t *testing.T) {
 	if !b.saw("/api", "own") {
 		t.Fatal("a request's own Authorization was replaced")
 	}
-	// Token is the ManagedServiceAccount's, for whoever acts as it.
-	if tok, err := p.Token("b"); err != nil || tok != "token-b" {
-		t.Fatalf("Token(b) = %q, %v; want token-b", tok, err)
-	}
-	if _, err := p.Token("nowhere"); !errors.Is(err, ErrNotServed) {
-		t.Fatalf("Token of a cluster not served: %v, want ErrNotServed", err)
-	}
-	// Authorization is the same token as a header value, and follows a
-	// rotation.
+	// Authorization carries the ManagedServiceAccount's token, for
+	// whoever acts as it, and follows a rotation.
 	if auth, err := p.Authorization("b"); err != nil || auth != "Bearer token-b" {
 		t.Fatalf("Authorization(b) = %q, %v; want the header value of token-b", auth, err)
 	}
@@ -161,9 +154,6 @@ func TestNotServedAndNotReadyFailAtOnce(t *testing.T) {
 	p.SetTarget("up", target(up, ca, ""))
 	p.SetSelected("up", true)
 	eventually(t, "ready", func() bool { return state(p, "up") == StateReady })
-	if _, err := p.Token("up"); !errors.Is(err, ErrNoCredential) {
-		t.Fatalf("Token of a cluster without one: %v, want ErrNoCredential", err)
-	}
 	if _, err := p.Authorization("up"); !errors.Is(err, ErrNoCredential) {
 		t.Fatalf("Authorization of a cluster without a token: %v, want ErrNoCredential", err)
 	}

@@ -21,41 +21,23 @@ func (p *Pool) RoundTripper(cluster string) http.RoundTripper {
 	return &roundTripper{p: p, cluster: cluster}
 }
 
-// Token returns the cluster's ManagedServiceAccount token (the one probes
-// use), or an error wrapping ErrNotServed or ErrNoCredential. The pool
-// never sets it on a request: whoever sends one as that account sets it,
-// and must first have authenticated and authorised its caller.
-func (p *Pool) Token(cluster string) (string, error) {
-	p.mu.Lock()
-	served, token := p.servedLocked(cluster), p.targets[cluster].Token
-	p.mu.Unlock()
-	if err := credentialErr(cluster, served, token); err != nil {
-		return "", err
-	}
-	return token, nil
-}
-
-// Authorization is Token as the value of an Authorization header
-// ("Bearer " and the token), made once per token rather than for every
-// request.
+// Authorization returns the value of an Authorization header that sends
+// a request as the cluster's ManagedServiceAccount ("Bearer " and its
+// token, made once per token rather than for every request), or an error
+// wrapping ErrNotServed or ErrNoCredential. The pool never sets it on a
+// request: whoever sends one as that account sets it, and must first have
+// authenticated and authorised its caller.
 func (p *Pool) Authorization(cluster string) (string, error) {
 	p.mu.Lock()
 	served, auth := p.servedLocked(cluster), p.authorization[cluster]
 	p.mu.Unlock()
-	if err := credentialErr(cluster, served, auth); err != nil {
-		return "", err
+	if !served {
+		return "", fmt.Errorf("cluster %s: %w", cluster, ErrNotServed)
+	}
+	if auth == "" {
+		return "", fmt.Errorf("cluster %s: %w", cluster, ErrNoCredential)
 	}
 	return auth, nil
-}
-
-func credentialErr(cluster string, served bool, credential string) error {
-	if !served {
-		return fmt.Errorf("cluster %s: %w", cluster, ErrNotServed)
-	}
-	if credential == "" {
-		return fmt.Errorf("cluster %s: %w", cluster, ErrNoCredential)
-	}
-	return nil
 }
 
 type roundTripper struct {

@@ -195,8 +195,8 @@ func TestSourceKeepsEveryClusterWithItsToken(t *testing.T) {
 					t.Error(err)
 				}
 				served := func() bool {
-					tok, err := p.Token(name)
-					return err == nil && tok == "tok"
+					auth, err := p.Authorization(name)
+					return err == nil && auth == "Bearer tok"
 				}
 				if err := testutil.Poll(ctx, 5*time.Second, 5*time.Millisecond, func() error {
 					if !served() {
@@ -242,7 +242,7 @@ func TestSourceRunReturnsWithEveryCluster(t *testing.T) {
 	}
 	missing := 0
 	for i := range n {
-		if tok, err := p.Token(fmt.Sprintf("c%d", i)); err != nil || tok != "tok" {
+		if auth, err := p.Authorization(fmt.Sprintf("c%d", i)); err != nil || auth != "Bearer tok" {
 			missing++
 		}
 	}

@@ -119,11 +119,11 @@ func identity(ctx context.Context, p *tunnel.Pool, cluster string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	token, err := p.Token(cluster)
+	auth, err := p.Authorization(cluster)
 	if err != nil {
 		return "", err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Authorization", auth)
 	resp, err := p.RoundTripper(cluster).RoundTrip(req)
 	if err != nil {
 		return "", err
