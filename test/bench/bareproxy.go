@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // The bare Go proxy is the plainest TLS-terminating HTTP/2 reverse proxy
@@ -62,19 +64,19 @@ func startBareProxy(ctx context.Context, upstream, caFile, certFile, keyFile str
 		return nil, fmt.Errorf("bare Go proxy: %w", err)
 	}
 	p := &bareProxy{cmd: cmd, url: "https://" + addr}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			_ = c.Close()
-			return p, nil
+		if last = err; err != nil {
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			p.stop()
-			return nil, fmt.Errorf("bare Go proxy not listening on %s within 30s: %w", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		_ = c.Close()
+		return true, nil
+	}); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("bare Go proxy not listening on %s within 30s: %w", addr, errors.Join(err, last))
 	}
+	return p, nil
 }
 
 func (p *bareProxy) stop() {

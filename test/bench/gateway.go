@@ -362,6 +362,9 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 			imp50 = append(imp50, ratio(p50s[imp][r], p50s[direct][r]))
 			konn50 = append(konn50, ratio(p50s[gw][r], p50s[gwDirect][r]))
 			hop50 = append(hop50, ratio(p50s[gwDirect][r], p50s[imp][r]))
+			if bare >= 0 {
+				bareHops[conc] = append(bareHops[conc], ratio(p50s[bare][r], p50s[imp][r]))
+			}
 		}
 		goalSmall[conc], hop[conc] = gw50, hop50
 		fmt.Printf("concurrency %d (median over %d repeats, range in brackets):\n", conc, gatewayRepeats)
@@ -382,19 +385,10 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 		fmt.Printf("  a proxy costing two of the clients' TLS and HTTP/2 endpoints (their CPU per request when direct, impersonating) would make that hop %s here\n",
 			ratioSpread(hopFloor[conc]))
 		if bare >= 0 {
-			var bareHop []float64
-			for r := range gatewayRepeats {
-				bareHop = append(bareHop, ratio(p50s[bare][r], p50s[imp][r]))
-			}
-			bareHops[conc] = bareHop
 			bareCPU[conc] = cpu.perRun(bare, bareProxyRole, time.Microsecond)
-			var vsBare []float64
-			for r, us := range cpu.perRun(gwDirect, "hubsync, direct dialer", time.Microsecond) {
-				vsBare = append(vsBare, us/bareCPU[conc][r])
-			}
-			bareRatio[conc] = vsBare
+			bareRatio[conc] = perRepeat(cpu.perRun(gwDirect, "hubsync, direct dialer", time.Microsecond), bareCPU[conc])
 			fmt.Printf("  bare Go proxy / direct, impersonating: p50 %s (the same hop through httputil.ReverseProxy with nothing of its own); its CPU per request %s µs; hubsync's with the direct dialer / the bare proxy's, per repeat: %s\n",
-				ratioSpread(bareHop), floatSpread(bareCPU[conc], "%.0f"), ratioSpread(vsBare))
+				ratioSpread(bareHops[conc]), floatSpread(bareCPU[conc], "%.0f"), ratioSpread(bareRatio[conc]))
 		}
 		smallCPU[conc] = cpu.perRun(gw, "hubsync", time.Microsecond)
 		goal = ""
@@ -405,10 +399,7 @@ func benchGateway(ctx context.Context, cp *controlplane.ControlPlane, binary str
 			floatSpread(smallCPU[conc], "%.0f"), goal, floatSpread(cpu.perRun(gwDirect, "hubsync, direct dialer", time.Microsecond), "%.0f"))
 		if daemons.baseline.d != nil {
 			b := cpu.perRun(base, baselineRole, time.Microsecond)
-			var r []float64
-			for i := range b {
-				r = append(r, smallCPU[conc][i]/b[i])
-			}
+			r := perRepeat(smallCPU[conc], b)
 			baseCPU[conc] = r
 			fmt.Printf("  the baseline build (%s) over konnectivity: %s µs; this build / baseline, per repeat: %s\n", gatewayBaseline, floatSpread(b, "%.0f"), ratioSpread(r))
 		}
@@ -748,6 +739,15 @@ func (t *cpuTally) perRun(i int, role string, unit time.Duration) []float64 {
 	var out []float64
 	for _, run := range t.runs[i] {
 		out = append(out, float64(run[role])/float64(unit))
+	}
+	return out
+}
+
+// perRepeat is a[i]/b[i] for each repeat i.
+func perRepeat(a, b []float64) []float64 {
+	out := make([]float64, 0, len(b))
+	for i := range b {
+		out = append(out, a[i]/b[i])
 	}
 	return out
 }
