@@ -4,6 +4,18 @@
 
 SHELL     := bash
 GO        ?= go
+# Every go command here, in every module of the repository, runs on this
+# toolchain. A machine starts on its own Go, which ignores go.mod's go line
+# under GOTOOLCHAIN=local; naming the version makes the go command fetch it
+# from the module proxy the first time (about 76 MB).
+GO_TOOLCHAIN ?= go1.27.3
+export GOTOOLCHAIN := $(GO_TOOLCHAIN)
+# On Go 1.27, golang.org/x/net's HTTP/2 client (v0.60 and later) wraps
+# net/http's, which tells the tunnel pool of a GOAWAY only once the
+# connection has closed; the http2legacy tag keeps x/net's own client, with
+# the same fixes (tunnel/http2_wrapped.go). Every build and test has it,
+# beside the GOFLAGS already set.
+export GOFLAGS := $(strip $(shell GOTOOLCHAIN=$(GO_TOOLCHAIN) $(GO) env GOFLAGS) -tags=http2legacy)
 BIN       ?= bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
@@ -16,8 +28,12 @@ KONN      := bash test/tools/build-konnectivity.sh
 # Prints the path of promtool, building it first (~5 min cold) when the
 # cache does not have this version (test/tools/promtool pins it).
 PROMTOOL  := bash test/tools/build-promtool.sh
+# The vulnerability gate and dependency report (test/tools/vulncheck pins
+# golang.org/x/vuln and golang.org/x/vulndb); its first run builds the
+# offline database into the same cache (about 1 minute).
+VULNCHECK := cd test/tools/vulncheck && $(GO) run .
 
-.PHONY: all build generate schema dashboard manifests dashboard-check chart-test alerts-test test unit e2e argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
+.PHONY: all build generate schema dashboard manifests dashboard-check chart-test alerts-test vulncheck vulncheck-test deps-report test unit e2e argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
 
 all: build
 
@@ -75,13 +91,11 @@ e2e: kube-binaries konnectivity-binaries
 # real kube-apiserver through them, and sees a cluster once beside the
 # argoproj-labs ClusterProfile integration (the scenarios: test/argocdproof).
 # One module per release, as each pins other Kubernetes libraries: v3.2.0
-# (test/argocd) and v3.6.1 (test/argocd-v3.6, which needs Go 1.27: the
-# proxy serves the toolchain; the first run downloads it and Argo CD's
-# dependencies and builds everything with it, ~10 min on 2 busy cores).
-ARGOCD_V36_GOTOOLCHAIN ?= go1.27.3
+# (test/argocd) and v3.6.1 (test/argocd-v3.6; the first run downloads Argo
+# CD's dependencies and builds them, ~10 min on 2 busy cores).
 argocd-proof: kube-binaries
 	cd test/argocd && $(GO) vet ./... && KUBEBUILDER_ASSETS=$$(bash ../tools/build-kube-binaries.sh 2>/dev/null) $(GO) test -count=1 -timeout 30m ./...
-	cd test/argocd-v3.6 && export GOTOOLCHAIN=$(ARGOCD_V36_GOTOOLCHAIN) && $(GO) vet ./... && KUBEBUILDER_ASSETS=$$(bash ../tools/build-kube-binaries.sh 2>/dev/null) $(GO) test -count=1 -timeout 30m ./...
+	cd test/argocd-v3.6 && $(GO) vet ./... && KUBEBUILDER_ASSETS=$$(bash ../tools/build-kube-binaries.sh 2>/dev/null) $(GO) test -count=1 -timeout 30m ./...
 
 # multicluster-runtime v0.23.1 engages the clusters of hubsync's profiles
 # through a provider built on cluster-inventory-api's pkg/access (the
@@ -118,7 +132,26 @@ alerts-test:
 chart-test: kube-binaries
 	cd test/chart && $(GO) vet ./... && KUBEBUILDER_ASSETS=$$(bash ../tools/build-kube-binaries.sh 2>/dev/null) $(GO) test -count=1 -p 1 -timeout 20m ./...
 
-test: check unit alerts-test dashboard-check chart-test e2e argocd-proof multicluster-proof kueue-proof
+# The vulnerability gate: govulncheck scans the shipped binary's packages
+# (./cmd/hubsync) against the Go vulnerability database as the pinned
+# golang.org/x/vulndb module holds it, offline, and fails on any
+# vulnerable function they call that test/tools/vulncheck/allow.txt does
+# not accept (each entry with an expiry date and a reason).
+vulncheck:
+	@$(VULNCHECK) check -C ../../.. -allow allow.txt ./cmd/hubsync
+
+# The gate's own tests: it refuses a program that pins nats-server
+# v2.12.1 and lets it through once the allow-list accepts each finding.
+vulncheck-test:
+	cd test/tools/vulncheck && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# Each direct dependency of hubsync beside the newest version the module
+# proxy serves (where it lists them), with the vulnerabilities known in
+# the version required, called or not.
+deps-report:
+	@$(VULNCHECK) deps -C ../../..
+
+test: check unit vulncheck vulncheck-test alerts-test dashboard-check chart-test e2e argocd-proof multicluster-proof kueue-proof
 
 # deploy/ rendered from charts/hubsync with its default values (release
 # hubsync in open-cluster-management-hub), without Helm's own labels.

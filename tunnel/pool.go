@@ -284,6 +284,9 @@ func (p *Pool) own(cc *http2.ClientConn, e *entry) {
 
 // New returns a pool; Start runs it.
 func New(opts Options) (*Pool, error) {
+	if errWrappedHTTP2 != nil {
+		return nil, errWrappedHTTP2
+	}
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
