@@ -75,8 +75,9 @@ type floodPhase struct {
 	reviews float64
 	reached int
 	// The legitimate client.
-	lat  []time.Duration
-	errs int
+	lat      []time.Duration
+	errs     int
+	firstErr error // the first of errs, printed so a failing run says why
 	// The syncer's burst.
 	converge time.Duration
 }
@@ -271,7 +272,9 @@ func floodRun(ctx context.Context, hub *fleet.Hub, d *fleet.Daemon, m *controlpl
 				took, err := get(ctx)
 				mu.Lock()
 				if err != nil {
-					p.errs++
+					if p.errs++; p.firstErr == nil {
+						p.firstErr = err
+					}
 				} else {
 					p.lat = append(p.lat, took)
 				}
@@ -520,6 +523,9 @@ func (p floodPhase) print() {
 		kind = "flooded"
 		flood = fmt.Sprintf("; flood in %s: %s, %.0f hub TokenReviews, %d reached the cluster",
 			p.took.Round(time.Millisecond), codeList(p.codes), p.reviews, p.reached)
+	}
+	if p.firstErr != nil {
+		flood += fmt.Sprintf("; the first error: %v", p.firstErr)
 	}
 	fmt.Printf("%s: burst converged in %s; legitimate client %d GETs, p50 %s p99 %s, %d errors%s\n",
 		kind, p.converge.Round(time.Millisecond), len(p.lat), floodPct(p.lat, 50), floodPct(p.lat, 99), p.errs, flood)
