@@ -15,8 +15,10 @@ import (
 
 // check runs the gate: read the allow-list, scan, judge, print.
 func check(ctx context.Context, o options, allowFile string, patterns []string, w io.Writer) (int, error) {
-	if _, err := readAllowList(allowFile, time.Now().UTC()); err != nil {
-		return 2, err // before a scan of minutes
+	now := time.Now().UTC()
+	allow, err := readAllowList(allowFile, now) // before a scan of minutes
+	if err != nil {
+		return 2, err
 	}
 	db, err := ensureDB(ctx, o.toolDir, o.cacheRoot)
 	if err != nil {
@@ -30,16 +32,12 @@ func check(ctx context.Context, o options, allowFile string, patterns []string, 
 	if flags := os.Getenv("GOFLAGS"); flags != "" {
 		target += " (GOFLAGS=" + flags + ")"
 	}
-	return gate(res, allowFile, time.Now().UTC(), target, w)
+	return gate(res, allow, allowFile, now, target, w)
 }
 
-// gate judges a scan against the allow-list and prints the verdict; it
-// answers 1 when a reachable vulnerability is not accepted.
-func gate(res scanResult, allowFile string, now time.Time, target string, w io.Writer) (int, error) {
-	allow, err := readAllowList(allowFile, now)
-	if err != nil {
-		return 2, err
-	}
+// gate judges a scan against the allow-list read from allowFile and prints
+// the verdict; it answers 1 when a reachable vulnerability is not accepted.
+func gate(res scanResult, allow map[string]allowEntry, allowFile string, now time.Time, target string, w io.Writer) (int, error) {
 	v := judge(res, allow, now)
 	v.print(w, res, allow, target)
 	if !v.Pass() {

@@ -45,7 +45,7 @@ func ensureDB(ctx context.Context, toolDir, cacheRoot string) (string, error) {
 	}
 	// The database lands whole, in one rename; a concurrent build at worst
 	// makes it twice.
-	if err := os.Rename(filepath.Join(tmp, "db"), out); err != nil && !os.IsExist(err) {
+	if err := os.Rename(filepath.Join(tmp, "db"), out); err != nil {
 		if _, statErr := os.Stat(filepath.Join(out, "index", "db.json")); statErr != nil {
 			return "", fmt.Errorf("install the database in %s: %w", out, err)
 		}

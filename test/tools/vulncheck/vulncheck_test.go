@@ -54,8 +54,12 @@ func TestGateRefusesAVulnerablePin(t *testing.T) {
 			if err := os.WriteFile(file, []byte(tt.allow), 0o644); err != nil {
 				t.Fatal(err)
 			}
+			allow, err := readAllowList(file, now)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var out bytes.Buffer
-			exit, err := gate(res, file, now, fixture, &out)
+			exit, err := gate(res, allow, file, now, fixture, &out)
 			if exit != tt.exit {
 				t.Fatalf("exit %d (error %v), want %d; output:\n%s", exit, err, tt.exit, out.String())
 			}
