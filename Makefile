@@ -15,7 +15,7 @@ export GOTOOLCHAIN := $(GO_TOOLCHAIN)
 # connection has closed; the http2legacy tag keeps x/net's own client, with
 # the same fixes (tunnel/http2_wrapped.go). Every build and test has it,
 # beside the GOFLAGS already set.
-export GOFLAGS := $(strip $(shell GOTOOLCHAIN=$(GO_TOOLCHAIN) $(GO) env GOFLAGS) -tags=http2legacy)
+export GOFLAGS := $(strip $(filter-out -tags=http2legacy,$(shell GOTOOLCHAIN=$(GO_TOOLCHAIN) $(GO) env GOFLAGS)) -tags=http2legacy)
 BIN       ?= bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
