@@ -1,0 +1,390 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hubsync/hubsync/events"
+)
+
+// The bus's accounts: hubsync writes in one, each consuming application
+// reads in an account of its own. Nothing here rests on what the server
+// happens to do with a message; each guarantee is a NATS mechanism:
+//
+//   - The writer account (WriterAccount) holds the event stream and the KV
+//     bucket. Only hubsync's user is in it. No consumer can publish there,
+//     reach its JetStream API, or have anything delivered there.
+//   - A consumer account holds copies that the server keeps: a stream of
+//     the same name that sources the events of the namespaces the consumer
+//     may read, and a mirror of their KV records. Both are created by
+//     hubsync (Provision), read-only for the account's users, and deny
+//     purging and deleting messages. The copy listens on <prefix>.>, so a
+//     lookup by subject finds it (nats sub '<prefix>.>' --all, a
+//     js.Subscribe without a bound stream); nothing in the account can
+//     publish there: the users may not, a consumer of the copy may not
+//     deliver into its own stream's subjects (the server refuses the
+//     cycle), the mirror has no subjects, and the users may not create
+//     consumers on the mirror (so none can deliver the records into the
+//     copy). The account's JetStream limits allow these two streams and no
+//     more.
+//   - The copies reach the writer account through imports that the
+//     writer account exports to that account alone: the consumer-create
+//     API of the two streams under the prefix "$JS.hubsync.API", which the
+//     server reserves like its own API (no consumer may deliver to it),
+//     flow control, and the delivery subjects of the account's own
+//     sources. The account's users may publish to none of them.
+//   - Every consumer account is separate: its users' inboxes, consumers,
+//     acknowledgements and durables are invisible to other consumers.
+//
+// Users' permissions (ConsumerPermissions) are allow-lists: reading the
+// copies, replaying them with consumers of their own, acknowledging those.
+// Everything else is refused by the server with a permissions violation,
+// among it a core subscription to <prefix>.> (the events are in the copy,
+// not published in the account: subscribe with JetStream).
+
+// WriterAccount is the account hubsync writes in.
+const WriterAccount = "HUBSYNC"
+
+const (
+	// importedAPI is where a consumer account reaches the writer account's
+	// consumer-create API. Its third token is API, so the server treats it
+	// as a JetStream API prefix: it refuses a consumer whose deliver
+	// subject is under it.
+	importedAPI = "$JS.hubsync.API"
+	// deliverRoot starts the subjects the sources of a consumer account's
+	// copies are delivered on, one token per consumer after it.
+	deliverRoot = "_HUBSYNC_DELIVER"
+	// maxConsumersPerAccount bounds the JetStream consumers a consuming
+	// application may have at once on its copies.
+	maxConsumersPerAccount = 256
+)
+
+// consumerName is what a consuming application may be called: a NATS
+// subject token and account name, readable in logs.
+var consumerName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// Layout is the account layout of a bus: the names hubsync uses and the
+// consuming applications.
+type Layout struct {
+	// Prefix, Stream and Bucket are bus.subjectPrefix, bus.stream.name and
+	// bus.kvBucket.
+	Prefix, Stream, Bucket string
+	// Consumers are the consuming applications, each in an account of
+	// its own.
+	Consumers []ConsumerAccess
+}
+
+// ConsumerAccess is a consuming application's access to the bus.
+type ConsumerAccess struct {
+	// Name is the application's name: lowercase letters, digits and '-'.
+	Name string
+	// Namespaces the application reads the events and records of; empty
+	// for every namespace.
+	Namespaces []string
+}
+
+// Account is the NATS account of a consuming application.
+func (c ConsumerAccess) Account() string { return "HUBSYNC_CONSUMER_" + c.Name }
+
+func (c ConsumerAccess) deliverPrefix() string { return deliverRoot + "." + c.Name }
+
+// Validate checks the names of l's consumers.
+func (l Layout) Validate() error {
+	var errs []error
+	seen := map[string]bool{}
+	for _, c := range l.Consumers {
+		switch {
+		case !consumerName.MatchString(c.Name):
+			errs = append(errs, fmt.Errorf("consumer %q: a name is 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit", c.Name))
+		case seen[c.Name]:
+			errs = append(errs, fmt.Errorf("consumer %q is listed twice", c.Name))
+		}
+		seen[c.Name] = true
+		for _, ns := range c.Namespaces {
+			if ns == "" {
+				errs = append(errs, fmt.Errorf("consumer %q: an empty namespace", c.Name))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (l Layout) kvStream() string { return "KV_" + l.Bucket }
+
+// User is a NATS user: an NKey (its public key, U...) or a name and a
+// password.
+type User struct {
+	NKey     string
+	Name     string
+	Password string
+}
+
+// Users are the users of a layout's accounts: hubsync's in the writer
+// account; per consuming application (by name) its own users and the
+// user hubsync provisions its copies with.
+type Users struct {
+	Writer       User
+	Consumers    map[string][]User
+	Provisioners map[string]User
+}
+
+// Config is a nats-server configuration's accounts block for l, as JSON
+// (a NATS configuration file may be JSON): the writer account with
+// JetStream, its user and its exports; each consumer account with its
+// JetStream limits, imports and users, the application's with
+// ConsumerPermissions. It is the layout an external NATS must have too
+// (docs/events.md).
+func (l Layout) Config(users Users) ([]byte, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	type perm struct {
+		Allow []string `json:"allow"`
+	}
+	type perms struct {
+		Publish   perm `json:"publish"`
+		Subscribe perm `json:"subscribe"`
+	}
+	type user struct {
+		NKey        string `json:"nkey,omitempty"`
+		User        string `json:"user,omitempty"`
+		Password    string `json:"password,omitempty"`
+		Permissions *perms `json:"permissions,omitempty"`
+	}
+	conv := func(u User, p *perms) (user, error) {
+		if (u.NKey == "") == (u.Name == "") || (u.Name != "" && u.Password == "") {
+			return user{}, errors.New("a user is an NKey, or a name and a password")
+		}
+		if strings.ContainsFunc(u.Name+u.Password+u.NKey, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+			return user{}, errors.New("a user's name, password or NKey holds a control character")
+		}
+		return user{NKey: u.NKey, User: u.Name, Password: u.Password, Permissions: p}, nil
+	}
+	type export struct {
+		Service      string   `json:"service,omitempty"`
+		Stream       string   `json:"stream,omitempty"`
+		ResponseType string   `json:"response_type,omitempty"`
+		Accounts     []string `json:"accounts"`
+	}
+	type ref struct {
+		Account string `json:"account"`
+		Subject string `json:"subject"`
+	}
+	type imp struct {
+		Service *ref   `json:"service,omitempty"`
+		Stream  *ref   `json:"stream,omitempty"`
+		To      string `json:"to"`
+	}
+	type limits struct {
+		MaxStreams   int `json:"max_streams"`
+		MaxConsumers int `json:"max_consumers"`
+	}
+	type account struct {
+		JetStream any      `json:"jetstream"`
+		Users     []user   `json:"users"`
+		Exports   []export `json:"exports,omitempty"`
+		Imports   []imp    `json:"imports,omitempty"`
+	}
+	w, err := conv(users.Writer, nil)
+	if err != nil {
+		return nil, fmt.Errorf("hubsync's user: %w", err)
+	}
+	writer := account{JetStream: "enabled", Users: []user{w}}
+	var all []string
+	for _, c := range l.Consumers {
+		all = append(all, c.Account())
+	}
+	streams := []string{l.Stream, l.kvStream()}
+	if len(all) > 0 {
+		for _, s := range streams {
+			create := "$JS.API.CONSUMER.CREATE." + s
+			writer.Exports = append(writer.Exports,
+				export{Service: create, ResponseType: "stream", Accounts: all},
+				export{Service: create + ".>", ResponseType: "stream", Accounts: all},
+				export{Service: "$JS.FC." + s + ".>", Accounts: all},
+			)
+		}
+	}
+	cp := l.ConsumerPermissions()
+	consumerPerms := &perms{Publish: perm{cp.Publish.Allow}, Subscribe: perm{cp.Subscribe.Allow}}
+	accounts := map[string]account{}
+	for _, c := range l.Consumers {
+		writer.Exports = append(writer.Exports, export{Stream: c.deliverPrefix() + ".>", Accounts: []string{c.Account()}})
+		a := account{JetStream: limits{MaxStreams: 2, MaxConsumers: maxConsumersPerAccount}}
+		for _, s := range streams {
+			create := "$JS.API.CONSUMER.CREATE." + s
+			a.Imports = append(a.Imports,
+				imp{Service: &ref{WriterAccount, create}, To: importedAPI + ".CONSUMER.CREATE." + s},
+				imp{Service: &ref{WriterAccount, create + ".>"}, To: importedAPI + ".CONSUMER.CREATE." + s + ".>"},
+				imp{Service: &ref{WriterAccount, "$JS.FC." + s + ".>"}, To: "$JS.FC." + s + ".>"},
+			)
+		}
+		a.Imports = append(a.Imports, imp{Stream: &ref{WriterAccount, c.deliverPrefix() + ".>"}, To: c.deliverPrefix() + ".>"})
+		prov, err := conv(users.Provisioners[c.Name], nil)
+		if err != nil {
+			return nil, fmt.Errorf("consumer %s: the provisioning user: %w", c.Name, err)
+		}
+		a.Users = append(a.Users, prov)
+		for i, u := range users.Consumers[c.Name] {
+			cu, err := conv(u, consumerPerms)
+			if err != nil {
+				return nil, fmt.Errorf("consumer %s: user %d: %w", c.Name, i+1, err)
+			}
+			a.Users = append(a.Users, cu)
+		}
+		accounts[c.Account()] = a
+	}
+	accounts[WriterAccount] = writer
+	// NATS's parser takes JSON but not its \u escapes: write >, < and &
+	// as they are. Names and subjects hold no control character, and conv
+	// refuses one in a password.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(map[string]any{"accounts": accounts}); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// ConsumerPermissions is what a consuming application's users may do in
+// its account: look the copies up, read them by sequence or subject,
+// replay the events with consumers of their own (pull or push, durable or
+// ephemeral, ordered) and acknowledge them; read the records by key. Only
+// allow-lists: everything else is refused.
+func (l Layout) ConsumerPermissions() *server.Permissions {
+	const api = "$JS.API."
+	s, kv := l.Stream, l.kvStream()
+	pub := []string{api + "INFO", api + "STREAM.NAMES", api + "STREAM.LIST"}
+	for _, n := range []string{s, kv} {
+		pub = append(pub,
+			api+"STREAM.INFO."+n,
+			api+"STREAM.MSG.GET."+n,
+			api+"DIRECT.GET."+n, api+"DIRECT.GET."+n+".>",
+		)
+	}
+	pub = append(pub,
+		api+"CONSUMER.CREATE."+s, api+"CONSUMER.CREATE."+s+".>",
+		api+"CONSUMER.DURABLE.CREATE."+s+".*",
+		api+"CONSUMER.INFO."+s+".*",
+		api+"CONSUMER.LIST."+s, api+"CONSUMER.NAMES."+s,
+		api+"CONSUMER.MSG.NEXT."+s+".*",
+		api+"CONSUMER.DELETE."+s+".*",
+		"$JS.ACK."+s+".>",
+		"$JS.FC."+s+".>",
+	)
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: pub},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+	}
+}
+
+// copyConfigs are the stream and KV bucket hubsync keeps in c's account:
+// the events and records of c's namespaces, with the limits of the
+// writer's stream (primary).
+func (l Layout) copyConfigs(c ConsumerAccess, primary jetstream.StreamConfig) (jetstream.StreamConfig, jetstream.KeyValueConfig) {
+	ext := &jetstream.ExternalStream{APIPrefix: importedAPI, DeliverPrefix: c.deliverPrefix()}
+	src := &jetstream.StreamSource{Name: l.Stream, External: ext}
+	kvSrc := &jetstream.StreamSource{Name: l.kvStream(), External: ext}
+	for _, ns := range c.Namespaces {
+		f := l.Prefix + "." + events.EscapeToken(ns) + ".>"
+		src.SubjectTransforms = append(src.SubjectTransforms, jetstream.SubjectTransformConfig{Source: f, Destination: f})
+		kf := "$KV." + l.Bucket + "." + events.KVKey(ns, "") + ">"
+		kvSrc.SubjectTransforms = append(kvSrc.SubjectTransforms, jetstream.SubjectTransformConfig{Source: kf, Destination: kf})
+	}
+	events := jetstream.StreamConfig{
+		Name:        l.Stream,
+		Description: fmt.Sprintf("hubsync's events for consumer %s, kept by hubsync: read-only", c.Name),
+		Subjects:    []string{l.Prefix + ".>"},
+		Sources:     []*jetstream.StreamSource{src},
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		Storage:     primary.Storage,
+		MaxAge:      primary.MaxAge,
+		MaxBytes:    primary.MaxBytes,
+		MaxMsgs:     -1,
+		Duplicates:  primary.Duplicates,
+		Replicas:    primary.Replicas,
+		DenyDelete:  true,
+		DenyPurge:   true,
+	}
+	kv := jetstream.KeyValueConfig{
+		Bucket:      l.Bucket,
+		Description: fmt.Sprintf("hubsync's access records for consumer %s, kept by hubsync: read-only", c.Name),
+		History:     1,
+		Storage:     primary.Storage,
+		Replicas:    primary.Replicas,
+		Mirror:      kvSrc,
+	}
+	return events, kv
+}
+
+// Provision creates or updates c's copies through js, a connection in
+// c's account with every right there. A copy whose sources changed (the
+// consumer's namespaces) is deleted and made again, so that it never
+// keeps events of a namespace the consumer may no longer read.
+func (l Layout) Provision(ctx context.Context, js jetstream.JetStream, c ConsumerAccess, primary jetstream.StreamConfig) error {
+	evCfg, kvCfg := l.copyConfigs(c, primary)
+	if err := l.ensureCopy(ctx, js, evCfg); err != nil {
+		return fmt.Errorf("consumer %s: events copy: %w", c.Name, err)
+	}
+	if s, err := js.Stream(ctx, l.kvStream()); err == nil && !sameSources(s.CachedInfo().Config.Mirror, kvCfg.Mirror) {
+		if err := js.DeleteKeyValue(ctx, l.Bucket); err != nil {
+			return fmt.Errorf("consumer %s: replace the records copy: %w", c.Name, err)
+		}
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, kvCfg); err != nil {
+		return fmt.Errorf("consumer %s: records copy: %w", c.Name, err)
+	}
+	return nil
+}
+
+func (l Layout) ensureCopy(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	s, err := js.Stream(ctx, cfg.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+	case err != nil:
+		return err
+	case len(s.CachedInfo().Config.Sources) != 1 || !sameSources(s.CachedInfo().Config.Sources[0], cfg.Sources[0]):
+		if err := js.DeleteStream(ctx, cfg.Name); err != nil {
+			return fmt.Errorf("replace: %w", err)
+		}
+	}
+	_, err = js.CreateOrUpdateStream(ctx, cfg)
+	return err
+}
+
+// sameSources reports whether two sources read the same stream, subjects
+// and account.
+func sameSources(a, b *jetstream.StreamSource) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	filters := func(s *jetstream.StreamSource) []string {
+		var out []string
+		if s.FilterSubject != "" {
+			out = append(out, s.FilterSubject)
+		}
+		for _, t := range s.SubjectTransforms {
+			out = append(out, t.Source+"→"+t.Destination)
+		}
+		slices.Sort(out)
+		return out
+	}
+	ext := func(s *jetstream.StreamSource) jetstream.ExternalStream {
+		if s.External == nil {
+			return jetstream.ExternalStream{}
+		}
+		return *s.External
+	}
+	return a.Name == b.Name && slices.Equal(filters(a), filters(b)) && ext(a) == ext(b)
+}
