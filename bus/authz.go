@@ -3,65 +3,134 @@ package bus
 import (
 	"crypto/rand"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
 
 	"github.com/hubsync/hubsync/config"
 )
 
-// Who may do what on the embedded server: hubsync writes, consumers read.
+// Who may do what on the embedded server: hubsync writes, consumers read,
+// each in its own account (layout.go).
 //
 // hubsync's own connection is in-process and authenticates as selfUser
-// with a password made at start, held in memory only. The server accepts
-// that user on an in-process connection only, so the password would be
-// of no use to anyone who read it from the process.
+// with a password made at start, held in memory only; it is put in the
+// writer account. The copies of each consumer account are made by an
+// in-process user of that account (provisionerUser), with a password of
+// its own made the same way. The server accepts those users on an
+// in-process connection only, so a password would be of no use to anyone
+// who read it from the process.
 //
-// Every other client is a consumer. With bus.embedded.authTokenFile a
-// consumer must present that token; without it (loopback, or mutual TLS),
-// a client needs no credential. Either way it gets consumerPermissions,
-// which let it read the event stream and the KV bucket, never write them.
-//
-// The server publishes events on their public subjects itself, after it
-// has stored them (see Bus.streamConfig): hubsync publishes them on a
-// private subject consumers cannot touch. A consumer can create push
-// consumers, and a push consumer sends copies of stored messages to any
-// subject that has a subscriber, its creator's permissions aside; were
-// the stream listening on the public subjects, such a copy (of a KV
-// record, say) sent to <prefix>.x.y.z would be stored as an event.
+// Every other client is a consumer, with Layout.ConsumerPermissions in
+// the account of its application: a client signing in with an NKey of
+// bus.consumers is in that consumer's account; any other client is the
+// local consumer (config.LocalConsumer, every namespace), which must
+// present the token of bus.embedded.authTokenFile when one is set.
 
 const (
 	// selfUser is hubsync's own user on the embedded server.
 	selfUser = "hubsync"
-	// consumerUser names consumer connections in the server's logs.
+	// provisionerUser starts the name of the in-process user that keeps a
+	// consumer account's copies: "hubsync-provisioner:<consumer>".
+	provisionerUser = "hubsync-provisioner:"
+	// consumerUser names the local consumer's connections in the
+	// server's logs.
 	consumerUser = "consumer"
-	// privateRoot starts the subject hubsync publishes events on when it
-	// runs the server: "$HUBSYNC.<prefix>.<namespace>.<cluster>.<kind>".
-	// A subject prefix cannot hold "$", so it never clashes with one.
-	privateRoot = "$HUBSYNC"
-	// selfInboxPrefix is the inbox of hubsync's own connection: consumers
-	// may subscribe to _INBOX.>, and must neither see hubsync's
-	// acknowledgements nor be able to aim anything at them.
+	// selfInboxPrefix is the inbox of hubsync's own connection.
 	selfInboxPrefix = "_HUBSYNC_INBOX"
 )
 
-// embeddedAuth authenticates the embedded server's clients; it implements
-// server.Authentication.
-type embeddedAuth struct {
-	selfPassword string
-	token        string // a consumer's token; empty: consumers need none
-	consumer     *server.Permissions
+// layoutOf is the account layout of cfg on the embedded server: the local
+// consumer, then bus.consumers.
+func layoutOf(cfg config.Bus) Layout {
+	l := Layout{Prefix: cfg.SubjectPrefix, Stream: cfg.Stream.Name, Bucket: cfg.KVBucket,
+		Consumers: []ConsumerAccess{{Name: config.LocalConsumer}}}
+	for _, c := range cfg.Consumers {
+		l.Consumers = append(l.Consumers, ConsumerAccess{Name: c.Name, Namespaces: c.Namespaces})
+	}
+	return l
 }
 
-// newEmbeddedAuth makes the authenticator for cfg with a new password for
-// hubsync's own connection; token is the consumers' ("" for none).
+// embeddedAuth authenticates the embedded server's clients and puts each
+// in its account; it implements server.Authentication. Its consumers can
+// change while the server runs (setConsumers).
+type embeddedAuth struct {
+	selfPassword string
+	token        string // the local consumer's token; empty: none needed
+	perms        *server.Permissions
+
+	mu  sync.RWMutex
+	srv *server.Server // set once the server exists
+	// provisioners holds the password of each consumer account's
+	// provisioning user, by consumer name.
+	provisioners map[string]string
+	// nkeys maps each public NKey of bus.consumers to its consumer.
+	nkeys map[string]string
+}
+
+// newEmbeddedAuth makes the authenticator for cfg with new passwords for
+// hubsync's own connection and each provisioning user; token is the local
+// consumer's ("" for none).
 func newEmbeddedAuth(cfg config.Bus, token string) (*embeddedAuth, error) {
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
+	self, err := newPassword()
+	if err != nil {
 		return nil, fmt.Errorf("generate hubsync's own NATS password: %w", err)
 	}
-	return &embeddedAuth{selfPassword: hex.EncodeToString(secret), token: token, consumer: consumerPermissions(cfg)}, nil
+	a := &embeddedAuth{selfPassword: self, token: token, perms: layoutOf(cfg).ConsumerPermissions(), provisioners: map[string]string{}}
+	if err := a.setConsumers(cfg); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func newPassword() (string, error) {
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(secret), nil
+}
+
+// setConsumers takes the consumers of cfg: their NKeys, and a provisioning
+// password for each consumer that has none yet.
+func (a *embeddedAuth) setConsumers(cfg config.Bus) error {
+	keys := map[string]string{}
+	for _, c := range cfg.Consumers {
+		for _, k := range c.NKeys {
+			keys[k] = c.Name
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range layoutOf(cfg).Consumers {
+		if a.provisioners[c.Name] == "" {
+			pw, err := newPassword()
+			if err != nil {
+				return fmt.Errorf("generate a NATS password: %w", err)
+			}
+			a.provisioners[c.Name] = pw
+		}
+	}
+	a.nkeys = keys
+	return nil
+}
+
+func (a *embeddedAuth) setServer(srv *server.Server) {
+	a.mu.Lock()
+	a.srv = srv
+	a.mu.Unlock()
+}
+
+// provisionerPassword is the password of consumer's provisioning user.
+func (a *embeddedAuth) provisionerPassword(consumer string) string {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.provisioners[consumer]
 }
 
 // Check implements server.Authentication.
@@ -69,20 +138,68 @@ func (a *embeddedAuth) Check(c server.ClientAuthentication) bool {
 	if c.Kind() != server.CLIENT {
 		return false
 	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.srv == nil {
+		return false
+	}
 	o := c.GetOpts()
-	if o.Username == selfUser {
+	switch {
+	case o.Username == selfUser:
 		// Refused rather than made a consumer: no one else uses this name.
 		if !inProcess(c) || !equalSecret(o.Password, a.selfPassword) {
 			return false
 		}
-		c.RegisterUser(&server.User{Username: selfUser})
-		return true
+		return a.register(c, &server.User{Username: selfUser}, WriterAccount)
+	case strings.HasPrefix(o.Username, provisionerUser):
+		name := strings.TrimPrefix(o.Username, provisionerUser)
+		pw, ok := a.provisioners[name]
+		if !ok || !inProcess(c) || !equalSecret(o.Password, pw) {
+			return false
+		}
+		return a.register(c, &server.User{Username: o.Username}, ConsumerAccess{Name: name}.Account())
+	case o.Nkey != "":
+		name, ok := a.nkeys[o.Nkey]
+		if !ok || !signedNonce(o.Nkey, o.Sig, c.GetNonce()) {
+			return false
+		}
+		return a.register(c, &server.User{Username: name, Permissions: a.perms}, ConsumerAccess{Name: name}.Account())
 	}
 	if a.token != "" && !equalSecret(o.Token, a.token) {
 		return false
 	}
-	c.RegisterUser(&server.User{Username: consumerUser, Permissions: a.consumer})
+	return a.register(c, &server.User{Username: consumerUser, Permissions: a.perms}, ConsumerAccess{Name: config.LocalConsumer}.Account())
+}
+
+// register puts c in account as u; false when the account does not exist
+// (a consumer removed meanwhile).
+func (a *embeddedAuth) register(c server.ClientAuthentication, u *server.User, account string) bool {
+	acc, err := a.srv.LookupAccount(account)
+	if err != nil {
+		return false
+	}
+	u.Account = acc
+	c.RegisterUser(u)
 	return true
+}
+
+// signedNonce reports whether sig (base64, as clients send it) is the
+// signature of nonce by the NKey pub.
+func signedNonce(pub, sig string, nonce []byte) bool {
+	if len(nonce) == 0 {
+		return false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil {
+		if raw, err = base64.StdEncoding.DecodeString(sig); err != nil {
+			return false
+		}
+	}
+	kp, err := nkeys.FromPublicKey(pub)
+	if err != nil {
+		return false
+	}
+	return kp.Verify(nonce, raw) == nil
 }
 
 // inProcess reports whether c came through Server.InProcessConn, which
@@ -94,55 +211,4 @@ func inProcess(c server.ClientAuthentication) bool {
 
 func equalSecret(got, want string) bool {
 	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
-}
-
-// consumerPermissions is what a consumer may do: read the event stream and
-// the KV bucket, live or replayed, through consumers of its own. Only
-// allow-lists; everything else is refused, among it publishing on the
-// event subjects, writing the bucket ($KV.<bucket>.>), creating, updating,
-// purging or deleting a stream or bucket, and deleting messages.
-//
-// The JetStream API subjects are those nats.go (jetstream and the legacy
-// JetStreamContext) and the nats CLI use:
-//   - $JS.API.INFO: account information, which clients ask for first;
-//   - $JS.API.STREAM.NAMES: the stream of a subject, which a legacy
-//     js.Subscribe without BindStream looks up;
-//   - per stream (the events, and KV_<bucket> behind the bucket):
-//     STREAM.INFO (also how a client opens a bucket), STREAM.MSG.GET and
-//     DIRECT.GET (reading one message or KV value, by sequence or by last
-//     subject), CONSUMER.CREATE (ephemeral: the bare subject; named or
-//     filtered: more tokens), CONSUMER.DURABLE.CREATE (older clients),
-//     CONSUMER.INFO, CONSUMER.LIST, CONSUMER.NAMES, CONSUMER.MSG.NEXT (pull)
-//     and CONSUMER.DELETE (an ordered consumer deletes the one it replaces);
-//   - $JS.ACK.<stream>.> to acknowledge, $JS.FC.<stream>.> to answer a push
-//     consumer's flow control (a KV watch).
-//
-// Consumer names are not scoped: every consumer shares one identity, so
-// its consumers are all "its own", and one could delete another's
-// durable. Consumers that need to be kept apart need an external NATS.
-//
-// A consumer subscribes to the event subjects and to _INBOX.>, where
-// replies and push deliveries come; a deliver subject must be an inbox.
-func consumerPermissions(cfg config.Bus) *server.Permissions {
-	const api = "$JS.API."
-	pub := []string{api + "INFO", api + "STREAM.NAMES"}
-	for _, s := range []string{cfg.Stream.Name, "KV_" + cfg.KVBucket} {
-		pub = append(pub,
-			api+"STREAM.INFO."+s,
-			api+"STREAM.MSG.GET."+s,
-			api+"DIRECT.GET."+s, api+"DIRECT.GET."+s+".>",
-			api+"CONSUMER.CREATE."+s, api+"CONSUMER.CREATE."+s+".>",
-			api+"CONSUMER.DURABLE.CREATE."+s+".*",
-			api+"CONSUMER.INFO."+s+".*",
-			api+"CONSUMER.LIST."+s, api+"CONSUMER.NAMES."+s,
-			api+"CONSUMER.MSG.NEXT."+s+".*",
-			api+"CONSUMER.DELETE."+s+".*",
-			"$JS.ACK."+s+".>",
-			"$JS.FC."+s+".>",
-		)
-	}
-	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: pub},
-		Subscribe: &server.SubjectPermission{Allow: []string{cfg.SubjectPrefix + ".>", "_INBOX.>"}},
-	}
 }

@@ -61,10 +61,6 @@ type Bus struct {
 	opTimeout       time.Duration // one publish or KV write, ack included
 	maxBatch        int           // a resync's events in flight at once
 	kvPrefix        string        // the KV bucket's subject prefix, "$KV.<bucket>."
-	// publishPrefix starts the subjects hubsync publishes events on: the
-	// subject prefix, or on the embedded server the private one the event
-	// stream maps to it (see streamConfig).
-	publishPrefix string
 
 	mu        sync.Mutex
 	started   bool
@@ -97,6 +93,11 @@ type Bus struct {
 	// need its keys only.
 	readStored  bool
 	ensuredOnce bool
+	// provisioned is set once every consumer account of the embedded
+	// server has its copies; provisionAt is when to try again after a
+	// failure (provision.go).
+	provisioned bool
+	provisionAt time.Time
 }
 
 var (
@@ -136,7 +137,6 @@ func New(cfg config.Bus, source string, log *slog.Logger, reg prometheus.Registe
 		opTimeout:       5 * time.Second,
 		maxBatch:        config.DefaultMaxBatch,
 		kvPrefix:        "$KV." + cfg.KVBucket + ".",
-		publishPrefix:   cfg.SubjectPrefix,
 		recs:            stream.Records{},
 		done:            make(chan struct{}),
 	}
@@ -248,7 +248,6 @@ func (b *Bus) Start(ctx context.Context) error {
 	if emb.srv != nil {
 		b.srv, b.auth, b.clientURL, b.embedded = emb.srv, emb.auth, emb.clientURL, true
 		b.cfg.Stream.Replicas = 1
-		b.publishPrefix = privateRoot + "." + b.cfg.SubjectPrefix
 	} else {
 		b.clientURL = b.cfg.URLs[0]
 	}
@@ -291,7 +290,7 @@ func (b *Bus) prepare(cfg config.Bus) (nats.Options, embeddedServer, error) {
 	if err != nil {
 		return opts, embeddedServer{}, fmt.Errorf("bus: %w", err)
 	}
-	srv, clientURL, err := startEmbedded(cfg.Embedded, auth, b.log)
+	srv, clientURL, err := startEmbedded(cfg, auth, b.log)
 	if err != nil {
 		return opts, embeddedServer{}, fmt.Errorf("bus: %w", err)
 	}
@@ -412,19 +411,12 @@ func (b *Bus) ensure(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	s := b.cfg.Stream
-	maxBytes := s.MaxBytes
-	if maxBytes == 0 {
-		maxBytes = -1
-	}
-	dup := s.DuplicateWindow.Duration
-	if s.MaxAge.Duration > 0 && dup > s.MaxAge.Duration {
-		dup = s.MaxAge.Duration
-	}
 	js := b.jetStream()
 	if js == nil {
 		return errNotConnected
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, b.streamConfig(maxBytes, dup)); err != nil {
+	primary := b.primaryConfig()
+	if _, err := js.CreateOrUpdateStream(ctx, primary); err != nil {
 		return fmt.Errorf("create or update stream %s: %w", s.Name, err)
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -444,28 +436,37 @@ func (b *Bus) ensure(ctx context.Context) error {
 		b.ensuredOnce = true
 	}
 	b.log.Log(ctx, level, "JetStream stream and KV bucket ready", "stream", s.Name, "subjects", b.cfg.SubjectPrefix+".>",
-		"kvBucket", b.cfg.KVBucket, "duplicateWindow", dup)
+		"kvBucket", b.cfg.KVBucket, "duplicateWindow", primary.Duplicates)
+	if b.embedded {
+		b.provision(ctx, primary)
+	}
 	return nil
 }
 
-// streamConfig is the event stream's configuration. On an external NATS
-// the stream listens on the event subjects, and the operator's permissions
-// decide who may publish there. On the embedded server hubsync publishes
-// on a private subject (publishPrefix) that only it may use; the stream
-// stores each event under its public subject and then the server
-// republishes it there for live subscribers. So the stream stores nothing
-// sent on the public subjects, which matters because a consumer, which
-// may create push consumers, can have the server send copies of stored
-// messages to any subject with a subscriber (see authz.go). A side
-// effect: a change published twice within the duplicate window reaches
-// live subscribers once, as it is stored once.
+// primaryConfig is the writer's stream configuration ensure makes.
+func (b *Bus) primaryConfig() jetstream.StreamConfig {
+	s := b.cfg.Stream
+	maxBytes := s.MaxBytes
+	if maxBytes == 0 {
+		maxBytes = -1
+	}
+	dup := s.DuplicateWindow.Duration
+	if s.MaxAge.Duration > 0 && dup > s.MaxAge.Duration {
+		dup = s.MaxAge.Duration
+	}
+	return b.streamConfig(maxBytes, dup)
+}
+
+// streamConfig is the event stream's configuration. It listens on the
+// event subjects: only hubsync's user may publish there (on the embedded
+// server, consumers read copies in accounts of their own, layout.go; on
+// an external NATS, the operator's permissions decide).
 func (b *Bus) streamConfig(maxBytes int64, dup time.Duration) jetstream.StreamConfig {
 	s := b.cfg.Stream
-	public := b.cfg.SubjectPrefix + ".>"
-	c := jetstream.StreamConfig{
+	return jetstream.StreamConfig{
 		Name:        s.Name,
 		Description: "hubsync cluster-access events: CloudEvents 1.0 JSON, " + events.EventSchemaURL,
-		Subjects:    []string{public},
+		Subjects:    []string{b.cfg.SubjectPrefix + ".>"},
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardOld,
 		Storage:     b.storage,
@@ -475,13 +476,6 @@ func (b *Bus) streamConfig(maxBytes int64, dup time.Duration) jetstream.StreamCo
 		Duplicates:  dup,
 		Replicas:    s.Replicas,
 	}
-	if b.publishPrefix != b.cfg.SubjectPrefix {
-		private := b.publishPrefix + ".>"
-		c.Subjects = []string{private}
-		c.SubjectTransform = &jetstream.SubjectTransformConfig{Source: private, Destination: public}
-		c.RePublish = &jetstream.RePublish{Source: public, Destination: public}
-	}
-	return c
 }
 
 func (b *Bus) jetStream() jetstream.JetStream {

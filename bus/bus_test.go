@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -219,43 +218,50 @@ func (c *client) messages(t *testing.T, stream string) []*jetstream.RawStreamMsg
 	return out
 }
 
-// records reads every record in the KV bucket, by key.
+// records reads every record in the KV bucket, by key, the way hubsync
+// state does (Client.Records), which works on a consumer's copy too.
 func (c *client) records(t *testing.T, bucket string) map[string]Record {
 	t.Helper()
-	ctx := ctxT(t)
-	kv, err := c.js.KeyValue(ctx, bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return map[string]Record{}
-	}
+	stored, err := (&Client{js: c.js, timeout: 5 * time.Second}).Records(ctxT(t), bucket, "")
 	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := kv.Keys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return map[string]Record{}
-	}
-	if err != nil {
+		if strings.Contains(err.Error(), "not found") {
+			return map[string]Record{}
+		}
 		t.Fatal(err)
 	}
 	out := map[string]Record{}
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // deleted since listed
+	for _, r := range stored {
+		if err := events.ValidateRecord(r.Value); err != nil {
+			t.Errorf("record %s: %v", r.Key, err)
 		}
-		if err != nil {
-			t.Fatal(err)
+		if r.Record != nil {
+			out[r.Key] = *r.Record
 		}
-		if err := events.ValidateRecord(e.Value()); err != nil {
-			t.Errorf("record %s: %v", k, err)
-		}
-		var r Record
-		if err := json.Unmarshal(e.Value(), &r); err != nil {
-			t.Fatal(err)
-		}
-		out[k] = r
 	}
 	return out
+}
+
+// writerView connects to read what hubsync wrote: in-process as hubsync
+// on the embedded server, else on the external server's URL.
+func writerView(t *testing.T, b *testBus) *client {
+	t.Helper()
+	if b.srv != nil {
+		return selfConnect(t, b)
+	}
+	return connect(t, b.ClientURL())
+}
+
+// consumerConnect connects to b's embedded server as the local consumer,
+// on its listener, and waits until its copies have caught up with
+// hubsync's stream and bucket.
+func consumerConnect(t *testing.T, b *testBus, cfg config.Bus) *client {
+	t.Helper()
+	cl, self := connect(t, b.ClientURL()), selfConnect(t, b)
+	eventually(t, "the local consumer's copies", func() bool {
+		return len(cl.messages(t, cfg.Stream.Name)) == len(self.messages(t, cfg.Stream.Name)) &&
+			len(cl.records(t, cfg.KVBucket)) == len(self.records(t, cfg.KVBucket))
+	})
+	return cl
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -309,7 +315,7 @@ func testPublishInOrderPerSubject(t *testing.T, window time.Duration) {
 	flush(t, b)
 
 	// A consumer on the embedded server's listener, not the in-process link.
-	cl := connect(t, b.ClientURL())
+	cl := consumerConnect(t, b, cfg)
 	msgs := cl.messages(t, cfg.Stream.Name)
 	if len(msgs) != perKey*len(keys) {
 		t.Fatalf("stream holds %d events, want %d", len(msgs), perKey*len(keys))
@@ -416,7 +422,7 @@ func TestServerRestartMidBurstKeepsOrder(t *testing.T) {
 	runServer(t, dir, port)
 	flush(t, b)
 
-	cl := connect(t, b.ClientURL())
+	cl := writerView(t, b)
 	msgs := cl.messages(t, cfg.Stream.Name)
 	next := map[string]int{}
 	for _, m := range msgs {
@@ -657,7 +663,7 @@ func TestRepublishedChangeIsStoredOnce(t *testing.T) {
 	b.Notify(later)
 	b.Notify(streamtest.Profile(stream.ProfileUpdated, "team-a", "c1", "7"))
 	flush(t, b)
-	msgs := connect(t, b.ClientURL()).messages(t, cfg.Stream.Name)
+	msgs := writerView(t, b).messages(t, cfg.Stream.Name)
 	if len(msgs) != 2 {
 		t.Fatalf("stream holds %d events, want 2 (created once, updated once)", len(msgs))
 	}
@@ -670,7 +676,7 @@ func TestKVFollowsChanges(t *testing.T) {
 	cfg := busConfig(t)
 	b, _ := newBus(t, cfg)
 	start(t, b, nil)
-	cl := connect(t, b.ClientURL())
+	cl := writerView(t, b)
 	key := events.KVKey("team-a", "edge.eu-1")
 	step := func(c stream.Change) Record {
 		t.Helper()
@@ -750,7 +756,7 @@ func TestStartDoesNotWaitForALateServer(t *testing.T) {
 	}
 	runServer(t, t.TempDir(), port)
 	flush(t, b)
-	msgs := connect(t, b.ClientURL()).messages(t, cfg.Stream.Name)
+	msgs := writerView(t, b).messages(t, cfg.Stream.Name)
 	if len(msgs) != 5 {
 		t.Fatalf("stream holds %d events, want 5", len(msgs))
 	}
@@ -836,7 +842,7 @@ func TestSnapshotNotReadyIsRetried(t *testing.T) {
 	b, _ := newBus(t, cfg)
 	syn := &snapshotOf{} // nil state: not known yet
 	start(t, b, syn.snapshot)
-	cl := connect(t, b.ClientURL())
+	cl := writerView(t, b)
 	eventually(t, "the state asked for while unknown", func() bool {
 		syn.mu.Lock()
 		defer syn.mu.Unlock()
@@ -879,7 +885,7 @@ func TestUnpublishableChangeIsSkipped(t *testing.T) {
 	b.Notify(stream.Change{Type: "bogus", Namespace: "n", Cluster: "c1"})
 	b.Notify(streamtest.Profile(stream.ProfileUpdated, "team-a", "c1", "1"))
 	flush(t, b)
-	if msgs := connect(t, b.ClientURL()).messages(t, cfg.Stream.Name); len(msgs) != 1 {
+	if msgs := writerView(t, b).messages(t, cfg.Stream.Name); len(msgs) != 1 {
 		t.Errorf("stream holds %d events, want 1", len(msgs))
 	}
 	if got := value(b.m.publishErrors); got != 2 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -283,25 +284,51 @@ func (c *Client) Events(ctx context.Context, bc config.Bus, q EventQuery, fn fun
 }
 
 // Records reads the access records of the KV bucket, those of namespace
-// only when it is not empty.
+// only when it is not empty. It reads the bucket's stream as any reader
+// of a bucket may, a consumer's read-only copy included (layout.go): the
+// keys it holds, then each key's last value. A key whose last value is a
+// deletion is left out.
 func (c *Client) Records(ctx context.Context, bucket, namespace string) ([]StoredRecord, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	kv, err := c.js.KeyValue(ctx, bucket)
+	s, err := c.js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			err = jetstream.ErrBucketNotFound
+		}
 		return nil, c.explain("key-value bucket", bucket, err)
 	}
-	keys := "*.*"
+	pre := "$KV." + bucket + "."
+	filter := pre + "*.*"
 	if namespace != "" {
 		// KVKey escapes each part on its own: the namespace's part of the
 		// key is what precedes the dot of KVKey(namespace, "").
-		keys = events.KVKey(namespace, "") + "*"
+		filter = pre + events.KVKey(namespace, "") + "*"
 	}
-	rs, err := readRecords(ctx, kv, keys, true)
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
 		return nil, fmt.Errorf("read bucket %q: %w", bucket, err)
 	}
-	return rs, nil
+	subjects := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		subjects = append(subjects, subj)
+	}
+	slices.Sort(subjects)
+	var out []StoredRecord
+	for _, subj := range subjects {
+		m, err := s.GetLastMsgForSubject(ctx, subj)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			continue // purged since the listing
+		case err != nil:
+			return nil, fmt.Errorf("read bucket %q: %w", bucket, err)
+		}
+		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			continue
+		}
+		out = append(out, StoredRecord{Key: strings.TrimPrefix(subj, pre), Record: decodeRecord(m.Data), Value: m.Data})
+	}
+	return out, nil
 }
 
 // explain says why the lookup of a stream or bucket failed.

@@ -429,9 +429,11 @@ func TestEmbeddedTLSAndToken(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if msgs := (&client{js: js}).messages(t, cfg.Stream.Name); len(msgs) != 1 {
-				t.Fatalf("read %d events, want 1", len(msgs))
-			}
+			// The local consumer's copy has the event once the server has
+			// sourced it.
+			eventually(t, "the event in the consumer's copy", func() bool {
+				return len((&client{js: js}).messages(t, cfg.Stream.Name)) == 1
+			})
 		})
 	}
 }

@@ -18,10 +18,12 @@ import (
 )
 
 // startEmbedded runs an in-process nats-server with JetStream on
-// cfg.DataDir, listening on cfg.Listen for local consumers (port 0 picks a
-// free port), and returns it with the URL a local client can use. auth
-// decides who its clients are and what they may do.
-func startEmbedded(cfg config.BusEmbedded, auth server.Authentication, log *slog.Logger) (*server.Server, string, error) {
+// bus.embedded.dataDir, with the accounts of bus's layout, listening on
+// bus.embedded.listen for consumers (port 0 picks a free port), and
+// returns it with the URL a local client can use. auth decides who its
+// clients are, what they may do and in which account.
+func startEmbedded(bus config.Bus, auth *embeddedAuth, log *slog.Logger) (*server.Server, string, error) {
+	cfg := bus.Embedded
 	host, portText, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return nil, "", fmt.Errorf("embedded NATS listen address %q: %w", cfg.Listen, err)
@@ -48,17 +50,11 @@ func startEmbedded(cfg config.BusEmbedded, auth server.Authentication, log *slog
 	}
 	_ = probe.Close()
 	_ = os.Remove(probe.Name())
-	opts := &server.Options{
-		ServerName: "hubsync-embedded",
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   cfg.DataDir,
-		NoSigs:     true,
-		// No monitoring, cluster, gateway or leaf listeners: a local bus only.
-		HTTPPort:                   0,
-		CustomClientAuthentication: auth,
+	opts, err := embeddedOptions(bus, auth)
+	if err != nil {
+		return nil, "", err
 	}
+	opts.Host, opts.Port = host, port
 	scheme := "nats"
 	if cfg.TLS.CertFile != "" {
 		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{
@@ -76,6 +72,7 @@ func startEmbedded(cfg config.BusEmbedded, auth server.Authentication, log *slog
 	if err != nil {
 		return nil, "", fmt.Errorf("embedded NATS: %w", err)
 	}
+	auth.setServer(srv)
 	logger := &serverLog{log: log.With("component", "nats-server")}
 	// The server formats its debug lines only when they will be kept.
 	srv.SetLoggerV2(logger, logger.log.Enabled(context.Background(), slog.LevelDebug), false, false)
@@ -98,6 +95,28 @@ func startEmbedded(cfg config.BusEmbedded, auth server.Authentication, log *slog
 		addr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: addr.Port}
 	}
 	return srv, scheme + "://" + addr.String(), nil
+}
+
+// embeddedOptions are the embedded server's options but its listener:
+// the accounts of bus's layout, JetStream on bus.embedded.dataDir, and
+// auth, which puts every client in its account. No monitoring, cluster,
+// gateway or leaf listeners: a local bus only.
+func embeddedOptions(bus config.Bus, auth *embeddedAuth) (*server.Options, error) {
+	accounts, err := layoutOf(bus).Accounts()
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS accounts: %w", err)
+	}
+	opts := &server.Options{}
+	if err := opts.ProcessConfigString(string(accounts)); err != nil {
+		return nil, fmt.Errorf("embedded NATS accounts: %w", err)
+	}
+	opts.ServerName = "hubsync-embedded"
+	opts.JetStream, opts.StoreDir = true, bus.Embedded.DataDir
+	opts.NoSigs = true
+	opts.CustomClientAuthentication = auth
+	// Consumers sign in with NKeys: the server must send a nonce to sign.
+	opts.AlwaysEnableNonce = true
+	return opts, nil
 }
 
 // readToken reads a token file, trimmed; the error never holds the token.

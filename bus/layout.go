@@ -143,7 +143,13 @@ type Users struct {
 // JetStream limits, imports and users, the application's with
 // ConsumerPermissions. It is the layout an external NATS must have too
 // (docs/events.md).
-func (l Layout) Config(users Users) ([]byte, error) {
+func (l Layout) Config(users Users) ([]byte, error) { return l.config(&users) }
+
+// Accounts is Config without users, for a server that authenticates its
+// clients itself and puts each in its account (embeddedAuth).
+func (l Layout) Accounts() ([]byte, error) { return l.config(nil) }
+
+func (l Layout) config(users *Users) ([]byte, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
@@ -190,15 +196,18 @@ func (l Layout) Config(users Users) ([]byte, error) {
 	}
 	type account struct {
 		JetStream any      `json:"jetstream"`
-		Users     []user   `json:"users"`
+		Users     []user   `json:"users,omitempty"`
 		Exports   []export `json:"exports,omitempty"`
 		Imports   []imp    `json:"imports,omitempty"`
 	}
-	w, err := conv(users.Writer, nil)
-	if err != nil {
-		return nil, fmt.Errorf("hubsync's user: %w", err)
+	writer := account{JetStream: "enabled"}
+	if users != nil {
+		w, err := conv(users.Writer, nil)
+		if err != nil {
+			return nil, fmt.Errorf("hubsync's user: %w", err)
+		}
+		writer.Users = []user{w}
 	}
-	writer := account{JetStream: "enabled", Users: []user{w}}
 	var all []string
 	for _, c := range l.Consumers {
 		all = append(all, c.Account())
@@ -229,17 +238,19 @@ func (l Layout) Config(users Users) ([]byte, error) {
 			)
 		}
 		a.Imports = append(a.Imports, imp{Stream: &ref{WriterAccount, c.deliverPrefix() + ".>"}, To: c.deliverPrefix() + ".>"})
-		prov, err := conv(users.Provisioners[c.Name], nil)
-		if err != nil {
-			return nil, fmt.Errorf("consumer %s: the provisioning user: %w", c.Name, err)
-		}
-		a.Users = append(a.Users, prov)
-		for i, u := range users.Consumers[c.Name] {
-			cu, err := conv(u, consumerPerms)
+		if users != nil {
+			prov, err := conv(users.Provisioners[c.Name], nil)
 			if err != nil {
-				return nil, fmt.Errorf("consumer %s: user %d: %w", c.Name, i+1, err)
+				return nil, fmt.Errorf("consumer %s: the provisioning user: %w", c.Name, err)
 			}
-			a.Users = append(a.Users, cu)
+			a.Users = append(a.Users, prov)
+			for i, u := range users.Consumers[c.Name] {
+				cu, err := conv(u, consumerPerms)
+				if err != nil {
+					return nil, fmt.Errorf("consumer %s: user %d: %w", c.Name, i+1, err)
+				}
+				a.Users = append(a.Users, cu)
+			}
 		}
 		accounts[c.Account()] = a
 	}

@@ -65,6 +65,8 @@ func (b *Bus) ready(ctx context.Context) error {
 			b.needEnsure.Store(true)
 			return err
 		}
+	} else if b.embedded && !b.provisioned && time.Now().After(b.provisionAt) {
+		b.provision(ctx, b.primaryConfig())
 	}
 	return nil
 }
@@ -351,7 +353,7 @@ func (b *Bus) sendEvent(c *stream.Change) (jetstream.PubAckFuture, error) {
 		b.log.Error("skipping a change that cannot be published", "err", err, "type", c.Type, "namespace", c.Namespace, "cluster", c.Cluster)
 		return nil, nil
 	}
-	subject := events.Subject(b.publishPrefix, c.Namespace, c.Cluster, kind)
+	subject := events.Subject(b.cfg.SubjectPrefix, c.Namespace, c.Cluster, kind)
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	msg.Header.Set("Content-Type", events.ContentType)
 	f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(events.ID(*c)))

@@ -7,10 +7,58 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nats-io/nkeys"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-var subjectToken = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+var (
+	subjectToken = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+	consumerName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+)
+
+// validateBusConsumers checks the consuming applications: unique names,
+// public user NKeys (never a seed: it would be a secret in the file), and
+// namespaces.
+func validateBusConsumers(path *field.Path, cs []BusConsumer) field.ErrorList {
+	var errs field.ErrorList
+	names, keys := map[string]bool{}, map[string]string{}
+	for i, c := range cs {
+		p := path.Index(i)
+		switch {
+		case !consumerName.MatchString(c.Name):
+			errs = append(errs, field.Invalid(p.Child("name"), c.Name, "must be 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit"))
+		case c.Name == LocalConsumer:
+			errs = append(errs, field.Invalid(p.Child("name"), c.Name, "is the embedded server's consumer without credentials; choose another name"))
+		case names[c.Name]:
+			errs = append(errs, field.Duplicate(p.Child("name"), c.Name))
+		}
+		names[c.Name] = true
+		if len(c.NKeys) == 0 {
+			errs = append(errs, field.Required(p.Child("nkeys"), "a consumer signs in with an NKey: list its public key (U...)"))
+		}
+		for j, k := range c.NKeys {
+			kp := p.Child("nkeys").Index(j)
+			switch {
+			case strings.HasPrefix(k, "S"):
+				// Never echo it: a seed is a secret.
+				errs = append(errs, field.Invalid(kp, "<not shown>", "is a seed, which is secret and stays with the application; list its public key (U...), as hubsync nkey prints"))
+			case !nkeys.IsValidPublicUserKey(k):
+				errs = append(errs, field.Invalid(kp, k, "is not a public user NKey (U...)"))
+			case keys[k] != "":
+				errs = append(errs, field.Invalid(kp, k, fmt.Sprintf("is also a key of consumer %q: one key signs in to one account", keys[k])))
+			default:
+				keys[k] = c.Name
+			}
+		}
+		for j, ns := range c.Namespaces {
+			for _, msg := range validation.IsDNS1123Label(ns) {
+				errs = append(errs, field.Invalid(p.Child("namespaces").Index(j), ns, msg))
+			}
+		}
+	}
+	return errs
+}
 
 func (c *Config) validateBus() field.ErrorList {
 	b := c.Bus
@@ -18,6 +66,7 @@ func (c *Config) validateBus() field.ErrorList {
 	errs := validateBusURLs(path, b)
 	errs = append(errs, validateBusClient(path, b)...)
 	errs = append(errs, validateBusStream(path, b)...)
+	errs = append(errs, validateBusConsumers(path.Child("consumers"), b.Consumers)...)
 	if len(b.URLs) == 0 {
 		errs = append(errs, validateEmbedded(path.Child("embedded"), b.Embedded)...)
 	} else if b.Embedded.TLS != (BusEmbeddedTLS{}) || b.Embedded.AuthTokenFile != "" {

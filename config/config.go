@@ -115,7 +115,36 @@ type Bus struct {
 	YieldMax *metav1.Duration `json:"yieldMax,omitempty"`
 	// Embedded configures the in-process server used when URLs is empty.
 	Embedded BusEmbedded `json:"embedded"`
+	// Consumers are the applications that read the bus with credentials
+	// of their own. Each reads, in a NATS account of its own, copies of
+	// the events and records of its namespaces that the server keeps; it
+	// cannot publish, change or erase anything, nor see another
+	// application's consumers or deliveries. Adding, changing or removing
+	// one takes effect on the embedded server without a restart.
+	Consumers []BusConsumer `json:"consumers,omitempty"`
 }
+
+// BusConsumer is an application that reads the bus with credentials of its
+// own.
+type BusConsumer struct {
+	// Name of the application: 1 to 63 lowercase letters, digits and '-';
+	// its NATS account is HUBSYNC_CONSUMER_<name>. "local" is the
+	// embedded server's consumer without credentials.
+	Name string `json:"name"`
+	// NKeys are the public NKeys (U...) of the application's users: each
+	// signs in with the matching seed (nats.go's nats.NkeyOptionFromSeed,
+	// the nats CLI's --nkey, hubsync events --nkey). hubsync nkey makes a
+	// pair.
+	NKeys []string `json:"nkeys"`
+	// Namespaces are those whose events and records the application
+	// reads; empty: every namespace.
+	Namespaces []string `json:"namespaces,omitempty"`
+}
+
+// LocalConsumer names the embedded server's consumer without credentials:
+// any client on its loopback listener (or with bus.embedded.authTokenFile's
+// token).
+const LocalConsumer = "local"
 
 // BusTLS holds TLS files for an external NATS.
 type BusTLS struct {

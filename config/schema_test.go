@@ -277,6 +277,7 @@ bus:
   batchWindow: 10ms
   yieldMax: 1m
   embedded: {listen: "127.0.0.1:4222", dataDir: /d, authTokenFile: /t, tls: {certFile: /c, keyFile: /k, clientCAFile: /ca}}
+  consumers: [{name: app, nkeys: [UBMFVVZFKJESJFTC4Q6QKVYVEZL3BT67XL2CTUGOSHX3OC7HHIHM6YO3], namespaces: [team-a]}]
 sinks:
 - name: files
   type: kubeconfig

@@ -459,6 +459,10 @@ func TestEventsHelpers(t *testing.T) {
 type runningBus struct {
 	url string // the embedded server's loopback URL
 	fan *stream.Fanout
+	bus *bus.Bus
+	// events and keys count what the bus has published.
+	events int
+	keys   map[string]bool
 }
 
 func runBus(t *testing.T, cfg config.Bus) *runningBus {
@@ -485,7 +489,7 @@ func runBus(t *testing.T, cfg config.Bus) *runningBus {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = fan.Close(ctx); _ = b.Close() })
-	return &runningBus{url: b.ClientURL(), fan: fan}
+	return &runningBus{url: b.ClientURL(), fan: fan, bus: b, keys: map[string]bool{}}
 }
 
 // publish has the bus publish the changes and waits until it has.
@@ -493,10 +497,25 @@ func (r *runningBus) publish(t *testing.T, changes ...stream.Change) {
 	t.Helper()
 	for _, c := range changes {
 		r.fan.Notify(c)
+		r.events++
+		r.keys[events.KVKey(c.Namespace, c.Cluster)] = true
 	}
 	if err := r.fan.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// The commands read the local consumer's copies, which the server
+	// fills from hubsync's stream and bucket.
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		for _, c := range r.bus.Copies(context.Background()) {
+			if c.Consumer != config.LocalConsumer {
+				continue
+			}
+			if c.Err != nil || c.Events != uint64(r.events) || c.Records != uint64(len(r.keys)) {
+				return fmt.Errorf("the local consumer's copies: %d events, %d records (%v); want %d and %d", c.Events, c.Records, c.Err, r.events, len(r.keys))
+			}
+		}
+		return nil
+	}, "the copies current")
 }
 
 const consumerToken = "c0nsumer-t0ken-0123456789abcdef"

@@ -1,0 +1,57 @@
+package config
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nkeys"
+)
+
+// TestBusConsumers: a consuming application is a name, public user NKeys
+// and namespaces; a seed in the file is refused without being shown.
+func TestBusConsumers(t *testing.T) {
+	key := func() (string, string) {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _ := kp.PublicKey()
+		seed, _ := kp.Seed()
+		return pub, string(seed)
+	}
+	k1, seed := key()
+	k2, _ := key()
+	account, _ := nkeys.CreateAccount()
+	accountKey, _ := account.PublicKey()
+	tests := []struct {
+		name, doc string
+		wantPaths []string
+		notShown  string
+	}{
+		{name: "two consumers", doc: "bus: {consumers: [{name: kueue, nkeys: [" + k1 + "], namespaces: [kueue-system]}, {name: argo-cd, nkeys: [" + k2 + "]}]}"},
+		{name: "name", doc: "bus: {consumers: [{name: Kueue, nkeys: [" + k1 + "]}]}", wantPaths: []string{"bus.consumers[0].name"}},
+		{name: "local is taken", doc: "bus: {consumers: [{name: local, nkeys: [" + k1 + "]}]}", wantPaths: []string{"bus.consumers[0].name"}},
+		{name: "twice", doc: "bus: {consumers: [{name: a, nkeys: [" + k1 + "]}, {name: a, nkeys: [" + k2 + "]}]}", wantPaths: []string{"bus.consumers[1].name"}},
+		{name: "no key", doc: "bus: {consumers: [{name: a}]}", wantPaths: []string{"bus.consumers[0].nkeys"}},
+		{name: "a seed", doc: "bus: {consumers: [{name: a, nkeys: [" + seed + "]}]}", wantPaths: []string{"bus.consumers[0].nkeys[0]"}, notShown: seed},
+		{name: "an account key", doc: "bus: {consumers: [{name: a, nkeys: [" + accountKey + "]}]}", wantPaths: []string{"bus.consumers[0].nkeys[0]"}},
+		{name: "one key, two consumers", doc: "bus: {consumers: [{name: a, nkeys: [" + k1 + "]}, {name: b, nkeys: [" + k1 + "]}]}", wantPaths: []string{"bus.consumers[1].nkeys[0]"}},
+		{name: "namespace", doc: "bus: {consumers: [{name: a, nkeys: [" + k1 + "], namespaces: [Team_A]}]}", wantPaths: []string{"bus.consumers[0].namespaces[0]"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.doc + "\n"))
+			if len(tt.wantPaths) == 0 && err != nil {
+				t.Fatalf("Parse() error = %v; want none", err)
+			}
+			for _, p := range tt.wantPaths {
+				if err == nil || !strings.Contains(err.Error(), p) {
+					t.Errorf("Parse() error = %v; want one naming %s", err, p)
+				}
+			}
+			if tt.notShown != "" && err != nil && strings.Contains(err.Error(), tt.notShown) {
+				t.Errorf("the error shows the seed: %v", err)
+			}
+		})
+	}
+}
