@@ -32,7 +32,8 @@ func Subject(prefix, namespace string) string {
 	return prefix + "." + events.EscapeToken(namespace) + ".*.credential"
 }
 
-// Follow subscribes on nc to the credential events of src's namespace and,
+// Follow reads on nc the credential events of src's namespace from now on,
+// through an ordered JetStream consumer of the stream that holds them, and,
 // for each io.hubsync.credential.rotated event of src's
 // ManagedServiceAccount, refreshes the cluster's copy in src (unless src
 // holds the new token already). It blocks until ctx ends, then
@@ -48,7 +49,19 @@ func Follow(ctx context.Context, nc *nats.Conn, src *access.Source, prefix strin
 	}
 	msgs := make(chan *nats.Msg, queueLength)
 	subject := Subject(prefix, src.Namespace())
-	sub, err := nc.ChanSubscribe(subject, msgs)
+	js, err := nc.JetStream()
+	if err != nil {
+		return fmt.Errorf("rotations: %w", err)
+	}
+	// New events, through an ordered consumer of the stream that holds the
+	// subject: a consumer of hubsync's bus reads a copy in an account of
+	// its own, where the events are stored but not published.
+	sub, err := js.Subscribe(subject, func(m *nats.Msg) {
+		select {
+		case msgs <- m:
+		default: // a missed event leaves the refresh to the informer
+		}
+	}, nats.OrderedConsumer(), nats.DeliverNew())
 	if err != nil {
 		return fmt.Errorf("rotations: subscribe to %s: %w", subject, err)
 	}

@@ -65,7 +65,8 @@ func copySecret(token string) *corev1.Secret {
 
 func startNATS(t *testing.T) (*server.Server, *nats.Conn) {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +80,14 @@ func startNATS(t *testing.T) (*server.Server, *nats.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	// The event stream, as hubsync's bus makes it.
+	js, err := nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.AddStream(&nats.StreamConfig{Name: "HUBSYNC_EVENTS", Subjects: []string{prefix + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
 	return s, nc
 }
 

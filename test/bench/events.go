@@ -96,7 +96,7 @@ func newEventCounter() *eventCounter {
 }
 
 // attach connects to the daemon's NATS once it accepts connections and
-// subscribes to hubsync.>.
+// follows hubsync.> from then on.
 func (c *eventCounter) attach(d *fleet.Daemon) error {
 	var nc *nats.Conn
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
@@ -108,7 +108,11 @@ func (c *eventCounter) attach(d *fleet.Daemon) error {
 		return fmt.Errorf("connect to the event bus at %s: %w", d.NATSURL, err)
 	}
 	c.nc = nc
-	_, err = nc.Subscribe("hubsync.>", func(m *nats.Msg) {
+	js, err := nc.JetStream()
+	if err != nil {
+		return err
+	}
+	handle := func(m *nats.Msg) {
 		at := time.Now()
 		var e struct {
 			Subject string `json:"subject"`
@@ -125,8 +129,14 @@ func (c *eventCounter) attach(d *fleet.Daemon) error {
 			delete(c.waiters, e.Subject)
 			ch <- at
 		}
+	}
+	// As a consumer follows the bus: an ordered consumer of its copy of
+	// the stream (nats sub 'hubsync.>' --new), made once hubsync has made
+	// the copy.
+	return wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, err := js.Subscribe("hubsync.>", handle, nats.OrderedConsumer(), nats.DeliverNew())
+		return err == nil, nil
 	})
-	return err
 }
 
 func (c *eventCounter) stats() (int, time.Time, time.Time) {

@@ -32,7 +32,11 @@ func tailEvents(url string) (*eventTail, error) {
 		return nil, fmt.Errorf("connect to hubsync's NATS at %s: %w", url, err)
 	}
 	t := &eventTail{nc: nc}
-	_, err = nc.Subscribe("hubsync.>", func(m *nats.Msg) {
+	js, err := nc.JetStream()
+	if err != nil {
+		return nil, err
+	}
+	handle := func(m *nats.Msg) {
 		var e struct {
 			Type    string `json:"type"`
 			Subject string `json:"subject"`
@@ -68,8 +72,20 @@ func tailEvents(url string) (*eventTail, error) {
 		t.ev = append(t.ev, line)
 		t.n++
 		t.mu.Unlock()
-	})
-	return t, err
+	}
+	// As a consumer follows the bus (nats sub 'hubsync.>' --new): an
+	// ordered consumer of its copy of the stream, which exists once
+	// hubsync has made it.
+	for range 200 {
+		if _, err = js.Subscribe("hubsync.>", handle, nats.OrderedConsumer(), nats.DeliverNew()); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("follow hubsync's events at %s: %w", url, err)
+	}
+	return t, nil
 }
 
 // flush prints the events received since the last flush (at most max,

@@ -97,6 +97,17 @@ func (f *busFixture) start(h *harness) {
 	h.must(err)
 }
 
+// followNew hands fn the events on subject from now on, as a consumer
+// follows them (nats sub '<subject>' --new): through an ordered consumer
+// of the consumer's copy, found by subject.
+func (f *busFixture) followNew(subject string, fn nats.MsgHandler) (*nats.Subscription, error) {
+	js, err := f.nc.JetStream()
+	if err != nil {
+		return nil, err
+	}
+	return js.Subscribe(subject, fn, nats.OrderedConsumer(), nats.DeliverNew())
+}
+
 // events reads every event stored in the stream, validating each against
 // the published JSON Schema.
 func (f *busFixture) events(ctx context.Context) []event {
@@ -409,7 +420,7 @@ func TestBusHoldsEventsWhileConverging(t *testing.T) {
 	}
 	first := make(chan firstSeen, 1)
 	var created atomic.Int64
-	sub, err := bf.nc.Subscribe(bf.cfg.SubjectPrefix+"."+ns+".>", func(m *nats.Msg) {
+	sub, err := bf.followNew(bf.cfg.SubjectPrefix+"."+ns+".>", func(m *nats.Msg) {
 		var e event
 		if json.Unmarshal(m.Data, &e) != nil || e.Type != stream.ProfileCreated {
 			return
@@ -445,7 +456,7 @@ func TestBusHoldsEventsWhileConverging(t *testing.T) {
 	h.waitIdle()
 	late := h.name("late")
 	updated := make(chan time.Time, 1)
-	sub2, err := bf.nc.Subscribe(bf.cfg.SubjectPrefix+"."+ns+"."+events.EscapeToken(late)+".>", func(m *nats.Msg) {
+	sub2, err := bf.followNew(bf.cfg.SubjectPrefix+"."+ns+"."+events.EscapeToken(late)+".>", func(m *nats.Msg) {
 		select {
 		case updated <- time.Now():
 		default:
@@ -547,6 +558,7 @@ func TestDaemonBusConsumersOnlyRead(t *testing.T) {
 	msg.Data = forgedEvent
 	msg.Header.Set("Nats-Msg-Id", events.ID(change)) // as hubsync sends it
 	h.must(nc.PublishMsg(msg))
+	h.must(nc.Publish("$KV."+cfg.KVBucket+"."+events.KVKey(ns, forged), forgedEvent))
 	h.must(nc.Flush())
 	kv, err := js.KeyValue(h.ctx, cfg.KVBucket)
 	h.must(err)
