@@ -163,7 +163,9 @@ func (a *embeddedAuth) Check(c server.ClientAuthentication) bool {
 		if !ok || !signedNonce(o.Nkey, o.Sig, c.GetNonce()) {
 			return false
 		}
-		return a.register(c, &server.User{Username: name, Permissions: a.perms}, ConsumerAccess{Name: name}.Account())
+		// Named by its key, so that a key removed later finds its
+		// connections (Bus.SetConsumers).
+		return a.register(c, &server.User{Username: o.Nkey, Permissions: a.perms}, ConsumerAccess{Name: name}.Account())
 	}
 	if a.token != "" && !equalSecret(o.Token, a.token) {
 		return false

@@ -95,9 +95,14 @@ type Bus struct {
 	ensuredOnce bool
 	// provisioned is set once every consumer account of the embedded
 	// server has its copies; provisionAt is when to try again after a
-	// failure (provision.go).
-	provisioned bool
+	// failure; provMu serializes provisioning (provision.go).
+	provisioned atomic.Bool
+	provMu      sync.Mutex
 	provisionAt time.Time
+	// consumers is bus.consumers as last applied (SetConsumers);
+	// consumersMu serializes SetConsumers.
+	consumers   atomic.Pointer[[]config.BusConsumer]
+	consumersMu sync.Mutex
 }
 
 var (
@@ -140,6 +145,8 @@ func New(cfg config.Bus, source string, log *slog.Logger, reg prometheus.Registe
 		recs:            stream.Records{},
 		done:            make(chan struct{}),
 	}
+	consumers := cfg.Consumers
+	b.consumers.Store(&consumers)
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("bus: register metrics: %w", err)
@@ -227,7 +234,7 @@ func (b *Bus) Start(ctx context.Context) error {
 		return errors.New("bus: already started or closed")
 	}
 	b.started = true // claims the start; given back if it fails
-	cfg := b.cfg
+	cfg := b.current()
 	b.mu.Unlock()
 	opts, emb, err := b.prepare(cfg)
 	b.mu.Lock()

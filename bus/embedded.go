@@ -24,18 +24,6 @@ import (
 // clients are, what they may do and in which account.
 func startEmbedded(bus config.Bus, auth *embeddedAuth, log *slog.Logger) (*server.Server, string, error) {
 	cfg := bus.Embedded
-	host, portText, err := net.SplitHostPort(cfg.Listen)
-	if err != nil {
-		return nil, "", fmt.Errorf("embedded NATS listen address %q: %w", cfg.Listen, err)
-	}
-	port, err := strconv.Atoi(portText)
-	if err != nil || port < 0 || port > 65535 {
-		return nil, "", fmt.Errorf("embedded NATS listen address %q: bad port", cfg.Listen)
-	}
-	if port == 0 {
-		// nats-server reads 0 as "the default port 4222"; -1 is "any free port".
-		port = server.RANDOM_PORT
-	}
 	if cfg.DataDir == "" {
 		return nil, "", errors.New("embedded NATS needs bus.embedded.dataDir")
 	}
@@ -50,23 +38,9 @@ func startEmbedded(bus config.Bus, auth *embeddedAuth, log *slog.Logger) (*serve
 	}
 	_ = probe.Close()
 	_ = os.Remove(probe.Name())
-	opts, err := embeddedOptions(bus, auth)
+	opts, scheme, err := serverOptions(bus, auth)
 	if err != nil {
 		return nil, "", err
-	}
-	opts.Host, opts.Port = host, port
-	scheme := "nats"
-	if cfg.TLS.CertFile != "" {
-		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{
-			CertFile: cfg.TLS.CertFile, KeyFile: cfg.TLS.KeyFile,
-			CaFile: cfg.TLS.ClientCAFile, Verify: cfg.TLS.ClientCAFile != "",
-		})
-		if err != nil {
-			return nil, "", fmt.Errorf("embedded NATS TLS: %w", err)
-		}
-		opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, cfg.TLS.ClientCAFile != ""
-		opts.TLSTimeout = 2
-		scheme = "tls"
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
@@ -85,6 +59,13 @@ func startEmbedded(bus config.Bus, auth *embeddedAuth, log *slog.Logger) (*serve
 		srv.Shutdown()
 		return nil, "", fmt.Errorf("embedded NATS: JetStream did not start on %s%s", cfg.DataDir, logger.fatalSuffix())
 	}
+	l := layoutOf(bus)
+	for _, c := range l.Consumers {
+		if err := l.Register(srv, c); err != nil {
+			srv.Shutdown()
+			return nil, "", fmt.Errorf("embedded NATS: %w", err)
+		}
+	}
 	addr, ok := srv.Addr().(*net.TCPAddr)
 	if !ok {
 		srv.Shutdown()
@@ -97,26 +78,54 @@ func startEmbedded(bus config.Bus, auth *embeddedAuth, log *slog.Logger) (*serve
 	return srv, scheme + "://" + addr.String(), nil
 }
 
-// embeddedOptions are the embedded server's options but its listener:
-// the accounts of bus's layout, JetStream on bus.embedded.dataDir, and
-// auth, which puts every client in its account. No monitoring, cluster,
-// gateway or leaf listeners: a local bus only.
-func embeddedOptions(bus config.Bus, auth *embeddedAuth) (*server.Options, error) {
-	accounts, err := layoutOf(bus).Accounts()
+// serverOptions are the embedded server's options for bus, at start and
+// on a reload: its listener (port 0 picks a free port) and TLS, the
+// accounts of bus's layout, JetStream on bus.embedded.dataDir, and auth,
+// which puts every client in its account; and the scheme of its URL. No
+// monitoring, cluster, gateway or leaf listeners: a local bus only.
+func serverOptions(bus config.Bus, auth *embeddedAuth) (*server.Options, string, error) {
+	cfg := bus.Embedded
+	host, portText, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("embedded NATS accounts: %w", err)
+		return nil, "", fmt.Errorf("embedded NATS listen address %q: %w", cfg.Listen, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 0 || port > 65535 {
+		return nil, "", fmt.Errorf("embedded NATS listen address %q: bad port", cfg.Listen)
+	}
+	if port == 0 {
+		// nats-server reads 0 as "the default port 4222"; -1 is "any free port".
+		port = server.RANDOM_PORT
+	}
+	accounts, err := layoutOf(bus).WriterAccountConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("embedded NATS accounts: %w", err)
 	}
 	opts := &server.Options{}
 	if err := opts.ProcessConfigString(string(accounts)); err != nil {
-		return nil, fmt.Errorf("embedded NATS accounts: %w", err)
+		return nil, "", fmt.Errorf("embedded NATS accounts: %w", err)
 	}
 	opts.ServerName = "hubsync-embedded"
-	opts.JetStream, opts.StoreDir = true, bus.Embedded.DataDir
+	opts.Host, opts.Port = host, port
+	opts.JetStream, opts.StoreDir = true, cfg.DataDir
 	opts.NoSigs = true
 	opts.CustomClientAuthentication = auth
 	// Consumers sign in with NKeys: the server must send a nonce to sign.
 	opts.AlwaysEnableNonce = true
-	return opts, nil
+	scheme := "nats"
+	if cfg.TLS.CertFile != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{
+			CertFile: cfg.TLS.CertFile, KeyFile: cfg.TLS.KeyFile,
+			CaFile: cfg.TLS.ClientCAFile, Verify: cfg.TLS.ClientCAFile != "",
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("embedded NATS TLS: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, cfg.TLS.ClientCAFile != ""
+		opts.TLSTimeout = 2
+		scheme = "tls"
+	}
+	return opts, scheme, nil
 }
 
 // readToken reads a token file, trimmed; the error never holds the token.

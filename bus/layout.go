@@ -145,9 +145,76 @@ type Users struct {
 // (docs/events.md).
 func (l Layout) Config(users Users) ([]byte, error) { return l.config(&users) }
 
-// Accounts is Config without users, for a server that authenticates its
-// clients itself and puts each in its account (embeddedAuth).
-func (l Layout) Accounts() ([]byte, error) { return l.config(nil) }
+// WriterAccountConfig is Config's writer account alone, without users,
+// for a server that authenticates its clients itself (embeddedAuth) and
+// registers the consumer accounts as they come and go (Register): the
+// writer's exports do not depend on the consumers, so adding one changes
+// nothing for the connections of the others.
+func (l Layout) WriterAccountConfig() ([]byte, error) {
+	l.Consumers = nil
+	return l.config(nil)
+}
+
+// importSpec is one import of a consumer account from the writer
+// account: a service (requests) or a stream (deliveries), from the
+// writer's subject to the consumer account's.
+type importSpec struct {
+	service  bool
+	from, to string
+}
+
+// imports are c's imports: the consumer-create API of the two streams
+// under importedAPI, their flow control, and the deliveries of c's own
+// sources.
+func (l Layout) imports(c ConsumerAccess) []importSpec {
+	var out []importSpec
+	for _, s := range []string{l.Stream, l.kvStream()} {
+		create := "$JS.API.CONSUMER.CREATE." + s
+		out = append(out,
+			importSpec{service: true, from: create, to: importedAPI + ".CONSUMER.CREATE." + s},
+			importSpec{service: true, from: create + ".>", to: importedAPI + ".CONSUMER.CREATE." + s + ".>"},
+			importSpec{service: true, from: "$JS.FC." + s + ".>", to: "$JS.FC." + s + ".>"},
+		)
+	}
+	return append(out, importSpec{from: c.deliverPrefix() + ".>", to: c.deliverPrefix() + ".>"})
+}
+
+// consumerLimits are a consumer account's JetStream limits: its two
+// copies and no more streams, a bounded number of consumers.
+var consumerLimits = server.JetStreamAccountLimits{MaxStreams: 2, MaxConsumers: maxConsumersPerAccount, MaxMemory: -1, MaxStore: -1}
+
+// Register adds c's account to srv, which runs the writer account of
+// WriterAccountConfig, with its imports and JetStream limits. An account
+// registered before (a consumer removed and listed again) is kept.
+func (l Layout) Register(srv *server.Server, c ConsumerAccess) error {
+	if _, err := srv.LookupAccount(c.Account()); err == nil {
+		return nil
+	}
+	writer, err := srv.LookupAccount(WriterAccount)
+	if err != nil {
+		return fmt.Errorf("the writer account: %w", err)
+	}
+	acc, err := srv.RegisterAccount(c.Account())
+	if err != nil {
+		return fmt.Errorf("consumer %s: register its account: %w", c.Name, err)
+	}
+	for _, im := range l.imports(c) {
+		if im.service {
+			// In the consumer account "to" is the local subject, mapped
+			// to the writer account's "from".
+			err = acc.AddServiceImport(writer, im.to, im.from)
+		} else {
+			err = acc.AddMappedStreamImport(writer, im.from, im.to)
+		}
+		if err != nil {
+			return fmt.Errorf("consumer %s: import %s: %w", c.Name, im.from, err)
+		}
+	}
+	if err := acc.EnableJetStream(map[string]server.JetStreamAccountLimits{"": consumerLimits}, nil); err != nil {
+		return fmt.Errorf("consumer %s: JetStream: %w", c.Name, err)
+	}
+	return nil
+}
 
 func (l Layout) config(users *Users) ([]byte, error) {
 	if err := l.Validate(); err != nil {
@@ -179,7 +246,7 @@ func (l Layout) config(users *Users) ([]byte, error) {
 		Service      string   `json:"service,omitempty"`
 		Stream       string   `json:"stream,omitempty"`
 		ResponseType string   `json:"response_type,omitempty"`
-		Accounts     []string `json:"accounts"`
+		Accounts     []string `json:"accounts,omitempty"`
 	}
 	type ref struct {
 		Account string `json:"account"`
@@ -208,36 +275,27 @@ func (l Layout) config(users *Users) ([]byte, error) {
 		}
 		writer.Users = []user{w}
 	}
-	var all []string
-	for _, c := range l.Consumers {
-		all = append(all, c.Account())
+	for _, s := range []string{l.Stream, l.kvStream()} {
+		create := "$JS.API.CONSUMER.CREATE." + s
+		writer.Exports = append(writer.Exports,
+			export{Service: create, ResponseType: "stream"},
+			export{Service: create + ".>", ResponseType: "stream"},
+			export{Service: "$JS.FC." + s + ".>"},
+		)
 	}
-	streams := []string{l.Stream, l.kvStream()}
-	if len(all) > 0 {
-		for _, s := range streams {
-			create := "$JS.API.CONSUMER.CREATE." + s
-			writer.Exports = append(writer.Exports,
-				export{Service: create, ResponseType: "stream", Accounts: all},
-				export{Service: create + ".>", ResponseType: "stream", Accounts: all},
-				export{Service: "$JS.FC." + s + ".>", Accounts: all},
-			)
-		}
-	}
+	writer.Exports = append(writer.Exports, export{Stream: deliverRoot + ".>"})
 	cp := l.ConsumerPermissions()
 	consumerPerms := &perms{Publish: perm{cp.Publish.Allow}, Subscribe: perm{cp.Subscribe.Allow}}
 	accounts := map[string]account{}
 	for _, c := range l.Consumers {
-		writer.Exports = append(writer.Exports, export{Stream: c.deliverPrefix() + ".>", Accounts: []string{c.Account()}})
-		a := account{JetStream: limits{MaxStreams: 2, MaxConsumers: maxConsumersPerAccount}}
-		for _, s := range streams {
-			create := "$JS.API.CONSUMER.CREATE." + s
-			a.Imports = append(a.Imports,
-				imp{Service: &ref{WriterAccount, create}, To: importedAPI + ".CONSUMER.CREATE." + s},
-				imp{Service: &ref{WriterAccount, create + ".>"}, To: importedAPI + ".CONSUMER.CREATE." + s + ".>"},
-				imp{Service: &ref{WriterAccount, "$JS.FC." + s + ".>"}, To: "$JS.FC." + s + ".>"},
-			)
+		a := account{JetStream: limits{MaxStreams: consumerLimits.MaxStreams, MaxConsumers: consumerLimits.MaxConsumers}}
+		for _, im := range l.imports(c) {
+			if im.service {
+				a.Imports = append(a.Imports, imp{Service: &ref{WriterAccount, im.from}, To: im.to})
+			} else {
+				a.Imports = append(a.Imports, imp{Stream: &ref{WriterAccount, im.from}, To: im.to})
+			}
 		}
-		a.Imports = append(a.Imports, imp{Stream: &ref{WriterAccount, c.deliverPrefix() + ".>"}, To: c.deliverPrefix() + ".>"})
 		if users != nil {
 			prov, err := conv(users.Provisioners[c.Name], nil)
 			if err != nil {

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hubsync/hubsync/config"
 )
 
 // provisionRetry is how long the bus waits before it tries again to make
@@ -21,13 +25,15 @@ const provisionRetry = 30 * time.Second
 // the next delivery or resync; publishing goes on meanwhile, and a copy
 // made later catches up from the start of the writer's stream.
 func (b *Bus) provision(ctx context.Context, primary jetstream.StreamConfig) {
+	b.provMu.Lock()
+	defer b.provMu.Unlock()
 	b.mu.Lock()
 	srv, auth := b.srv, b.auth
 	b.mu.Unlock()
 	if srv == nil || auth == nil {
 		return
 	}
-	l := layoutOf(b.cfg)
+	l := layoutOf(b.current())
 	var errs []error
 	for _, c := range l.Consumers {
 		if err := provisionOne(ctx, b, l, c, primary); err != nil {
@@ -35,12 +41,30 @@ func (b *Bus) provision(ctx context.Context, primary jetstream.StreamConfig) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
+		b.provisioned.Store(false)
 		b.provisionAt = time.Now().Add(provisionRetry)
 		b.log.Warn("cannot make the copies of every consumer account; trying again", "err", err, "in", provisionRetry)
 		return
 	}
 	b.provisionAt = time.Time{}
-	b.provisioned = true
+	b.provisioned.Store(true)
+}
+
+// provisionDue reports whether the copies are to be made (again) now.
+func (b *Bus) provisionDue() bool {
+	if b.provisioned.Load() {
+		return false
+	}
+	b.provMu.Lock()
+	defer b.provMu.Unlock()
+	return time.Now().After(b.provisionAt)
+}
+
+// current is the bus's configuration with bus.consumers as last applied.
+func (b *Bus) current() config.Bus {
+	cfg := b.cfg
+	cfg.Consumers = *b.consumers.Load()
+	return cfg
 }
 
 func provisionOne(ctx context.Context, b *Bus, l Layout, c ConsumerAccess, primary jetstream.StreamConfig) error {
@@ -84,7 +108,7 @@ func (b *Bus) Copies(ctx context.Context) []CopyState {
 	if srv == nil || auth == nil {
 		return nil
 	}
-	l := layoutOf(b.cfg)
+	l := layoutOf(b.current())
 	out := make([]CopyState, 0, len(l.Consumers))
 	for _, c := range l.Consumers {
 		st := CopyState{Consumer: c.Name}
@@ -113,8 +137,12 @@ func (b *Bus) readCopies(ctx context.Context, l Layout, c ConsumerAccess, st *Co
 	}
 	info := ev.CachedInfo()
 	st.Events = info.State.Msgs
+	var errs []error
 	for _, s := range info.Sources {
 		st.EventsLag += s.Lag
+		if s.Error != nil {
+			errs = append(errs, fmt.Errorf("events copy: %w", s.Error))
+		}
 	}
 	kv, err := js.Stream(ctx, l.kvStream())
 	if err != nil {
@@ -124,6 +152,120 @@ func (b *Bus) readCopies(ctx context.Context, l Layout, c ConsumerAccess, st *Co
 	st.Records = info.State.NumSubjects
 	if info.Mirror != nil {
 		st.RecordsLag = info.Mirror.Lag
+		if info.Mirror.Error != nil {
+			errs = append(errs, fmt.Errorf("records copy: %w", info.Mirror.Error))
+		}
 	}
+	return errors.Join(errs...)
+}
+
+// SetConsumers applies a new bus.consumers while the bus runs. On the
+// embedded server: the copies of a consumer no longer listed are deleted;
+// a new consumer's account is registered; the connections of a removed
+// consumer, or signed in with a key no longer listed, are closed; and the
+// copies of every consumer are made or brought to its namespaces. The
+// other connections, hubsync's own among them, are not touched. On an
+// external NATS it is kept only: the accounts there are the operator's.
+func (b *Bus) SetConsumers(ctx context.Context, cs []config.BusConsumer) error {
+	b.consumersMu.Lock()
+	defer b.consumersMu.Unlock()
+	b.mu.Lock()
+	srv, auth := b.srv, b.auth
+	b.mu.Unlock()
+	old := b.current()
+	next := old
+	next.Consumers = cs
+	if srv == nil || auth == nil {
+		b.consumers.Store(&cs)
+		return nil
+	}
+	oldL, nextL := layoutOf(old), layoutOf(next)
+	kept := map[string]bool{}
+	for _, c := range nextL.Consumers {
+		kept[c.Name] = true
+	}
+	var removed []ConsumerAccess
+	for _, c := range oldL.Consumers {
+		if !kept[c.Name] {
+			removed = append(removed, c)
+		}
+	}
+	for _, c := range removed {
+		if err := b.deleteCopies(ctx, oldL, c); err != nil {
+			b.log.Warn("cannot delete the copies of a removed consumer; they stay on disk", "consumer", c.Name, "err", err)
+		}
+	}
+	// The writer account does not change: new accounts are registered
+	// beside it, and no other connection notices.
+	for _, c := range nextL.Consumers {
+		if err := nextL.Register(srv, c); err != nil {
+			return err
+		}
+	}
+	if err := auth.setConsumers(next); err != nil {
+		return err
+	}
+	b.consumers.Store(&cs)
+	closed := b.closeStale(srv, nextL, next)
+	b.provisioned.Store(false)
+	b.provision(ctx, b.primaryConfig())
+	names := make([]string, 0, len(cs))
+	for _, c := range cs {
+		names = append(names, c.Name)
+	}
+	b.log.Info("bus consumers applied", "consumers", names, "removed", len(removed), "connectionsClosed", closed)
 	return nil
+}
+
+// deleteCopies deletes c's copies.
+func (b *Bus) deleteCopies(ctx context.Context, l Layout, c ConsumerAccess) error {
+	nc, err := nats.Connect("", nats.InProcessServer(b.srv), nats.Name("hubsync-provisioner"),
+		nats.UserInfo(provisionerUser+c.Name, b.auth.provisionerPassword(c.Name)))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var errs []error
+	for _, name := range []string{l.Stream, l.kvStream()} {
+		if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// closeStale closes the consumer connections that cfg no longer admits:
+// those in an account that is gone, and those signed in with an NKey no
+// longer listed. It returns how many it closed.
+func (b *Bus) closeStale(srv *server.Server, l Layout, cfg config.Bus) int {
+	accounts := map[string]bool{WriterAccount: true}
+	for _, c := range l.Consumers {
+		accounts[c.Account()] = true
+	}
+	keys := map[string]bool{}
+	for _, c := range cfg.Consumers {
+		for _, k := range c.NKeys {
+			keys[k] = true
+		}
+	}
+	conns, err := srv.Connz(&server.ConnzOptions{Username: true, Limit: 1 << 20})
+	if err != nil {
+		b.log.Warn("cannot list the embedded server's connections", "err", err)
+		return 0
+	}
+	n := 0
+	for _, ci := range conns.Conns {
+		stale := !accounts[ci.Account] && strings.HasPrefix(ci.Account, "HUBSYNC_CONSUMER_")
+		stale = stale || (strings.HasPrefix(ci.AuthorizedUser, "U") && len(ci.AuthorizedUser) == 56 && !keys[ci.AuthorizedUser])
+		if stale && srv.DisconnectClientByID(ci.Cid) == nil {
+			n++
+		}
+	}
+	return n
 }

@@ -65,7 +65,7 @@ func (b *Bus) ready(ctx context.Context) error {
 			b.needEnsure.Store(true)
 			return err
 		}
-	} else if b.embedded && !b.provisioned && time.Now().After(b.provisionAt) {
+	} else if b.embedded && b.provisionDue() {
 		b.provision(ctx, b.primaryConfig())
 	}
 	return nil

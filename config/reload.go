@@ -5,9 +5,9 @@ import (
 	"strings"
 )
 
-// Reloadable lists the top-level fields a running hubsync applies from an
-// edited file without a restart.
-var Reloadable = []string{"sinks"}
+// Reloadable lists the fields a running hubsync applies from an edited
+// file without a restart.
+var Reloadable = []string{"sinks", "bus.consumers"}
 
 // RestartNeeded returns the top-level fields (by their YAML names) that
 // differ between the running configuration c and next and that take effect
@@ -21,7 +21,14 @@ func (c *Config) RestartNeeded(next *Config) []string {
 		if name == "" || name == "-" || isReloadable(name) {
 			continue
 		}
-		if !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
+		x, y := a.Field(i).Interface(), b.Field(i).Interface()
+		if name == "bus" {
+			// bus.consumers is reloadable; the rest of bus is not.
+			xb, yb := x.(Bus), y.(Bus)
+			xb.Consumers, yb.Consumers = nil, nil
+			x, y = xb, yb
+		}
+		if !reflect.DeepEqual(x, y) {
 			out = append(out, name)
 		}
 	}

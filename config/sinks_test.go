@@ -108,6 +108,11 @@ func TestRestartNeeded(t *testing.T) {
 		{name: "nothing", edit: func(*Config) {}},
 		{name: "sinks reload live", edit: func(c *Config) { c.Sinks = []Sink{{Name: "s", Type: SinkWebhook}} }},
 		{name: "hub and bus need a restart", edit: func(c *Config) { c.Hub.QPS = 5; c.Bus.KVBucket = "other" }, want: []string{"hub", "bus"}},
+		{name: "bus consumers reload live", edit: func(c *Config) { c.Bus.Consumers = []BusConsumer{{Name: "app", NKeys: []string{"U"}}} }},
+		{name: "bus consumers and more of bus", edit: func(c *Config) {
+			c.Bus.Consumers = []BusConsumer{{Name: "app", NKeys: []string{"U"}}}
+			c.Bus.BufferSize = 7
+		}, want: []string{"bus"}},
 		{name: "access providers need a restart", edit: func(c *Config) { c.AccessProviders = []AccessProvider{{Name: "x"}} }, want: []string{"accessProviders"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

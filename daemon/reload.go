@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"time"
@@ -20,7 +21,7 @@ import (
 )
 
 // reloader re-reads the configuration file when it changes and applies
-// what can change live (the sinks). It watches the file's directory, not
+// what can change live (the sinks, bus.consumers). It watches the file's directory, not
 // the file, so that the symlink swap a ConfigMap volume makes
 // (..data -> ..2026_11_23_...) is seen, and reacts to the events of two
 // names only: the file's, and "..data". Anything else written in the
@@ -33,9 +34,11 @@ type reloader struct {
 	override func(*config.Config) // flags that override the file
 	running  *config.Config       // owned by run
 	manager  *sinks.Manager
-	log      *slog.Logger
-	interval time.Duration
-	lastSum  [sha256.Size]byte
+	// busConsumers applies bus.consumers (nil without a bus).
+	busConsumers func([]config.BusConsumer) error
+	log          *slog.Logger
+	interval     time.Duration
+	lastSum      [sha256.Size]byte
 
 	successful prometheus.Gauge
 	successAt  prometheus.Gauge
@@ -171,6 +174,13 @@ func (r *reloader) check(force bool) {
 	if err != nil {
 		r.reject(fmt.Errorf("apply sinks: %w", err))
 		return
+	}
+	if r.busConsumers != nil && !reflect.DeepEqual(r.running.Bus.Consumers, next.Bus.Consumers) {
+		if err := r.busConsumers(next.Bus.Consumers); err != nil {
+			r.reject(fmt.Errorf("apply bus.consumers: %w", err))
+			return
+		}
+		r.running.Bus.Consumers = next.Bus.Consumers
 	}
 	r.successful.Set(1)
 	r.successAt.SetToCurrentTime()

@@ -214,6 +214,9 @@ func (d *daemon) startReloader(ctx context.Context) error {
 		return nil
 	}
 	r := newReloader(d.opts.ConfigPath, d.cfg, d.opts.Override, d.manager, d.log.With("component", "config"), d.reg)
+	if d.events != nil {
+		r.busConsumers = func(cs []config.BusConsumer) error { return d.events.SetConsumers(ctx, cs) }
+	}
 	d.reloader = newTask(ctx)
 	d.goRun(d.reloader, "configuration reloader", func(ctx context.Context) error {
 		r.run(ctx)
