@@ -228,6 +228,9 @@ func (b *Bus) resyncNow() {
 // meanwhile, so the callbacks of a connection and Attach never wait for
 // it. A Close that comes meanwhile stops the server once it is up.
 func (b *Bus) Start(ctx context.Context) error {
+	// A SetConsumers meanwhile waits, then applies to the running server.
+	b.consumersMu.Lock()
+	defer b.consumersMu.Unlock()
 	b.mu.Lock()
 	if b.started || b.closing.Load() {
 		b.mu.Unlock()

@@ -216,106 +216,75 @@ func (l Layout) Register(srv *server.Server, c ConsumerAccess) error {
 	return nil
 }
 
+// The configuration's JSON, as nats-server reads it.
+type (
+	confPerm struct {
+		Allow []string `json:"allow"`
+	}
+	confPerms struct {
+		Publish   confPerm `json:"publish"`
+		Subscribe confPerm `json:"subscribe"`
+	}
+	confUser struct {
+		NKey        string     `json:"nkey,omitempty"`
+		User        string     `json:"user,omitempty"`
+		Password    string     `json:"password,omitempty"`
+		Permissions *confPerms `json:"permissions,omitempty"`
+	}
+	confExport struct {
+		Service      string `json:"service,omitempty"`
+		Stream       string `json:"stream,omitempty"`
+		ResponseType string `json:"response_type,omitempty"`
+	}
+	confRef struct {
+		Account string `json:"account"`
+		Subject string `json:"subject"`
+	}
+	confImport struct {
+		Service *confRef `json:"service,omitempty"`
+		Stream  *confRef `json:"stream,omitempty"`
+		To      string   `json:"to"`
+	}
+	confLimits struct {
+		MaxStreams   int `json:"max_streams"`
+		MaxConsumers int `json:"max_consumers"`
+	}
+	confAccount struct {
+		JetStream any          `json:"jetstream"`
+		Users     []confUser   `json:"users,omitempty"`
+		Exports   []confExport `json:"exports,omitempty"`
+		Imports   []confImport `json:"imports,omitempty"`
+	}
+)
+
+// confUserOf is u in the configuration, with permissions p (nil: all).
+func confUserOf(u User, p *confPerms) (confUser, error) {
+	if (u.NKey == "") == (u.Name == "") || (u.Name != "" && u.Password == "") {
+		return confUser{}, errors.New("a user is an NKey, or a name and a password")
+	}
+	if strings.ContainsFunc(u.Name+u.Password+u.NKey, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return confUser{}, errors.New("a user's name, password or NKey holds a control character")
+	}
+	return confUser{NKey: u.NKey, User: u.Name, Password: u.Password, Permissions: p}, nil
+}
+
 func (l Layout) config(users *Users) ([]byte, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
-	type perm struct {
-		Allow []string `json:"allow"`
+	writer, err := l.writerAccount(users)
+	if err != nil {
+		return nil, err
 	}
-	type perms struct {
-		Publish   perm `json:"publish"`
-		Subscribe perm `json:"subscribe"`
-	}
-	type user struct {
-		NKey        string `json:"nkey,omitempty"`
-		User        string `json:"user,omitempty"`
-		Password    string `json:"password,omitempty"`
-		Permissions *perms `json:"permissions,omitempty"`
-	}
-	conv := func(u User, p *perms) (user, error) {
-		if (u.NKey == "") == (u.Name == "") || (u.Name != "" && u.Password == "") {
-			return user{}, errors.New("a user is an NKey, or a name and a password")
-		}
-		if strings.ContainsFunc(u.Name+u.Password+u.NKey, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-			return user{}, errors.New("a user's name, password or NKey holds a control character")
-		}
-		return user{NKey: u.NKey, User: u.Name, Password: u.Password, Permissions: p}, nil
-	}
-	type export struct {
-		Service      string   `json:"service,omitempty"`
-		Stream       string   `json:"stream,omitempty"`
-		ResponseType string   `json:"response_type,omitempty"`
-		Accounts     []string `json:"accounts,omitempty"`
-	}
-	type ref struct {
-		Account string `json:"account"`
-		Subject string `json:"subject"`
-	}
-	type imp struct {
-		Service *ref   `json:"service,omitempty"`
-		Stream  *ref   `json:"stream,omitempty"`
-		To      string `json:"to"`
-	}
-	type limits struct {
-		MaxStreams   int `json:"max_streams"`
-		MaxConsumers int `json:"max_consumers"`
-	}
-	type account struct {
-		JetStream any      `json:"jetstream"`
-		Users     []user   `json:"users,omitempty"`
-		Exports   []export `json:"exports,omitempty"`
-		Imports   []imp    `json:"imports,omitempty"`
-	}
-	writer := account{JetStream: "enabled"}
-	if users != nil {
-		w, err := conv(users.Writer, nil)
-		if err != nil {
-			return nil, fmt.Errorf("hubsync's user: %w", err)
-		}
-		writer.Users = []user{w}
-	}
-	for _, s := range []string{l.Stream, l.kvStream()} {
-		create := "$JS.API.CONSUMER.CREATE." + s
-		writer.Exports = append(writer.Exports,
-			export{Service: create, ResponseType: "stream"},
-			export{Service: create + ".>", ResponseType: "stream"},
-			export{Service: "$JS.FC." + s + ".>"},
-		)
-	}
-	writer.Exports = append(writer.Exports, export{Stream: deliverRoot + ".>"})
-	cp := l.ConsumerPermissions()
-	consumerPerms := &perms{Publish: perm{cp.Publish.Allow}, Subscribe: perm{cp.Subscribe.Allow}}
-	accounts := map[string]account{}
+	accounts := map[string]confAccount{WriterAccount: writer}
 	for _, c := range l.Consumers {
-		a := account{JetStream: limits{MaxStreams: consumerLimits.MaxStreams, MaxConsumers: consumerLimits.MaxConsumers}}
-		for _, im := range l.imports(c) {
-			if im.service {
-				a.Imports = append(a.Imports, imp{Service: &ref{WriterAccount, im.from}, To: im.to})
-			} else {
-				a.Imports = append(a.Imports, imp{Stream: &ref{WriterAccount, im.from}, To: im.to})
-			}
+		if accounts[c.Account()], err = l.consumerAccount(c, users); err != nil {
+			return nil, err
 		}
-		if users != nil {
-			prov, err := conv(users.Provisioners[c.Name], nil)
-			if err != nil {
-				return nil, fmt.Errorf("consumer %s: the provisioning user: %w", c.Name, err)
-			}
-			a.Users = append(a.Users, prov)
-			for i, u := range users.Consumers[c.Name] {
-				cu, err := conv(u, consumerPerms)
-				if err != nil {
-					return nil, fmt.Errorf("consumer %s: user %d: %w", c.Name, i+1, err)
-				}
-				a.Users = append(a.Users, cu)
-			}
-		}
-		accounts[c.Account()] = a
 	}
-	accounts[WriterAccount] = writer
 	// NATS's parser takes JSON but not its \u escapes: write >, < and &
-	// as they are. Names and subjects hold no control character, and conv
-	// refuses one in a password.
+	// as they are. Names and subjects hold no control character, and
+	// confUserOf refuses one in a password.
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -323,6 +292,62 @@ func (l Layout) config(users *Users) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// writerAccount is the writer account: JetStream, hubsync's user, and
+// the exports every consumer account imports from (public: the imports
+// are all the configuration's own).
+func (l Layout) writerAccount(users *Users) (confAccount, error) {
+	a := confAccount{JetStream: "enabled"}
+	if users != nil {
+		w, err := confUserOf(users.Writer, nil)
+		if err != nil {
+			return a, fmt.Errorf("hubsync's user: %w", err)
+		}
+		a.Users = []confUser{w}
+	}
+	for _, s := range []string{l.Stream, l.kvStream()} {
+		create := "$JS.API.CONSUMER.CREATE." + s
+		a.Exports = append(a.Exports,
+			confExport{Service: create, ResponseType: "stream"},
+			confExport{Service: create + ".>", ResponseType: "stream"},
+			confExport{Service: "$JS.FC." + s + ".>"},
+		)
+	}
+	a.Exports = append(a.Exports, confExport{Stream: deliverRoot + ".>"})
+	return a, nil
+}
+
+// consumerAccount is c's account: its JetStream limits, its imports, the
+// provisioning user and the application's users with
+// ConsumerPermissions.
+func (l Layout) consumerAccount(c ConsumerAccess, users *Users) (confAccount, error) {
+	a := confAccount{JetStream: confLimits{MaxStreams: consumerLimits.MaxStreams, MaxConsumers: consumerLimits.MaxConsumers}}
+	for _, im := range l.imports(c) {
+		if im.service {
+			a.Imports = append(a.Imports, confImport{Service: &confRef{WriterAccount, im.from}, To: im.to})
+		} else {
+			a.Imports = append(a.Imports, confImport{Stream: &confRef{WriterAccount, im.from}, To: im.to})
+		}
+	}
+	if users == nil {
+		return a, nil
+	}
+	prov, err := confUserOf(users.Provisioners[c.Name], nil)
+	if err != nil {
+		return a, fmt.Errorf("consumer %s: the provisioning user: %w", c.Name, err)
+	}
+	a.Users = append(a.Users, prov)
+	cp := l.ConsumerPermissions()
+	perms := &confPerms{Publish: confPerm{cp.Publish.Allow}, Subscribe: confPerm{cp.Subscribe.Allow}}
+	for i, u := range users.Consumers[c.Name] {
+		cu, err := confUserOf(u, perms)
+		if err != nil {
+			return a, fmt.Errorf("consumer %s: user %d: %w", c.Name, i+1, err)
+		}
+		a.Users = append(a.Users, cu)
+	}
+	return a, nil
 }
 
 // ConsumerPermissions is what a consuming application's users may do in

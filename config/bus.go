@@ -1,13 +1,13 @@
 package config
 
 import (
+	"encoding/base32"
 	"fmt"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 
-	"github.com/nats-io/nkeys"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -16,6 +16,33 @@ var (
 	subjectToken = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 	consumerName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 )
+
+// isPublicUserNKey reports whether k is a public user NKey: base32 of the
+// user prefix byte, a 32-byte Ed25519 key and the CRC-16 (XMODEM) of both,
+// as github.com/nats-io/nkeys encodes it. Checked here without that
+// module, which only the bus and the CLI link.
+func isPublicUserNKey(k string) bool {
+	const userPrefix = 20 << 3 // 'U'
+	if len(k) != 56 || k[0] != 'U' {
+		return false
+	}
+	raw, err := base32.StdEncoding.WithPadding(base32.NoPadding).DecodeString(k)
+	if err != nil || len(raw) != 35 || raw[0] != userPrefix {
+		return false
+	}
+	var crc uint16
+	for _, b := range raw[:33] {
+		crc ^= uint16(b) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc == uint16(raw[33])|uint16(raw[34])<<8
+}
 
 // validateBusConsumers checks the consuming applications: unique names,
 // public user NKeys (never a seed: it would be a secret in the file), and
@@ -43,7 +70,7 @@ func validateBusConsumers(path *field.Path, cs []BusConsumer) field.ErrorList {
 			case strings.HasPrefix(k, "S"):
 				// Never echo it: a seed is a secret.
 				errs = append(errs, field.Invalid(kp, "<not shown>", "is a seed, which is secret and stays with the application; list its public key (U...), as hubsync nkey prints"))
-			case !nkeys.IsValidPublicUserKey(k):
+			case !isPublicUserNKey(k):
 				errs = append(errs, field.Invalid(kp, k, "is not a public user NKey (U...)"))
 			case keys[k] != "":
 				errs = append(errs, field.Invalid(kp, k, fmt.Sprintf("is also a key of consumer %q: one key signs in to one account", keys[k])))

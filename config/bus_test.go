@@ -34,6 +34,7 @@ func TestBusConsumers(t *testing.T) {
 		{name: "twice", doc: "bus: {consumers: [{name: a, nkeys: [" + k1 + "]}, {name: a, nkeys: [" + k2 + "]}]}", wantPaths: []string{"bus.consumers[1].name"}},
 		{name: "no key", doc: "bus: {consumers: [{name: a}]}", wantPaths: []string{"bus.consumers[0].nkeys"}},
 		{name: "a seed", doc: "bus: {consumers: [{name: a, nkeys: [" + seed + "]}]}", wantPaths: []string{"bus.consumers[0].nkeys[0]"}, notShown: seed},
+		{name: "a typo in the key", doc: "bus: {consumers: [{name: a, nkeys: [" + typo(k1) + "]}]}", wantPaths: []string{"bus.consumers[0].nkeys[0]"}},
 		{name: "an account key", doc: "bus: {consumers: [{name: a, nkeys: [" + accountKey + "]}]}", wantPaths: []string{"bus.consumers[0].nkeys[0]"}},
 		{name: "one key, two consumers", doc: "bus: {consumers: [{name: a, nkeys: [" + k1 + "]}, {name: b, nkeys: [" + k1 + "]}]}", wantPaths: []string{"bus.consumers[1].nkeys[0]"}},
 		{name: "namespace", doc: "bus: {consumers: [{name: a, nkeys: [" + k1 + "], namespaces: [Team_A]}]}", wantPaths: []string{"bus.consumers[0].namespaces[0]"}},
@@ -54,4 +55,13 @@ func TestBusConsumers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// typo changes one character of k (its checksum no longer matches).
+func typo(k string) string {
+	c := byte('A')
+	if k[10] == 'A' {
+		c = 'B'
+	}
+	return k[:10] + string(c) + k[11:]
 }

@@ -36,6 +36,7 @@ Usage:
   hubsync hub-token [--kubeconfig FILE]             exec plugin: your hub identity's token, for the gateway
   hubsync events [--since 10m] [--namespace NS]     print cluster-access events from the NATS bus
   hubsync state [--namespace NS]                    print the current access records from the NATS bus
+  hubsync nkey --seed-file FILE                     make the NKey of an application that reads the bus
   hubsync status [--address HOST:PORT] [-o json]    sum up a running daemon: leader, consumers, sinks, tunnels, gateway
   hubsync version                                   print the version
 
@@ -72,6 +73,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = stateCommand(ctx, args[1:], stdout, stderr)
 	case "status":
 		err = statusCommand(ctx, args[1:], stdout, stderr)
+	case "nkey":
+		err = nkeyCommand(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "hubsync", buildVersion())
 	case "help", "-h", "--help":
