@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 
@@ -30,7 +31,8 @@ import (
 // the account of its application: a client signing in with an NKey of
 // bus.consumers is in that consumer's account; any other client is the
 // local consumer (config.LocalConsumer, every namespace), which must
-// present the token of bus.embedded.authTokenFile when one is set.
+// present the token of bus.embedded.authTokenFile when one is set, and
+// otherwise connect from this host or with a verified client certificate.
 
 const (
 	// selfUser is hubsync's own user on the embedded server.
@@ -167,10 +169,31 @@ func (a *embeddedAuth) Check(c server.ClientAuthentication) bool {
 		// connections (Bus.SetConsumers).
 		return a.register(c, &server.User{Username: o.Nkey, Permissions: a.perms}, ConsumerAccess{Name: name}.Account())
 	}
-	if a.token != "" && !equalSecret(o.Token, a.token) {
+	switch {
+	case a.token != "":
+		if !equalSecret(o.Token, a.token) {
+			return false
+		}
+	case !local(c):
+		// Without the token, the local consumer is a client on this host
+		// (or with a client certificate the server verified): on a
+		// listener others reach, they sign in with their NKeys.
 		return false
 	}
 	return a.register(c, &server.User{Username: consumerUser, Permissions: a.perms}, ConsumerAccess{Name: config.LocalConsumer}.Account())
+}
+
+// local reports whether c connects from this host, in-process or over
+// loopback, or presented a client certificate the server verified.
+func local(c server.ClientAuthentication) bool {
+	if inProcess(c) {
+		return true
+	}
+	if st := c.GetTLSConnectionState(); st != nil && len(st.VerifiedChains) > 0 {
+		return true
+	}
+	addr, ok := c.RemoteAddress().(*net.TCPAddr)
+	return ok && addr.IP.IsLoopback()
 }
 
 // register puts c in account as u; false when the account does not exist

@@ -95,7 +95,7 @@ func (c *Config) validateBus() field.ErrorList {
 	errs = append(errs, validateBusStream(path, b)...)
 	errs = append(errs, validateBusConsumers(path.Child("consumers"), b.Consumers)...)
 	if len(b.URLs) == 0 {
-		errs = append(errs, validateEmbedded(path.Child("embedded"), b.Embedded)...)
+		errs = append(errs, validateEmbedded(path.Child("embedded"), b.Embedded, len(b.Consumers) > 0)...)
 	} else if b.Embedded.TLS != (BusEmbeddedTLS{}) || b.Embedded.AuthTokenFile != "" {
 		errs = append(errs, field.Forbidden(path.Child("embedded"), "tls and authTokenFile apply to the embedded server, which does not run when bus.urls is set"))
 	}
@@ -171,18 +171,49 @@ func validateBusStream(path *field.Path, b Bus) field.ErrorList {
 
 // validateEmbedded checks the embedded server, which serves every event to
 // whoever reaches its listener.
-func validateEmbedded(ep *field.Path, e BusEmbedded) field.ErrorList {
+func validateEmbedded(ep *field.Path, e BusEmbedded, consumers bool) field.ErrorList {
 	var errs field.ErrorList
 	if err := validateHostPort(e.Listen); err != nil {
 		errs = append(errs, field.Invalid(ep.Child("listen"), e.Listen, err.Error()))
-	} else if !IsLoopback(e.Listen) && (e.TLS.CertFile == "" || !e.ClientAuth()) {
+	} else if !IsLoopback(e.Listen) && (e.TLS.CertFile == "" || !(e.ClientAuth() || consumers)) {
 		errs = append(errs, field.Forbidden(ep.Child("listen"), fmt.Sprintf(
 			"%q is not a loopback address: the embedded NATS server would serve every event to anyone who can reach it; "+
-				"set bus.embedded.tls (certFile, keyFile) and client authentication (tls.clientCAFile or authTokenFile), or listen on 127.0.0.1", e.Listen)))
+				"set bus.embedded.tls (certFile, keyFile) and client authentication (bus.consumers with their NKeys, tls.clientCAFile or authTokenFile), or listen on 127.0.0.1", e.Listen)))
 	}
 	errs = append(errs, together(ep.Child("tls"), e.TLS.CertFile, e.TLS.KeyFile)...)
 	if e.TLS.ClientCAFile != "" && e.TLS.CertFile == "" {
 		errs = append(errs, field.Required(ep.Child("tls", "certFile"), "clientCAFile needs the server's own certFile and keyFile"))
+	}
+	return append(errs, validateCluster(ep.Child("cluster"), e.Cluster)...)
+}
+
+// validateCluster checks the routes between the embedded servers: a name
+// turns clustering on, and then routes need an address, peers and mutual
+// TLS.
+func validateCluster(cp *field.Path, c BusCluster) field.ErrorList {
+	var errs field.ErrorList
+	if c.Name == "" {
+		if c.Listen != "" || len(c.Routes) > 0 || c.TLS != (BusClusterTLS{}) || c.ServerName != "" {
+			errs = append(errs, field.Required(cp.Child("name"), "the cluster's name turns clustering on; the other cluster fields need it"))
+		}
+		return errs
+	}
+	if !subjectToken.MatchString(c.Name) {
+		errs = append(errs, field.Invalid(cp.Child("name"), c.Name, "must be letters, digits, - and _"))
+	}
+	if err := validateHostPort(c.Listen); err != nil {
+		errs = append(errs, field.Invalid(cp.Child("listen"), c.Listen, err.Error()))
+	}
+	if len(c.Routes) == 0 {
+		errs = append(errs, field.Required(cp.Child("routes"), "the nodes' route URLs (nats://host:port)"))
+	}
+	for i, r := range c.Routes {
+		if u, err := url.Parse(r); err != nil || u.Scheme != "nats" || u.Host == "" || u.User != nil {
+			errs = append(errs, field.Invalid(cp.Child("routes").Index(i), RedactURL(r), "must be nats://host:port, without credentials (routes authenticate with mutual TLS)"))
+		}
+	}
+	if c.TLS.CertFile == "" || c.TLS.KeyFile == "" || c.TLS.CAFile == "" {
+		errs = append(errs, field.Required(cp.Child("tls"), "routes carry every event and record: certFile, keyFile and caFile (mutual TLS) are required"))
 	}
 	return errs
 }

@@ -65,3 +65,38 @@ func typo(k string) string {
 	}
 	return k[:10] + string(c) + k[11:]
 }
+
+// TestBusCluster: a cluster's name turns clustering on; routes then need
+// an address, peers without credentials in their URLs, and mutual TLS.
+func TestBusCluster(t *testing.T) {
+	f := writeFile(t, "pem", "x")
+	tls := "tls: {certFile: " + f + ", keyFile: " + f + ", caFile: " + f + "}"
+	tests := []struct {
+		name, cluster string
+		wantPaths     []string
+	}{
+		{name: "three nodes", cluster: "{name: hubsync, listen: '0.0.0.0:6222', routes: ['nats://hubsync-0.hubsync-bus:6222', 'nats://hubsync-1.hubsync-bus:6222'], " + tls + "}"},
+		{name: "no name", cluster: "{listen: '0.0.0.0:6222'}", wantPaths: []string{"bus.embedded.cluster.name"}},
+		{name: "no routes", cluster: "{name: c, listen: '0.0.0.0:6222', " + tls + "}", wantPaths: []string{"bus.embedded.cluster.routes"}},
+		{name: "no TLS", cluster: "{name: c, listen: '0.0.0.0:6222', routes: ['nats://a:6222']}", wantPaths: []string{"bus.embedded.cluster.tls"}},
+		{name: "credentials in a route", cluster: "{name: c, listen: '0.0.0.0:6222', routes: ['nats://u:secret@a:6222'], " + tls + "}", wantPaths: []string{"bus.embedded.cluster.routes[0]"}},
+		{name: "a route's scheme", cluster: "{name: c, listen: '0.0.0.0:6222', routes: ['tls://a:6222'], " + tls + "}", wantPaths: []string{"bus.embedded.cluster.routes[0]"}},
+		{name: "listen", cluster: "{name: c, listen: 'nowhere', routes: ['nats://a:6222'], " + tls + "}", wantPaths: []string{"bus.embedded.cluster.listen"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte("bus: {embedded: {cluster: " + tt.cluster + "}}\n"))
+			if len(tt.wantPaths) == 0 && err != nil {
+				t.Fatalf("Parse() error = %v; want none", err)
+			}
+			for _, p := range tt.wantPaths {
+				if err == nil || !strings.Contains(err.Error(), p) {
+					t.Errorf("Parse() error = %v; want one naming %s", err, p)
+				}
+			}
+			if err != nil && strings.Contains(err.Error(), "secret") {
+				t.Errorf("the error shows a route's password: %v", err)
+			}
+		})
+	}
+}

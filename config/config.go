@@ -190,7 +190,42 @@ type BusEmbedded struct {
 	// token: nats://<token>@host:port, or hubsync events --token-file). It
 	// grants reading only; it is read at start.
 	AuthTokenFile string `json:"authTokenFile,omitempty"`
+	// Cluster joins the embedded servers of several hubsync replicas into
+	// one JetStream cluster, so that the stream and the bucket (at
+	// bus.stream.replicas) outlive the loss of a replica, whichever one
+	// leads. Empty: a single node.
+	Cluster BusCluster `json:"cluster"`
 }
+
+// BusCluster configures the routes between the embedded servers of
+// hubsync's replicas: NATS's own clustering (routes, JetStream's Raft).
+type BusCluster struct {
+	// Name of the cluster, the same on every node. Setting it turns
+	// clustering on.
+	Name string `json:"name,omitempty"`
+	// Listen is host:port for the other nodes' routes.
+	Listen string `json:"listen,omitempty"`
+	// Routes are the nodes' route URLs (nats://host:port), this node's own
+	// among them or not; each node finds the rest through them.
+	Routes []string `json:"routes,omitempty"`
+	// ServerName names this node, unique in the cluster and the same
+	// across its restarts: JetStream's peers know each other by it.
+	// Default: the host name, which is a StatefulSet pod's name.
+	ServerName string `json:"serverName,omitempty"`
+	// TLS between the nodes, required: mutual, every node's certificate
+	// signed by CAFile. Routes carry every event and record.
+	TLS BusClusterTLS `json:"tls"`
+}
+
+// BusClusterTLS holds the files of the routes' mutual TLS.
+type BusClusterTLS struct {
+	CertFile string `json:"certFile,omitempty"`
+	KeyFile  string `json:"keyFile,omitempty"`
+	CAFile   string `json:"caFile,omitempty"`
+}
+
+// Clustered reports whether the embedded server joins a cluster.
+func (e BusEmbedded) Clustered() bool { return e.Cluster.Name != "" }
 
 // BusEmbeddedTLS holds the embedded server's TLS files.
 type BusEmbeddedTLS struct {

@@ -276,7 +276,8 @@ bus:
   bufferSize: 100
   batchWindow: 10ms
   yieldMax: 1m
-  embedded: {listen: "127.0.0.1:4222", dataDir: /d, authTokenFile: /t, tls: {certFile: /c, keyFile: /k, clientCAFile: /ca}}
+  embedded: {listen: "127.0.0.1:4222", dataDir: /d, authTokenFile: /t, tls: {certFile: /c, keyFile: /k, clientCAFile: /ca},
+    cluster: {name: hubsync, listen: "0.0.0.0:6222", routes: ["nats://hubsync-0.hubsync-bus:6222"], serverName: hubsync-0, tls: {certFile: /c, keyFile: /k, caFile: /ca}}}
   consumers: [{name: app, nkeys: [UBMFVVZFKJESJFTC4Q6QKVYVEZL3BT67XL2CTUGOSHX3OC7HHIHM6YO3], namespaces: [team-a]}]
 sinks:
 - name: files
