@@ -218,35 +218,79 @@ func (b *Bus) resyncNow() {
 	}
 }
 
-// Start starts the embedded server when no URLs are configured, then
-// connects in the background: it returns as soon as the embedded server is
-// up (or at once for an external NATS), and an unreachable NATS is retried
-// forever while the fan-out keeps the bus's changes queued. The connection
-// is closed when ctx is done; call Close in any case.
-//
-// The embedded server may take seconds to start: b.mu is not held
-// meanwhile, so the callbacks of a connection and Attach never wait for
-// it. A Close that comes meanwhile stops the server once it is up.
+// Start starts publishing: it starts the embedded server when no URLs are
+// configured and StartNode has not, then connects in the background. It
+// returns as soon as the embedded server is up (or at once for an
+// external NATS), and an unreachable NATS is retried forever while the
+// fan-out keeps the bus's changes queued. The connection is closed when
+// ctx is done; call Close in any case.
 func (b *Bus) Start(ctx context.Context) error {
 	// A SetConsumers meanwhile waits, then applies to the running server.
 	b.consumersMu.Lock()
 	defer b.consumersMu.Unlock()
+	if err := b.startNode(); err != nil {
+		return err
+	}
+	// Reads the credential files: before the lock.
+	opts, err := b.natsOptions(b.cfg)
+	if err != nil {
+		return err
+	}
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.started || b.closing.Load() {
-		b.mu.Unlock()
 		return errors.New("bus: already started or closed")
 	}
-	b.started = true // claims the start; given back if it fails
+	if b.srv != nil {
+		opts.InProcessServer = b.srv
+		// In-process connections skip TLS but not authorization.
+		opts.User, opts.Password = selfUser, b.auth.selfPassword
+		opts.InboxPrefix = selfInboxPrefix
+	} else {
+		b.clientURL = b.cfg.URLs[0]
+		b.log.Info("connecting to NATS in the background", "urls", RedactURLs(b.cfg.URLs))
+	}
+	b.started = true
+	b.needEnsure.Store(true)
+	ctx, b.cancel = context.WithCancel(ctx)
+	go b.run(ctx, opts)
+	return nil
+}
+
+// StartNode starts the embedded server, when no URLs are configured,
+// without publishing: every replica runs its node, so that the nodes of a
+// cluster (bus.embedded.cluster) form one whichever replica leads, and
+// consumers reach any of them. Start starts it too when it was not
+// started. A no-op for an external NATS.
+func (b *Bus) StartNode() error {
+	b.consumersMu.Lock()
+	defer b.consumersMu.Unlock()
+	return b.startNode()
+}
+
+// startNode starts the embedded server once; the caller holds
+// consumersMu. The server may take seconds to start: b.mu is not held
+// meanwhile, so the callbacks of a connection and Attach never wait for
+// it. A Close that comes meanwhile stops the server once it is up.
+func (b *Bus) startNode() error {
+	b.mu.Lock()
+	if b.srv != nil || len(b.cfg.URLs) > 0 {
+		b.mu.Unlock()
+		return nil
+	}
+	if b.closing.Load() {
+		b.mu.Unlock()
+		return errors.New("bus: closed")
+	}
 	cfg := b.current()
 	b.mu.Unlock()
-	opts, emb, err := b.prepare(cfg)
+	emb, err := b.startServer(cfg)
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if err == nil && b.closing.Load() {
 		err = errors.New("bus: closed while starting")
 	}
 	if err != nil {
-		b.started = false
-		b.mu.Unlock()
 		if emb.srv != nil {
 			// Close has run and did not see this server: stop it here.
 			emb.srv.Shutdown()
@@ -254,20 +298,14 @@ func (b *Bus) Start(ctx context.Context) error {
 		}
 		return err
 	}
-	defer b.mu.Unlock()
-	if emb.srv != nil {
-		b.srv, b.auth, b.clientURL, b.embedded = emb.srv, emb.auth, emb.clientURL, true
+	b.srv, b.auth, b.clientURL, b.embedded = emb.srv, emb.auth, emb.clientURL, true
+	if !cfg.Embedded.Clustered() {
 		b.cfg.Stream.Replicas = 1
-	} else {
-		b.clientURL = b.cfg.URLs[0]
 	}
-	b.needEnsure.Store(true)
-	ctx, b.cancel = context.WithCancel(ctx)
-	go b.run(ctx, opts)
 	return nil
 }
 
-// embeddedServer is what prepare started: the embedded server, its
+// embeddedServer is what startServer started: the embedded server, its
 // authorization and its client URL.
 type embeddedServer struct {
 	srv       *server.Server
@@ -275,41 +313,35 @@ type embeddedServer struct {
 	clientURL string
 }
 
-// prepare builds the connection options and, when no URLs are configured,
-// starts the embedded server and points the options at it. It reads files
-// and waits for the server: the caller holds no lock.
-func (b *Bus) prepare(cfg config.Bus) (nats.Options, embeddedServer, error) {
-	opts, err := b.natsOptions(cfg)
-	if err != nil || len(cfg.URLs) > 0 {
-		if err == nil {
-			b.log.Info("connecting to NATS in the background", "urls", RedactURLs(cfg.URLs))
-		}
-		return opts, embeddedServer{}, err
+// startServer starts the embedded server of cfg. It reads files and waits
+// for the server: the caller holds no lock.
+func (b *Bus) startServer(cfg config.Bus) (embeddedServer, error) {
+	if cfg.Stream.Replicas > 1 && !cfg.Embedded.Clustered() {
+		b.log.Warn("the embedded NATS server is a single node (no bus.embedded.cluster); using 1 replica", "replicas", cfg.Stream.Replicas)
 	}
-	if cfg.Stream.Replicas > 1 {
-		b.log.Warn("the embedded NATS server is a single node; using 1 replica", "replicas", cfg.Stream.Replicas)
-	}
-	token, consumers := "", "without credentials, read-only"
+	var token string
+	consumers := "local: on this host, read-only"
 	if cfg.Embedded.AuthTokenFile != "" {
+		var err error
 		if token, err = readToken(cfg.Embedded.AuthTokenFile); err != nil {
-			return opts, embeddedServer{}, fmt.Errorf("bus: %w", err)
+			return embeddedServer{}, fmt.Errorf("bus: %w", err)
 		}
-		consumers = "with the token of bus.embedded.authTokenFile, read-only"
+		consumers = "local: with the token of bus.embedded.authTokenFile, read-only"
 	}
 	auth, err := newEmbeddedAuth(cfg, token)
 	if err != nil {
-		return opts, embeddedServer{}, fmt.Errorf("bus: %w", err)
+		return embeddedServer{}, fmt.Errorf("bus: %w", err)
 	}
 	srv, clientURL, err := startEmbedded(cfg, auth, b.log)
 	if err != nil {
-		return opts, embeddedServer{}, fmt.Errorf("bus: %w", err)
+		return embeddedServer{}, fmt.Errorf("bus: %w", err)
 	}
-	opts.InProcessServer = srv
-	// In-process connections skip TLS but not authorization.
-	opts.User, opts.Password = selfUser, auth.selfPassword
-	opts.InboxPrefix = selfInboxPrefix
-	b.log.Info("embedded NATS server started", "url", clientURL, "dataDir", cfg.Embedded.DataDir, "consumers", consumers)
-	return opts, embeddedServer{srv: srv, auth: auth, clientURL: clientURL}, nil
+	attrs := []any{"url", clientURL, "dataDir", cfg.Embedded.DataDir, "consumers", consumers, "applications", len(cfg.Consumers)}
+	if c := cfg.Embedded.Cluster; c.Name != "" {
+		attrs = append(attrs, "cluster", c.Name, "node", srv.Name(), "routes", len(c.Routes), "replicas", cfg.Stream.Replicas)
+	}
+	b.log.Info("embedded NATS server started", attrs...)
+	return embeddedServer{srv: srv, auth: auth, clientURL: clientURL}, nil
 }
 
 // ClientURL is the URL a local consumer can use: the embedded server's
@@ -418,7 +450,14 @@ func (b *Bus) onConnect(nc *nats.Conn, msg string) {
 
 // ensure creates or updates the stream and the KV bucket.
 func (b *Bus) ensure(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// A clustered JetStream drops an API request that comes before its
+	// nodes have elected a metadata leader: no answer ever comes. Such a
+	// request is given up sooner, and the fan-out's retry sends another.
+	timeout := 10 * time.Second
+	if b.cfg.Embedded.Clustered() || b.cfg.Stream.Replicas > 1 {
+		timeout = 3 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	s := b.cfg.Stream
 	js := b.jetStream()

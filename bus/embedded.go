@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -125,7 +126,51 @@ func serverOptions(bus config.Bus, auth *embeddedAuth) (*server.Options, string,
 		opts.TLSTimeout = 2
 		scheme = "tls"
 	}
+	if err := clusterOptions(opts, cfg.Cluster); err != nil {
+		return nil, "", err
+	}
 	return opts, scheme, nil
+}
+
+// clusterOptions joins the server to the cluster of c, when c names one:
+// routes to the listed nodes over mutual TLS, JetStream clustered under
+// the node's stable name. Peers are never told of each other's addresses
+// (no advertising): every node dials the listed routes, whose host names
+// the certificates name, never an IP address learned from another node.
+func clusterOptions(opts *server.Options, c config.BusCluster) error {
+	if c.Name == "" {
+		return nil
+	}
+	host, portText, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return fmt.Errorf("embedded NATS cluster listen address %q: %w", c.Listen, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 0 || port > 65535 {
+		return fmt.Errorf("embedded NATS cluster listen address %q: bad port", c.Listen)
+	}
+	name := c.ServerName
+	if name == "" {
+		if name, err = os.Hostname(); err != nil {
+			return fmt.Errorf("embedded NATS cluster: this node's name (bus.embedded.cluster.serverName, or the host name): %w", err)
+		}
+	}
+	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{
+		CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile, CaFile: c.TLS.CAFile, Verify: true,
+	})
+	if err != nil {
+		return fmt.Errorf("embedded NATS cluster TLS: %w", err)
+	}
+	opts.ServerName = name
+	opts.Cluster.Name, opts.Cluster.Host, opts.Cluster.Port = c.Name, host, port
+	opts.Cluster.NoAdvertise = true
+	// As nats-server does for a configuration file's cluster TLS: both
+	// sides verify, each node being the other's client.
+	tc.ClientAuth = tls.RequireAndVerifyClientCert
+	tc.RootCAs = tc.ClientCAs
+	opts.Cluster.TLSConfig, opts.Cluster.TLSTimeout = tc, 2
+	opts.Routes = server.RoutesFromStr(strings.Join(c.Routes, ","))
+	return nil
 }
 
 // readToken reads a token file, trimmed; the error never holds the token.

@@ -60,7 +60,10 @@ func (c *Config) files() []fileRef {
 			ref(ep.Child("tls", "certFile"), e.TLS.CertFile),
 			ref(ep.Child("tls", "keyFile"), e.TLS.KeyFile),
 			ref(ep.Child("tls", "clientCAFile"), e.TLS.ClientCAFile),
-			fileRef{path: ep.Child("authTokenFile"), file: e.AuthTokenFile, nonEmpty: true})
+			fileRef{path: ep.Child("authTokenFile"), file: e.AuthTokenFile, nonEmpty: true},
+			ref(ep.Child("cluster", "tls", "certFile"), e.Cluster.TLS.CertFile),
+			ref(ep.Child("cluster", "tls", "keyFile"), e.Cluster.TLS.KeyFile),
+			ref(ep.Child("cluster", "tls", "caFile"), e.Cluster.TLS.CAFile))
 	}
 	if g, tp := c.Gateway, field.NewPath("gateway", "tls"); g.Enabled {
 		out = append(out,

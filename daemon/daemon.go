@@ -126,6 +126,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		d.connect,        // hub clients, event recorder
 		d.buildConsumers, // fan-out, tunnel pool, bus, sinks
 		d.serveHealth,    // /healthz, /readyz, /metrics
+		d.startBusNode,   // the embedded NATS node, on every replica
 		d.waitForHub,     // the hub serves the APIs hubsync needs
 		d.startProbe,     // hub reachability, for operators
 		d.startReach,     // the tunnel pool, on every replica

@@ -239,6 +239,20 @@ func (d *daemon) startWork(ctx context.Context) error {
 	return nil
 }
 
+// startBusNode starts the embedded NATS server on every replica, leader
+// or not: the nodes of bus.embedded.cluster form one cluster whichever
+// replica leads, and consumers reach any of them. Only the leader
+// publishes (lead).
+func (d *daemon) startBusNode(context.Context) error {
+	if d.events == nil {
+		return nil
+	}
+	if err := d.events.StartNode(); err != nil {
+		return fmt.Errorf("event bus: %w", err)
+	}
+	return nil
+}
+
 // lead is what runs while this replica leads: the bus (only the leader
 // publishes and writes the KV bucket), the fan-out to every consumer, the
 // tunnel pool's changes and the syncer. It returns once the syncer, the

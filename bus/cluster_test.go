@@ -1,0 +1,171 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/stream"
+	"github.com/hubsync/hubsync/stream/streamtest"
+	testpki "github.com/hubsync/hubsync/test/pki"
+	"github.com/hubsync/hubsync/test/testutil"
+)
+
+// freePorts returns n TCP ports free on loopback a moment ago.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var out []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+		defer l.Close()
+	}
+	return out
+}
+
+// clusterConfigs are the bus configurations of n replicas whose embedded
+// servers form one cluster over mutual TLS, with the stream and bucket at
+// n replicas and one consuming application with key.
+func clusterConfigs(t *testing.T, n int, key string) []config.Bus {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := testpki.NewCA("hubsync-bus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, err := ca.WriteCA(dir, "ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, n)
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	var out []config.Bus
+	for i := range n {
+		pair, err := ca.Serving("127.0.0.1", "localhost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, keyFile, err := pair.Write(dir, fmt.Sprintf("node-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := busConfig(t)
+		c.Stream.Replicas = n
+		c.Embedded.DataDir = filepath.Join(dir, fmt.Sprintf("data-%d", i))
+		c.Embedded.Cluster = config.BusCluster{
+			Name: "hubsync", Listen: fmt.Sprintf("127.0.0.1:%d", ports[i]), Routes: routes, ServerName: fmt.Sprintf("hubsync-%d", i),
+			TLS: config.BusClusterTLS{CertFile: cert, KeyFile: keyFile, CAFile: caFile},
+		}
+		c.Consumers = []config.BusConsumer{{Name: "app", NKeys: []string{key}}}
+		out = append(out, c)
+	}
+	return out
+}
+
+// TestClusteredBus runs three replicas' embedded servers as one JetStream
+// cluster: the leader publishes through its own node, the stream and
+// bucket have three replicas, an application reads its copy on another
+// node, and losing a node (not the leader's) loses nothing: publishing
+// goes on, and the node catches up when it is back.
+func TestClusteredBus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three servers")
+	}
+	key := newConsumerKey(t)
+	cfgs := clusterConfigs(t, 3, key.pub)
+	leader, _ := newBus(t, cfgs[0])
+	nodes := []*Bus{leader.Bus}
+	for _, c := range cfgs[1:] {
+		b, _ := newBus(t, c)
+		t.Cleanup(func() { _ = b.Close() })
+		nodes = append(nodes, b.Bus)
+	}
+	for _, b := range nodes[1:] {
+		if err := b.StartNode(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(t, leader, nil)
+	publish := func(ns string, from, to int) {
+		for i := from; i < to; i++ {
+			leader.Notify(streamtest.Profile(stream.ProfileCreated, ns, fmt.Sprintf("c%02d", i), "1"))
+		}
+		// The first publish waits for the cluster to elect its leaders.
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := leader.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("team-a", 0, 10)
+
+	self := selfConnect(t, leader)
+	s, err := self.js.Stream(ctxT(t), cfgs[0].Stream.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := s.CachedInfo(); info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+		t.Fatalf("the stream: %d replicas, cluster %+v; want 3 replicas on 3 nodes", info.Config.Replicas, info.Cluster)
+	}
+	// The application on another node than the leader's.
+	nc, err := key.dial(nodes[2].ClientURL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyHas := func(n uint64) func() error {
+		return func() error {
+			s, err := js.Stream(ctxT(t), cfgs[0].Stream.Name)
+			if err != nil {
+				return err
+			}
+			if got := s.CachedInfo().State.Msgs; got != n {
+				return fmt.Errorf("%d events in the application's copy, want %d", got, n)
+			}
+			return nil
+		}
+	}
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, copyHas(10), "the application's copy")
+
+	// A node that is not the leader's goes away: publishing goes on.
+	if err := nodes[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	publish("team-a", 10, 20)
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, copyHas(20), "the application's copy with a node down")
+
+	// Back with its data: it catches up.
+	back, _ := newBus(t, cfgs[1])
+	t.Cleanup(func() { _ = back.Close() })
+	if err := back.StartNode(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+		s, err := self.js.Stream(ctxT(t), cfgs[0].Stream.Name)
+		if err != nil {
+			return err
+		}
+		for _, r := range s.CachedInfo().Cluster.Replicas {
+			if !r.Current || r.Offline {
+				return fmt.Errorf("replica %s: current %t, offline %t", r.Name, r.Current, r.Offline)
+			}
+		}
+		return nil
+	}, "every replica of the stream current")
+}
