@@ -219,9 +219,12 @@ type BusCluster struct {
 
 // BusClusterTLS holds the files of the routes' mutual TLS.
 type BusClusterTLS struct {
+	// CertFile and KeyFile are this node's certificate and key, for both
+	// ends of a route: it names the host of every route URL it answers on.
 	CertFile string `json:"certFile,omitempty"`
 	KeyFile  string `json:"keyFile,omitempty"`
-	CAFile   string `json:"caFile,omitempty"`
+	// CAFile signed every node's certificate.
+	CAFile string `json:"caFile,omitempty"`
 }
 
 // Clustered reports whether the embedded server joins a cluster.
