@@ -103,6 +103,9 @@ type Bus struct {
 	// consumersMu serializes SetConsumers.
 	consumers   atomic.Pointer[[]config.BusConsumer]
 	consumersMu sync.Mutex
+	// healthCancel stops watchHealth, which closes healthDone.
+	healthCancel context.CancelFunc
+	healthDone   chan struct{}
 }
 
 var (
@@ -302,6 +305,10 @@ func (b *Bus) startNode() error {
 	if !cfg.Embedded.Clustered() {
 		b.cfg.Stream.Replicas = 1
 	}
+	var ctx context.Context
+	ctx, b.healthCancel = context.WithCancel(context.Background())
+	b.healthDone = make(chan struct{})
+	go b.watchHealth(ctx, b.healthDone)
 	return nil
 }
 
@@ -363,10 +370,15 @@ func (b *Bus) Close() error {
 		b.mu.Lock()
 		b.closing.Store(true)
 		cancel, srv := b.cancel, b.srv
+		healthCancel, healthDone := b.healthCancel, b.healthDone
 		b.mu.Unlock()
 		if cancel != nil {
 			cancel()
 			<-b.done
+		}
+		if healthCancel != nil {
+			healthCancel()
+			<-healthDone
 		}
 		if srv != nil {
 			srv.Shutdown()

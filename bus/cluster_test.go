@@ -149,6 +149,14 @@ func TestClusteredBus(t *testing.T) {
 	}
 	publish("team-a", 10, 20)
 	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, copyHas(20), "the application's copy with a node down")
+	// The metrics say the stream has lost a replica.
+	testutil.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+		leader.refreshHealth(ctxT(t))
+		if off := value(leader.m.streamReplicas.WithLabelValues("offline")); off != 1 {
+			return fmt.Errorf("%v replicas offline, want 1", off)
+		}
+		return nil
+	}, "hubsync_bus_stream_replicas{state=offline} 1")
 
 	// Back with its data: it catches up.
 	back, _ := newBus(t, cfgs[1])
@@ -168,4 +176,11 @@ func TestClusteredBus(t *testing.T) {
 		}
 		return nil
 	}, "every replica of the stream current")
+	leader.refreshHealth(ctxT(t))
+	if cur, off := value(leader.m.streamReplicas.WithLabelValues("current")), value(leader.m.streamReplicas.WithLabelValues("offline")); cur != 3 || off != 0 {
+		t.Errorf("hubsync_bus_stream_replicas: %v current, %v offline; want 3 and 0", cur, off)
+	}
+	if f := value(leader.m.copyFailing.WithLabelValues("app")); f != 0 {
+		t.Errorf("hubsync_bus_copy_failing{consumer=app} %v", f)
+	}
 }

@@ -14,6 +14,10 @@ type metrics struct {
 	kvWrites        *prometheus.CounterVec
 	kvErrors        prometheus.Counter
 	batchSize       prometheus.Histogram
+	// The embedded server's health, refreshed every healthEvery.
+	copyLag        *prometheus.GaugeVec
+	copyFailing    *prometheus.GaugeVec
+	streamReplicas *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -56,12 +60,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Changes published together in one pipelined batch (bus.batchWindow).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 9),
 		}),
+		copyLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hubsync_bus_copy_lag",
+			Help: "Messages of hubsync's stream (copy=events) or bucket (copy=records) an application's copy has still to take, as the embedded server last counted.",
+		}, []string{"consumer", "copy"}),
+		copyFailing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hubsync_bus_copy_failing",
+			Help: "1 while an application's copies cannot be read or the server reports an error sourcing them.",
+		}, []string{"consumer"}),
+		streamReplicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "hubsync_bus_stream_replicas",
+			Help: "Replicas of the event stream by state (current, behind, offline), as the embedded cluster reports them; below bus.stream.replicas current, the stream has lost redundancy.",
+		}, []string{"state"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{
 		m.published, m.duplicates, m.publishErrors, m.publishDuration, m.connected, m.resyncs, m.kvWrites, m.kvErrors, m.batchSize,
+		m.copyLag, m.copyFailing, m.streamReplicas,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -269,3 +269,91 @@ func (b *Bus) closeStale(srv *server.Server, l Layout, cfg config.Bus) int {
 	}
 	return n
 }
+
+// healthEvery is how often the embedded server's health metrics are
+// refreshed.
+const healthEvery = 15 * time.Second
+
+// watchHealth refreshes the copies' and the stream's health metrics every
+// healthEvery until ctx ends, then closes done.
+func (b *Bus) watchHealth(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(healthEvery)
+	defer t.Stop()
+	for {
+		b.refreshHealth(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// refreshHealth reads every application's copies and the event stream's
+// replicas into the metrics.
+func (b *Bus) refreshHealth(ctx context.Context) {
+	b.m.copyLag.Reset()
+	b.m.copyFailing.Reset()
+	for _, st := range b.Copies(ctx) {
+		failing := 0.0
+		if st.Err != nil {
+			failing = 1
+		}
+		b.m.copyFailing.WithLabelValues(st.Consumer).Set(failing)
+		b.m.copyLag.WithLabelValues(st.Consumer, "events").Set(float64(st.EventsLag))
+		b.m.copyLag.WithLabelValues(st.Consumer, "records").Set(float64(st.RecordsLag))
+	}
+	current, behind, offline, err := b.StreamReplicas(ctx)
+	if err != nil {
+		return // not made yet, or no quorum: the copies say so too
+	}
+	b.m.streamReplicas.WithLabelValues("current").Set(float64(current))
+	b.m.streamReplicas.WithLabelValues("behind").Set(float64(behind))
+	b.m.streamReplicas.WithLabelValues("offline").Set(float64(offline))
+}
+
+// StreamReplicas counts the event stream's replicas on the embedded
+// server: current (the leader among them), behind and offline.
+func (b *Bus) StreamReplicas(ctx context.Context) (current, behind, offline int, err error) {
+	b.mu.Lock()
+	srv, auth := b.srv, b.auth
+	b.mu.Unlock()
+	if srv == nil || auth == nil {
+		return 0, 0, 0, errors.New("no embedded server")
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(srv), nats.Name("hubsync-health"), nats.UserInfo(selfUser, auth.selfPassword),
+		nats.CustomInboxPrefix(selfInboxPrefix))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, b.cfg.Stream.Name)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	info := s.CachedInfo()
+	if info.Cluster == nil {
+		return 1, 0, 0, nil
+	}
+	if info.Cluster.Leader != "" {
+		current++
+	}
+	for _, r := range info.Cluster.Replicas {
+		switch {
+		case r.Offline:
+			offline++
+		case r.Current:
+			current++
+		default:
+			behind++
+		}
+	}
+	return current, behind, offline, nil
+}
