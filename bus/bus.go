@@ -103,6 +103,10 @@ type Bus struct {
 	// consumersMu serializes SetConsumers.
 	consumers   atomic.Pointer[[]config.BusConsumer]
 	consumersMu sync.Mutex
+	// nodeStarted is when the embedded server started; nodeCurrent is
+	// set once it has caught up with its cluster (NodeReady).
+	nodeStarted time.Time
+	nodeCurrent atomic.Bool
 	// healthCancel stops watchHealth, which closes healthDone.
 	healthCancel context.CancelFunc
 	healthDone   chan struct{}
@@ -302,6 +306,7 @@ func (b *Bus) startNode() error {
 		return err
 	}
 	b.srv, b.auth, b.clientURL, b.embedded = emb.srv, emb.auth, emb.clientURL, true
+	b.nodeStarted = time.Now()
 	if !cfg.Embedded.Clustered() {
 		b.cfg.Stream.Replicas = 1
 	}

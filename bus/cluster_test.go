@@ -176,6 +176,12 @@ func TestClusteredBus(t *testing.T) {
 		}
 		return nil
 	}, "every replica of the stream current")
+	testutil.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+		if ok, why := back.NodeReady(); !ok {
+			return fmt.Errorf("not ready: %s", why)
+		}
+		return nil
+	}, "the node back counts as ready once it has caught up")
 	leader.refreshHealth(ctxT(t))
 	if cur, off := value(leader.m.streamReplicas.WithLabelValues("current")), value(leader.m.streamReplicas.WithLabelValues("offline")); cur != 3 || off != 0 {
 		t.Errorf("hubsync_bus_stream_replicas: %v current, %v offline; want 3 and 0", cur, off)

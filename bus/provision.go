@@ -357,3 +357,33 @@ func (b *Bus) StreamReplicas(ctx context.Context) (current, behind, offline int,
 	}
 	return current, behind, offline, nil
 }
+
+// nodeReadyTimeout bounds how long a clustered node keeps its replica
+// unready while it catches up with the cluster.
+const nodeReadyTimeout = 2 * time.Minute
+
+// NodeReady reports whether this replica's node lets it count as ready:
+// at once for a single node or an external NATS; a clustered node once its
+// JetStream has caught up with the cluster since it started, so that a
+// rolling update replaces the next replica only then and the cluster never
+// has two nodes behind; or once nodeReadyTimeout has passed, because a
+// cluster without quorum must not take the gateway down with it.
+func (b *Bus) NodeReady() (bool, string) {
+	b.mu.Lock()
+	srv, started := b.srv, b.nodeStarted
+	b.mu.Unlock()
+	if srv == nil || !b.cfg.Embedded.Clustered() || b.nodeCurrent.Load() {
+		return true, ""
+	}
+	if srv.JetStreamIsCurrent() {
+		b.nodeCurrent.Store(true)
+		b.log.Info("the bus node has caught up with its cluster", "after", time.Since(started).Round(time.Millisecond))
+		return true, ""
+	}
+	if time.Since(started) > nodeReadyTimeout {
+		b.nodeCurrent.Store(true)
+		b.log.Warn("the bus node has not caught up with its cluster; counting this replica ready anyway", "after", nodeReadyTimeout)
+		return true, ""
+	}
+	return false, "the bus node is catching up with its cluster"
+}

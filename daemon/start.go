@@ -142,6 +142,11 @@ func (d *daemon) ready() (bool, string) {
 	if ok, why := d.warm(); !ok {
 		return false, why
 	}
+	if d.events != nil {
+		if ok, why := d.events.NodeReady(); !ok {
+			return false, why
+		}
+	}
 	switch {
 	case s.Ready():
 		return true, "ok"
