@@ -475,7 +475,7 @@ var consumerMayNot = []struct {
 			return f.nc.Publish("$KV."+f.cfg.KVBucket+".team-a.c1", []byte(`{}`))
 		}},
 	{name: "put a record through the bucket",
-		subject: func(c config.Bus) string { return importedAPI + ".$KV." + c.KVBucket + ".team-a.c1" },
+		subject: func(c config.Bus) string { return "$KV." + c.KVBucket + ".team-a.c1" },
 		run: func(ctx context.Context, f *consumerFixture) error {
 			kv, err := f.js.KeyValue(ctx, f.cfg.KVBucket)
 			if err != nil {

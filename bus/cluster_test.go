@@ -142,6 +142,14 @@ func TestClusteredBus(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, copyHas(10), "the application's copy")
+	testutil.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+		for _, st := range leader.Copies(ctxT(t)) {
+			if st.Records != 10 || st.Err != nil {
+				return fmt.Errorf("%s's copies: %+v", st.Consumer, st)
+			}
+		}
+		return nil
+	}, "every application's copy of the records")
 
 	// A node that is not the leader's goes away: publishing goes on.
 	if err := nodes[1].Close(); err != nil {

@@ -25,23 +25,26 @@ import (
 //     reach its JetStream API, or have anything delivered there.
 //   - A consumer account holds copies that the server keeps: a stream of
 //     the same name that sources the events of the namespaces the consumer
-//     may read, and a mirror of their KV records. Both are created by
+//     may read, and a stream of their KV records, sourced the same way
+//     and listening on no subject. Both are created by
 //     hubsync (Provision), read-only for the account's users, and deny
 //     purging and deleting messages. The copy listens on <prefix>.>, so a
 //     lookup by subject finds it (nats sub '<prefix>.>' --all, a
 //     js.Subscribe without a bound stream); nothing in the account can
 //     publish there: the users may not, a consumer of the copy may not
 //     deliver into its own stream's subjects (the server refuses the
-//     cycle), the mirror has no subjects, and the users may not create
-//     consumers on the mirror (so none can deliver the records into the
+//     cycle), the records' copy has no subjects, and the users may not
+//     create consumers on it (so none can deliver the records into the
 //     copy). The account's JetStream limits allow these two streams and no
 //     more.
-//   - The copies reach the writer account through imports that the
-//     writer account exports to that account alone: the consumer-create
-//     API of the two streams under the prefix "$JS.hubsync.API", which the
-//     server reserves like its own API (no consumer may deliver to it),
-//     flow control, and the delivery subjects of the account's own
-//     sources. The account's users may publish to none of them.
+//   - The copies reach the writer account through the account's own
+//     imports of the writer account's exports: the consumer-create API of
+//     the two streams under the prefix "$JS.hubsync.API", which the server
+//     reserves like its own API (no consumer may deliver to it), flow
+//     control, and the delivery subjects of the account's own sources.
+//     The exports are public, so that registering an account changes
+//     nothing for the others; only the layout's accounts import them. The
+//     account's users may publish to none of them.
 //   - Every consumer account is separate: its users' inboxes, consumers,
 //     acknowledgements and durables are invisible to other consumers.
 //
@@ -382,10 +385,14 @@ func (l Layout) ConsumerPermissions() *server.Permissions {
 	}
 }
 
-// copyConfigs are the stream and KV bucket hubsync keeps in c's account:
-// the events and records of c's namespaces, with the limits of the
-// writer's stream (primary).
-func (l Layout) copyConfigs(c ConsumerAccess, primary jetstream.StreamConfig) (jetstream.StreamConfig, jetstream.KeyValueConfig) {
+// copyConfigs are the two streams hubsync keeps in c's account, with the
+// limits of the writer's stream (primary): the events of c's namespaces,
+// on the event subjects, and their records, a bucket's stream (KV_<bucket>:
+// a KV reader opens it by that name, and reads a key by direct get) with
+// no subjects, so that nothing in the account can be delivered into it.
+// Both source hubsync's streams: the server keeps them current, and after
+// a node's restart resumes where each stopped.
+func (l Layout) copyConfigs(c ConsumerAccess, primary jetstream.StreamConfig) (jetstream.StreamConfig, jetstream.StreamConfig) {
 	ext := &jetstream.ExternalStream{APIPrefix: importedAPI, DeliverPrefix: c.deliverPrefix()}
 	src := &jetstream.StreamSource{Name: l.Stream, External: ext}
 	kvSrc := &jetstream.StreamSource{Name: l.kvStream(), External: ext}
@@ -411,32 +418,35 @@ func (l Layout) copyConfigs(c ConsumerAccess, primary jetstream.StreamConfig) (j
 		DenyDelete:  true,
 		DenyPurge:   true,
 	}
-	kv := jetstream.KeyValueConfig{
-		Bucket:      l.Bucket,
-		Description: fmt.Sprintf("hubsync's access records for consumer %s, kept by hubsync: read-only", c.Name),
-		History:     1,
-		Storage:     primary.Storage,
-		Replicas:    primary.Replicas,
-		Mirror:      kvSrc,
+	records := jetstream.StreamConfig{
+		Name:              l.kvStream(),
+		Description:       fmt.Sprintf("hubsync's access records for consumer %s, kept by hubsync: read-only", c.Name),
+		Sources:           []*jetstream.StreamSource{kvSrc},
+		Retention:         jetstream.LimitsPolicy,
+		Discard:           jetstream.DiscardNew,
+		Storage:           primary.Storage,
+		MaxMsgs:           -1,
+		MaxBytes:          -1,
+		MaxMsgsPerSubject: 1,
+		Replicas:          primary.Replicas,
+		AllowDirect:       true,
+		DenyDelete:        true,
+		DenyPurge:         true,
 	}
-	return events, kv
+	return events, records
 }
 
 // Provision creates or updates c's copies through js, a connection in
 // c's account with every right there. A copy whose sources changed (the
-// consumer's namespaces) is deleted and made again, so that it never
-// keeps events of a namespace the consumer may no longer read.
+// consumer's namespaces), or made another way before, is deleted and made
+// again, so that it never keeps events of a namespace the consumer may no
+// longer read.
 func (l Layout) Provision(ctx context.Context, js jetstream.JetStream, c ConsumerAccess, primary jetstream.StreamConfig) error {
 	evCfg, kvCfg := l.copyConfigs(c, primary)
 	if err := l.ensureCopy(ctx, js, evCfg); err != nil {
 		return fmt.Errorf("consumer %s: events copy: %w", c.Name, err)
 	}
-	if s, err := js.Stream(ctx, l.kvStream()); err == nil && !sameSources(s.CachedInfo().Config.Mirror, kvCfg.Mirror) {
-		if err := js.DeleteKeyValue(ctx, l.Bucket); err != nil {
-			return fmt.Errorf("consumer %s: replace the records copy: %w", c.Name, err)
-		}
-	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, kvCfg); err != nil {
+	if err := l.ensureCopy(ctx, js, kvCfg); err != nil {
 		return fmt.Errorf("consumer %s: records copy: %w", c.Name, err)
 	}
 	return nil

@@ -150,10 +150,10 @@ func (b *Bus) readCopies(ctx context.Context, l Layout, c ConsumerAccess, st *Co
 	}
 	info = kv.CachedInfo()
 	st.Records = info.State.NumSubjects
-	if info.Mirror != nil {
-		st.RecordsLag = info.Mirror.Lag
-		if info.Mirror.Error != nil {
-			errs = append(errs, fmt.Errorf("records copy: %w", info.Mirror.Error))
+	for _, s := range info.Sources {
+		st.RecordsLag += s.Lag
+		if s.Error != nil {
+			errs = append(errs, fmt.Errorf("records copy: %w", s.Error))
 		}
 	}
 	return errors.Join(errs...)

@@ -152,9 +152,14 @@ func startDaemon(ctx context.Context, binary string, cfg *rest.Config, conf conf
 	conf.Server.Address = addr
 	if len(conf.Bus.URLs) == 0 {
 		// The embedded NATS gets its own free port and a data directory
-		// that goes with the daemon.
-		conf.Bus.Embedded.Listen = addrs[1]
-		conf.Bus.Embedded.DataDir = filepath.Join(dir, "nats")
+		// that goes with the daemon, unless the test chose them (a node
+		// of a cluster restarted with its data).
+		if conf.Bus.Embedded.Listen == "" {
+			conf.Bus.Embedded.Listen = addrs[1]
+		}
+		if conf.Bus.Embedded.DataDir == "" {
+			conf.Bus.Embedded.DataDir = filepath.Join(dir, "nats")
+		}
 	}
 	data, err := yaml.Marshal(conf)
 	if err != nil {
