@@ -67,17 +67,32 @@ func (b *Bus) current() config.Bus {
 	return cfg
 }
 
+// inProcessJS connects to srv in-process as user: hubsync's own, or a
+// consumer account's provisioning user. Close the connection when done.
+func inProcessJS(srv *server.Server, name, user, password string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect("", append(opts, nats.InProcessServer(srv), nats.Name(name), nats.UserInfo(user, password))...)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// asProvisioner connects in-process as c's provisioning user.
+func (b *Bus) asProvisioner(c ConsumerAccess) (*nats.Conn, jetstream.JetStream, error) {
+	return inProcessJS(b.srv, "hubsync-provisioner", provisionerUser+c.Name, b.auth.provisionerPassword(c.Name))
+}
+
 func provisionOne(ctx context.Context, b *Bus, l Layout, c ConsumerAccess, primary jetstream.StreamConfig) error {
-	nc, err := nats.Connect("", nats.InProcessServer(b.srv), nats.Name("hubsync-provisioner"),
-		nats.UserInfo(provisionerUser+c.Name, b.auth.provisionerPassword(c.Name)))
+	nc, js, err := b.asProvisioner(c)
 	if err != nil {
 		return fmt.Errorf("consumer %s: connect: %w", c.Name, err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("consumer %s: %w", c.Name, err)
-	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return l.Provision(ctx, js, c, primary)
@@ -119,16 +134,11 @@ func (b *Bus) Copies(ctx context.Context) []CopyState {
 }
 
 func (b *Bus) readCopies(ctx context.Context, l Layout, c ConsumerAccess, st *CopyState) error {
-	nc, err := nats.Connect("", nats.InProcessServer(b.srv), nats.Name("hubsync-provisioner"),
-		nats.UserInfo(provisionerUser+c.Name, b.auth.provisionerPassword(c.Name)))
+	nc, js, err := b.asProvisioner(c)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	ev, err := js.Stream(ctx, l.Stream)
@@ -219,16 +229,11 @@ func (b *Bus) SetConsumers(ctx context.Context, cs []config.BusConsumer) error {
 
 // deleteCopies deletes c's copies.
 func (b *Bus) deleteCopies(ctx context.Context, l Layout, c ConsumerAccess) error {
-	nc, err := nats.Connect("", nats.InProcessServer(b.srv), nats.Name("hubsync-provisioner"),
-		nats.UserInfo(provisionerUser+c.Name, b.auth.provisionerPassword(c.Name)))
+	nc, js, err := b.asProvisioner(c)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var errs []error
@@ -322,16 +327,11 @@ func (b *Bus) StreamReplicas(ctx context.Context) (current, behind, offline int,
 	if srv == nil || auth == nil {
 		return 0, 0, 0, errors.New("no embedded server")
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(srv), nats.Name("hubsync-health"), nats.UserInfo(selfUser, auth.selfPassword),
-		nats.CustomInboxPrefix(selfInboxPrefix))
+	nc, js, err := inProcessJS(srv, "hubsync-health", selfUser, auth.selfPassword, nats.CustomInboxPrefix(selfInboxPrefix))
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return 0, 0, 0, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, b.cfg.Stream.Name)
