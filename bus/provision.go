@@ -16,7 +16,7 @@ import (
 
 // provisionRetry is how long the bus waits before it tries again to make
 // the copies of a consumer account that it could not make.
-const provisionRetry = 30 * time.Second
+const provisionRetry = 5 * time.Second
 
 // provision makes or updates the copies of every consumer account of the
 // embedded server (layout.go), each through an in-process connection as
@@ -93,7 +93,7 @@ func provisionOne(ctx context.Context, b *Bus, l Layout, c ConsumerAccess, prima
 		return fmt.Errorf("consumer %s: connect: %w", c.Name, err)
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return l.Provision(ctx, js, c, primary)
 }
@@ -295,9 +295,18 @@ func (b *Bus) watchHealth(ctx context.Context, done chan<- struct{}) {
 	}
 }
 
-// refreshHealth reads every application's copies and the event stream's
-// replicas into the metrics.
+// refreshHealth retries the copies the publisher could not make, and
+// reads every application's copies and the event stream's replicas into
+// the metrics.
 func (b *Bus) refreshHealth(ctx context.Context) {
+	// The publisher makes the copies it could not make, even while no
+	// change comes to publish.
+	b.mu.Lock()
+	publishing := b.started
+	b.mu.Unlock()
+	if publishing && b.provisionDue() {
+		b.provision(ctx, b.primaryConfig())
+	}
 	b.m.copyLag.Reset()
 	b.m.copyFailing.Reset()
 	for _, st := range b.Copies(ctx) {
