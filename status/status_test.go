@@ -91,6 +91,18 @@ hubsync_gateway_token_reviews_total{result="authenticated"} 50
 hubsync_gateway_token_reviews_total{result="error"} 2
 # TYPE hubsync_gateway_upgraded_connections gauge
 hubsync_gateway_upgraded_connections 3
+# TYPE hubsync_bus_stream_replicas gauge
+hubsync_bus_stream_replicas{state="current"} 2
+hubsync_bus_stream_replicas{state="behind"} 0
+hubsync_bus_stream_replicas{state="offline"} 1
+# TYPE hubsync_bus_copy_failing gauge
+hubsync_bus_copy_failing{consumer="local"} 0
+hubsync_bus_copy_failing{consumer="kueue"} 1
+# TYPE hubsync_bus_copy_lag gauge
+hubsync_bus_copy_lag{consumer="local",copy="events"} 0
+hubsync_bus_copy_lag{consumer="local",copy="records"} 0
+hubsync_bus_copy_lag{consumer="kueue",copy="events"} 12
+hubsync_bus_copy_lag{consumer="kueue",copy="records"} 3
 `, requests200, refused)
 	return b.String()
 }
@@ -183,6 +195,7 @@ func TestSummarize(t *testing.T) {
 				"  failing: edge-09 since 1h31m0s ago\n",
 				"  and 15 more failing (-o json names 20; the hubsync_tunnel_state metric every one)",
 				"gateway:   1020 requests (2xx 1010, 4xx 3, 5xx 7), 5 refused, 2 TokenReview errors, 3 upgraded connections open",
+				"bus:       event stream replicas 2 current, 0 behind, 1 offline; copies (events/records behind): kueue lag 12/3 FAILING, local lag 0/0",
 			},
 			notText: []string{"edge-10", "over "},
 			check: func(t *testing.T, st Status) {
@@ -195,6 +208,10 @@ func TestSummarize(t *testing.T) {
 				if len(st.Sinks) != 2 || st.Sinks[1].Name != "hook" || st.Sinks[1].Up || st.Sinks[1].Queued != 65 ||
 					st.Sinks[1].OldestWaitingAgeSeconds == nil || *st.Sinks[1].OldestWaitingAgeSeconds != 66 {
 					t.Errorf("sinks %+v", st.Sinks)
+				}
+				if b := st.Bus; b == nil || b.StreamReplicas == nil || b.StreamReplicas.Offline != 1 || len(b.Copies) != 2 ||
+					b.Copies[0] != (Copy{Consumer: "kueue", EventsLag: 12, RecordsLag: 3, Failing: true}) {
+					t.Errorf("bus %+v", st.Bus)
 				}
 				if tn := st.Tunnels; tn.Failing != 25 || len(tn.FailingTunnels) != MaxFailingTunnels || tn.FailingNotListed != 5 {
 					t.Errorf("tunnels: %d failing, %d listed, %d not listed", tn.Failing, len(tn.FailingTunnels), tn.FailingNotListed)
@@ -299,6 +316,7 @@ func TestJSONShape(t *testing.T) {
 		`"sinks"`, `"type"`, `"up"`, `"error"`, `"queued"`, `"oldestWaitingSince"`, `"oldestWaitingAgeSeconds"`,
 		`"tunnels"`, `"failing"`, `"connecting"`, `"failingTunnels"`, `"cluster"`, `"since"`, `"failingNotListed"`,
 		`"gateway"`, `"requests"`, `"refused"`, `"tokenReviewErrors"`, `"upgradedConnections"`, `"rates"`, `"intervalSeconds"`,
+		`"bus"`, `"streamReplicas"`, `"current"`, `"behind"`, `"offline"`, `"consumer"`, `"eventsLag"`, `"recordsLag"`,
 	} {
 		if !strings.Contains(js.String(), key+":") {
 			t.Errorf("JSON lacks %s:\n%s", key, js.String())

@@ -36,6 +36,9 @@ const (
 	mGatewayRefused     = "hubsync_gateway_refused_total"
 	mGatewayReviews     = "hubsync_gateway_token_reviews_total"
 	mGatewayUpgraded    = "hubsync_gateway_upgraded_connections"
+	mBusReplicas        = "hubsync_bus_stream_replicas"
+	mBusCopyLag         = "hubsync_bus_copy_lag"
+	mBusCopyFailing     = "hubsync_bus_copy_failing"
 	reviewResultError   = "error"
 	tunnelStateFailing  = "failing"
 	tunnelStateReady    = "ready"
@@ -66,6 +69,30 @@ type Status struct {
 	Sinks     []Sink     `json:"sinks,omitempty"`
 	Tunnels   *Tunnels   `json:"tunnels,omitempty"`
 	Gateway   *Gateway   `json:"gateway,omitempty"`
+	Bus       *Bus       `json:"bus,omitempty"`
+}
+
+// Bus is the embedded NATS server's health as this replica's node sees
+// it: the event stream's replicas (absent before the stream exists) and
+// every application's copies.
+type Bus struct {
+	StreamReplicas *StreamReplicas `json:"streamReplicas,omitempty"`
+	Copies         []Copy          `json:"copies"`
+}
+
+// StreamReplicas counts the event stream's replicas by state.
+type StreamReplicas struct {
+	Current int `json:"current"`
+	Behind  int `json:"behind"`
+	Offline int `json:"offline"`
+}
+
+// Copy is one application's copies of the events and records.
+type Copy struct {
+	Consumer   string `json:"consumer"`
+	EventsLag  int    `json:"eventsLag"`
+	RecordsLag int    `json:"recordsLag"`
+	Failing    bool   `json:"failing"`
 }
 
 // Leader says who leads.
@@ -209,6 +236,9 @@ func Summarize(address string, cur, prev *Scrape) Status {
 	if m.has(mTunnelState) || m.has(mTunnelEntries) {
 		st.Tunnels = tunnels(m, cur)
 	}
+	if m.has(mBusCopyFailing) || m.has(mBusReplicas) {
+		st.Bus = bus(m)
+	}
 	if m.has(mGatewayUpgraded) {
 		st.Gateway = gateway(m)
 		if prev != nil {
@@ -216,6 +246,25 @@ func Summarize(address string, cur, prev *Scrape) Status {
 		}
 	}
 	return st
+}
+
+func bus(m metrics) *Bus {
+	b := &Bus{Copies: []Copy{}}
+	if m.has(mBusReplicas) {
+		state := func(s string) int { return int(m.value(mBusReplicas, map[string]string{"state": s})) }
+		b.StreamReplicas = &StreamReplicas{Current: state("current"), Behind: state("behind"), Offline: state("offline")}
+	}
+	for _, s := range m.series(mBusCopyFailing) {
+		c := label(s, "consumer")
+		b.Copies = append(b.Copies, Copy{
+			Consumer:   c,
+			Failing:    value(s) == 1,
+			EventsLag:  int(m.value(mBusCopyLag, map[string]string{"consumer": c, "copy": "events"})),
+			RecordsLag: int(m.value(mBusCopyLag, map[string]string{"consumer": c, "copy": "records"})),
+		})
+	}
+	slices.SortFunc(b.Copies, func(x, y Copy) int { return cmp.Compare(x.Consumer, y.Consumer) })
+	return b
 }
 
 func consumers(m metrics, now time.Time) *Consumers {

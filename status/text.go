@@ -49,9 +49,34 @@ func WriteText(w io.Writer, st Status) error {
 	default:
 		p.printf("consumers: only the leader runs the syncer and the sinks; run hubsync status against %s\n", leaderPod(st.Leader))
 	}
+	p.bus(st.Bus)
 	p.tunnels(st.Tunnels, st.At)
 	p.gateway(st.Gateway)
 	return p.err
+}
+
+func (p *printer) bus(b *Bus) {
+	if b == nil {
+		return
+	}
+	line := "bus:       "
+	if r := b.StreamReplicas; r != nil {
+		line += fmt.Sprintf("event stream replicas %d current, %d behind, %d offline", r.Current, r.Behind, r.Offline)
+	} else {
+		line += "event stream not made yet"
+	}
+	var copies []string
+	for _, c := range b.Copies {
+		s := fmt.Sprintf("%s lag %d/%d", c.Consumer, c.EventsLag, c.RecordsLag)
+		if c.Failing {
+			s += " FAILING"
+		}
+		copies = append(copies, s)
+	}
+	if len(copies) > 0 {
+		line += "; copies (events/records behind): " + strings.Join(copies, ", ")
+	}
+	p.printf("%s\n", line)
 }
 
 type printer struct {
