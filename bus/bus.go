@@ -107,6 +107,8 @@ type Bus struct {
 	// set once it has caught up with its cluster (NodeReady).
 	nodeStarted time.Time
 	nodeCurrent atomic.Bool
+	// provisionKick has watchHealth make the copies (kickProvision).
+	provisionKick chan struct{}
 	// healthCancel stops watchHealth, which closes healthDone.
 	healthCancel context.CancelFunc
 	healthDone   chan struct{}
@@ -151,6 +153,7 @@ func New(cfg config.Bus, source string, log *slog.Logger, reg prometheus.Registe
 		kvPrefix:        "$KV." + cfg.KVBucket + ".",
 		recs:            stream.Records{},
 		done:            make(chan struct{}),
+		provisionKick:   make(chan struct{}, 1),
 	}
 	consumers := cfg.Consumers
 	b.consumers.Store(&consumers)
@@ -504,7 +507,9 @@ func (b *Bus) ensure(ctx context.Context) error {
 	b.log.Log(ctx, level, "JetStream stream and KV bucket ready", "stream", s.Name, "subjects", b.cfg.SubjectPrefix+".>",
 		"kvBucket", b.cfg.KVBucket, "duplicateWindow", primary.Duplicates)
 	if b.embedded {
-		b.provision(ctx, primary)
+		// The copies follow, beside publishing (watchHealth).
+		b.provisioned.Store(false)
+		b.kickProvision()
 	}
 	return nil
 }

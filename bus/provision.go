@@ -21,9 +21,10 @@ const provisionRetry = 5 * time.Second
 // provision makes or updates the copies of every consumer account of the
 // embedded server (layout.go), each through an in-process connection as
 // that account's provisioning user, once the writer's stream and bucket
-// exist. A failure is logged and tried again after provisionRetry, at
-// the next delivery or resync; publishing goes on meanwhile, and a copy
-// made later catches up from the start of the writer's stream.
+// exist. It runs beside publishing, never on its way (watchHealth, after
+// ensure kicks it), and a failure is logged and tried again after
+// provisionRetry; a copy made later catches up from the start of the
+// writer's stream.
 func (b *Bus) provision(ctx context.Context, primary jetstream.StreamConfig) {
 	b.provMu.Lock()
 	defer b.provMu.Unlock()
@@ -44,10 +45,19 @@ func (b *Bus) provision(ctx context.Context, primary jetstream.StreamConfig) {
 		b.provisioned.Store(false)
 		b.provisionAt = time.Now().Add(provisionRetry)
 		b.log.Warn("cannot make the copies of every consumer account; trying again", "err", err, "in", provisionRetry)
+		time.AfterFunc(provisionRetry, b.kickProvision)
 		return
 	}
 	b.provisionAt = time.Time{}
 	b.provisioned.Store(true)
+}
+
+// kickProvision has watchHealth make the copies now, if they are due.
+func (b *Bus) kickProvision() {
+	select {
+	case b.provisionKick <- struct{}{}:
+	default:
+	}
 }
 
 // provisionDue reports whether the copies are to be made (again) now.
@@ -279,34 +289,42 @@ func (b *Bus) closeStale(srv *server.Server, l Layout, cfg config.Bus) int {
 // refreshed.
 const healthEvery = 15 * time.Second
 
-// watchHealth refreshes the copies' and the stream's health metrics every
-// healthEvery until ctx ends, then closes done.
+// watchHealth makes the copies when they are due (the publisher's stream
+// and bucket made, or a failure's retry) and refreshes the copies' and the
+// stream's health metrics every healthEvery, until ctx ends; then it
+// closes done.
 func (b *Bus) watchHealth(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(healthEvery)
 	defer t.Stop()
+	b.refreshHealth(ctx)
 	for {
-		b.refreshHealth(ctx)
 		select {
 		case <-ctx.Done():
 			return
+		case <-b.provisionKick:
+			b.provisionIfDue(ctx)
 		case <-t.C:
+			b.provisionIfDue(ctx)
+			b.refreshHealth(ctx)
 		}
 	}
 }
 
-// refreshHealth retries the copies the publisher could not make, and
-// reads every application's copies and the event stream's replicas into
-// the metrics.
-func (b *Bus) refreshHealth(ctx context.Context) {
-	// The publisher makes the copies it could not make, even while no
-	// change comes to publish.
+// provisionIfDue makes the copies when this replica publishes and they
+// are due.
+func (b *Bus) provisionIfDue(ctx context.Context) {
 	b.mu.Lock()
 	publishing := b.started
 	b.mu.Unlock()
 	if publishing && b.provisionDue() {
 		b.provision(ctx, b.primaryConfig())
 	}
+}
+
+// refreshHealth reads every application's copies and the event stream's
+// replicas into the metrics.
+func (b *Bus) refreshHealth(ctx context.Context) {
 	b.m.copyLag.Reset()
 	b.m.copyFailing.Reset()
 	for _, st := range b.Copies(ctx) {

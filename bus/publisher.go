@@ -65,8 +65,6 @@ func (b *Bus) ready(ctx context.Context) error {
 			b.needEnsure.Store(true)
 			return err
 		}
-	} else if b.embedded && b.provisionDue() {
-		b.provision(ctx, b.primaryConfig())
 	}
 	return nil
 }

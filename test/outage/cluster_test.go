@@ -360,24 +360,33 @@ func TestClusteredBusKeepsEveryEvent(t *testing.T) {
 		return nil
 	}))
 
-	// hubsync state as the application: the bucket equals the hub.
-	out, err := exec.CommandContext(ctx, r.bin, "state", "--server", strings.Join(r.urls, ","), "--nkey", r.seedFile, "-o", "json").Output()
-	r.must(err)
-	var records []struct {
-		Cluster string `json:"cluster"`
-		Profile struct {
-			KubernetesVersion string `json:"kubernetesVersion"`
-		} `json:"profile"`
-	}
-	r.must(json.Unmarshal(out, &records))
-	if len(records) != clusters {
-		t.Errorf("hubsync state: %d records, want %d", len(records), clusters)
-	}
-	for _, rec := range records {
-		if v, ok := versions[rec.Cluster]; !ok || v != rec.Profile.KubernetesVersion {
-			t.Errorf("record of %s says %q; the hub's profile says %q", rec.Cluster, rec.Profile.KubernetesVersion, v)
+	// hubsync state as the application: its copy of the bucket comes to
+	// equal the hub (the server sources it, a node's restart holds it back
+	// a moment).
+	r.must(testutil.Poll(ctx, 2*time.Minute, 500*time.Millisecond, func() error {
+		out, err := exec.CommandContext(ctx, r.bin, "state", "--server", strings.Join(r.urls, ","), "--nkey", r.seedFile, "-o", "json").Output()
+		if err != nil {
+			return fmt.Errorf("hubsync state: %w", err)
 		}
-	}
+		var records []struct {
+			Cluster string `json:"cluster"`
+			Profile struct {
+				KubernetesVersion string `json:"kubernetesVersion"`
+			} `json:"profile"`
+		}
+		if err := json.Unmarshal(out, &records); err != nil {
+			return testutil.Stop(fmt.Errorf("hubsync state -o json: %w\n%s", err, out))
+		}
+		if len(records) != clusters {
+			return fmt.Errorf("hubsync state: %d records, want %d", len(records), clusters)
+		}
+		for _, rec := range records {
+			if v, ok := versions[rec.Cluster]; !ok || v != rec.Profile.KubernetesVersion {
+				return fmt.Errorf("record of %s says %q; the hub's profile says %q", rec.Cluster, rec.Profile.KubernetesVersion, v)
+			}
+		}
+		return nil
+	}))
 	// On the cluster too, the application cannot aim a delivery at the
 	// JetStream API, heartbeats and all.
 	s, err := js.Stream(ctx, config.DefaultStreamName)
@@ -389,7 +398,7 @@ func TestClusteredBusKeepsEveryEvent(t *testing.T) {
 		t.Error("the application made a push consumer delivering to the JetStream API")
 	}
 	// hubsync events as the application.
-	out, err = exec.CommandContext(ctx, r.bin, "events", "--server", strings.Join(r.urls, ","), "--nkey", r.seedFile,
+	out, err := exec.CommandContext(ctx, r.bin, "events", "--server", strings.Join(r.urls, ","), "--nkey", r.seedFile,
 		"--all", "--follow=false", "-o", "json").Output()
 	r.must(err)
 	if lines := strings.Count(string(out), "\n"); lines < len(profiles) {
