@@ -152,12 +152,14 @@ func startDaemon(ctx context.Context, binary string, cfg *rest.Config, conf conf
 	conf.Server.Address = addr
 	if len(conf.Bus.URLs) == 0 {
 		// The embedded NATS gets its own free port and a data directory
-		// that goes with the daemon, unless the test chose them (a node
-		// of a cluster restarted with its data).
-		if conf.Bus.Embedded.Listen == "" {
+		// that goes with the daemon, unless the test chose others than
+		// the defaults (a node of a cluster restarted with its data): a
+		// configuration from config.Default() must never share the
+		// machine's port 4222 or /var/lib/hubsync with another run.
+		if e := conf.Bus.Embedded; e.Listen == "" || e.Listen == config.DefaultEmbeddedListen {
 			conf.Bus.Embedded.Listen = addrs[1]
 		}
-		if conf.Bus.Embedded.DataDir == "" {
+		if e := conf.Bus.Embedded; e.DataDir == "" || e.DataDir == config.DefaultEmbeddedDataDir {
 			conf.Bus.Embedded.DataDir = filepath.Join(dir, "nats")
 		}
 	}
