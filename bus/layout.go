@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/events"
 )
 
@@ -71,10 +71,6 @@ const (
 	maxConsumersPerAccount = 256
 )
 
-// consumerName is what a consuming application may be called: a NATS
-// subject token and account name, readable in logs.
-var consumerName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
 // Layout is the account layout of a bus: the names hubsync uses and the
 // consuming applications.
 type Layout struct {
@@ -106,7 +102,7 @@ func (l Layout) Validate() error {
 	seen := map[string]bool{}
 	for _, c := range l.Consumers {
 		switch {
-		case !consumerName.MatchString(c.Name):
+		case !config.ValidConsumerName(c.Name):
 			errs = append(errs, fmt.Errorf("consumer %q: a name is 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit", c.Name))
 		case seen[c.Name]:
 			errs = append(errs, fmt.Errorf("consumer %q is listed twice", c.Name))

@@ -44,6 +44,10 @@ func isPublicUserNKey(k string) bool {
 	return crc == uint16(raw[33])|uint16(raw[34])<<8
 }
 
+// ValidConsumerName reports whether name may name an application of
+// bus.consumers: a NATS subject token and account name, readable in logs.
+func ValidConsumerName(name string) bool { return consumerName.MatchString(name) }
+
 // validateBusConsumers checks the consuming applications: unique names,
 // public user NKeys (never a seed: it would be a secret in the file), and
 // namespaces.
@@ -53,7 +57,7 @@ func validateBusConsumers(path *field.Path, cs []BusConsumer) field.ErrorList {
 	for i, c := range cs {
 		p := path.Index(i)
 		switch {
-		case !consumerName.MatchString(c.Name):
+		case !ValidConsumerName(c.Name):
 			errs = append(errs, field.Invalid(p.Child("name"), c.Name, "must be 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit"))
 		case c.Name == LocalConsumer:
 			errs = append(errs, field.Invalid(p.Child("name"), c.Name, "is the embedded server's consumer without credentials; choose another name"))
