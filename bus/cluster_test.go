@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -197,4 +198,50 @@ func TestClusteredBus(t *testing.T) {
 	if f := value(leader.m.copyFailing.WithLabelValues("app")); f != 0 {
 		t.Errorf("hubsync_bus_copy_failing{consumer=app} %v", f)
 	}
+
+	// A node back under its name with nothing on disk (a pod's emptyDir
+	// after it was rescheduled): the cluster gives it everything again.
+	if err := nodes[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(cfgs[2].Embedded.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	publish("team-a", 20, 25)
+	wiped, _ := newBus(t, cfgs[2])
+	t.Cleanup(func() { _ = wiped.Close() })
+	if err := wiped.StartNode(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 60*time.Second, 100*time.Millisecond, func() error {
+		if ok, why := wiped.NodeReady(); !ok {
+			return fmt.Errorf("not ready: %s", why)
+		}
+		return nil
+	}, "the node back without its data counts as ready once it has caught up")
+	nc2, err := key.dial(wiped.ClientURL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	if js, err = jetstream.New(nc2); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 60*time.Second, 100*time.Millisecond, copyHas(25), "the application's copy, read on the node that lost its data")
+	testutil.Eventually(t, 60*time.Second, 100*time.Millisecond, func() error {
+		s, err := self.js.Stream(ctxT(t), cfgs[0].Stream.Name)
+		if err != nil {
+			return err
+		}
+		info := s.CachedInfo()
+		for _, r := range info.Cluster.Replicas {
+			if !r.Current || r.Offline {
+				return fmt.Errorf("replica %s: current %t, offline %t", r.Name, r.Current, r.Offline)
+			}
+		}
+		if info.State.Msgs != 25 {
+			return fmt.Errorf("%d events in the stream, want 25", info.State.Msgs)
+		}
+		return nil
+	}, "every replica of the stream current after a node lost its data")
 }

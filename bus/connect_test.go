@@ -437,3 +437,78 @@ func TestEmbeddedTLSAndToken(t *testing.T) {
 		})
 	}
 }
+
+// hostAddress is an address of this machine that is not loopback, or ""
+// when it has none.
+func hostAddress(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	return ""
+}
+
+// TestAnonymousClientsOffThisHostAreRefused: an embedded server listening
+// on every address with TLS, without a token or client CA (the chart's
+// default), lets a client without credentials in only over loopback (the
+// pod itself, kubectl port-forward); from another address a client signs
+// in with a consumer's NKey or is refused.
+func TestAnonymousClientsOffThisHostAreRefused(t *testing.T) {
+	host := hostAddress(t)
+	if host == "" {
+		t.Skip("this machine has no address but loopback")
+	}
+	certs := newPKI(t)
+	key := newConsumerKey(t)
+	port := freePorts(t, 1)[0]
+	cfg := busConfig(t)
+	cfg.Embedded.Listen = fmt.Sprintf("0.0.0.0:%d", port)
+	cfg.Embedded.TLS = config.BusEmbeddedTLS{CertFile: certs.serverCert, KeyFile: certs.serverKey}
+	cfg.Consumers = []config.BusConsumer{{Name: "app", NKeys: []string{key.pub}}}
+	b, _ := newBus(t, cfg)
+	start(t, b, nil)
+	// The certificate names 127.0.0.1 only: what is tested here is who
+	// may sign in, not the server's name.
+	anyName := nats.Secure(&tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the test checks authentication, not the certificate's names
+	tests := []struct {
+		name  string
+		host  string
+		opts  []nats.Option
+		works bool
+	}{
+		{name: "loopback, no credentials", host: "127.0.0.1", works: true},
+		{name: "another address, no credentials", host: host},
+		{name: "another address, a made-up token", host: host, opts: []nats.Option{nats.Token("guess")}},
+		{name: "another address, a user and password", host: host, opts: []nats.Option{nats.UserInfo("hubsync", "guess")}},
+		{name: "another address, the consumer's NKey", host: host, opts: []nats.Option{nats.Nkey(key.pub, key.kp.Sign)}, works: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			url := fmt.Sprintf("tls://%s:%d", tt.host, port)
+			nc, err := nats.Connect(url, append(tt.opts, anyName, nats.NoReconnect(), nats.Timeout(2*time.Second))...)
+			if !tt.works {
+				if err == nil {
+					nc.Close()
+					t.Fatal("connected")
+				}
+				if !strings.Contains(err.Error(), "Authorization Violation") {
+					t.Fatalf("refused, but not for its credentials: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -99,7 +99,7 @@ func (c *Config) validateBus() field.ErrorList {
 	errs = append(errs, validateBusStream(path, b)...)
 	errs = append(errs, validateBusConsumers(path.Child("consumers"), b.Consumers)...)
 	if len(b.URLs) == 0 {
-		errs = append(errs, validateEmbedded(path.Child("embedded"), b.Embedded, len(b.Consumers) > 0)...)
+		errs = append(errs, validateEmbedded(path.Child("embedded"), b.Embedded)...)
 	} else if b.Embedded.TLS != (BusEmbeddedTLS{}) || b.Embedded.AuthTokenFile != "" {
 		errs = append(errs, field.Forbidden(path.Child("embedded"), "tls and authTokenFile apply to the embedded server, which does not run when bus.urls is set"))
 	}
@@ -175,14 +175,17 @@ func validateBusStream(path *field.Path, b Bus) field.ErrorList {
 
 // validateEmbedded checks the embedded server, which serves every event to
 // whoever reaches its listener.
-func validateEmbedded(ep *field.Path, e BusEmbedded, consumers bool) field.ErrorList {
+func validateEmbedded(ep *field.Path, e BusEmbedded) field.ErrorList {
 	var errs field.ErrorList
 	if err := validateHostPort(e.Listen); err != nil {
 		errs = append(errs, field.Invalid(ep.Child("listen"), e.Listen, err.Error()))
-	} else if !IsLoopback(e.Listen) && (e.TLS.CertFile == "" || !(e.ClientAuth() || consumers)) {
+	} else if !IsLoopback(e.Listen) && e.TLS.CertFile == "" {
+		// Off loopback a client signs in (a consumer's NKey, a client
+		// certificate or the token; anyone else is refused), and nothing
+		// it sends or reads may cross the network in clear text.
 		errs = append(errs, field.Forbidden(ep.Child("listen"), fmt.Sprintf(
-			"%q is not a loopback address: the embedded NATS server would serve every event to anyone who can reach it; "+
-				"set bus.embedded.tls (certFile, keyFile) and client authentication (bus.consumers with their NKeys, tls.clientCAFile or authTokenFile), or listen on 127.0.0.1", e.Listen)))
+			"%q is not a loopback address: consumers' keys, events and records would cross the network in clear text; "+
+				"set bus.embedded.tls (certFile, keyFile), or listen on 127.0.0.1", e.Listen)))
 	}
 	errs = append(errs, together(ep.Child("tls"), e.TLS.CertFile, e.TLS.KeyFile)...)
 	if e.TLS.ClientCAFile != "" && e.TLS.CertFile == "" {

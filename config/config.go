@@ -176,10 +176,12 @@ type BusStream struct {
 // consumers, which may only read: subscribe to the events, replay them
 // and read or watch the bucket through consumers of their own.
 type BusEmbedded struct {
-	// Listen is host:port for consumers. Without AuthTokenFile a consumer
-	// needs no credential, so a non-loopback address is refused without
-	// TLS and client authentication. On loopback anything in the pod (or
-	// reaching it with kubectl port-forward) may read the events.
+	// Listen is host:port for consumers. A non-loopback address needs TLS.
+	// Applications sign in with their NKeys (bus.consumers); a client
+	// without one is the local consumer, let in with the token
+	// (AuthTokenFile) if one is set, else only over loopback (the pod
+	// itself, kubectl port-forward) or with a client certificate that
+	// ClientCAFile verifies.
 	Listen string `json:"listen,omitempty"`
 	// DataDir holds JetStream's files.
 	DataDir string `json:"dataDir,omitempty"`

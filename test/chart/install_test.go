@@ -2,7 +2,9 @@ package chart_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -134,8 +137,16 @@ func TestInstall(t *testing.T) {
 		t.FailNow()
 	}
 
-	// The configuration, byte for byte as the ConfigMap holds it.
+	// The configuration, byte for byte as the ConfigMap holds it, but for
+	// where the bus's TLS files are: the pods' mount of the Secret, here a
+	// directory with the rendered Secret's files.
 	_, text := renderedConfig(t, objs)
+	tlsDir := writeBusTLS(t, objs)
+	const mounted = "/etc/hubsync/bus-tls/"
+	if !strings.Contains(text, mounted) {
+		t.Fatalf("the rendered configuration does not use %s:\n%s", mounted, text)
+	}
+	text = strings.ReplaceAll(text, mounted, tlsDir+"/")
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
@@ -145,14 +156,8 @@ func TestInstall(t *testing.T) {
 		t.Fatalf("hubsync check-config on the rendered configuration: %v\n%s", err, out)
 	}
 
-	// Run it. Outside a pod four fields must differ, and StartDaemon sets
-	// just those: hub.kubeconfig (a file for the ServiceAccount's token
-	// instead of the in-cluster configuration), server.address and
-	// bus.embedded.listen (free loopback ports instead of the pod's own
-	// network) and bus.embedded.dataDir (a temporary directory instead of
-	// the pod's emptyDir). Everything else is the rendered configuration:
-	// leader election on the chart's Lease, the cluster-proxy access
-	// provider, credential copies.
+	// Run it as the StatefulSet does: three replicas started together,
+	// whose NATS nodes form one cluster with the chart's certificate.
 	conf, err := config.Decode([]byte(text))
 	if err != nil {
 		t.Fatal(err)
@@ -175,22 +180,11 @@ func TestInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var logs fleet.LogBuffer
-	daemon, err := fleet.StartDaemon(ctx, bin, asHubsync, *conf, &logs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = daemon.Stop()
+	replicas := startReplicas(ctx, t, bin, asHubsync, *conf, objs)
+	for _, r := range replicas {
+		if err := r.d.WaitReady(ctx, 2*time.Minute); err != nil {
+			t.Fatal(err)
 		}
-		if t.Failed() {
-			t.Logf("hubsync's log:\n%s", logs.String())
-		}
-	})
-	if err := daemon.WaitReady(ctx, 2*time.Minute); err != nil {
-		t.Fatal(err)
 	}
 	testutil.Eventually(t, time.Minute, 100*time.Millisecond, func() error {
 		names, err := hub.ProfileNames(ctx, consumer)
@@ -202,6 +196,7 @@ func TestInstall(t *testing.T) {
 		}
 		return nil
 	}, "the fleet's ClusterProfiles in the bound namespace")
+	checkBus(ctx, t, bin, replicas, objs, consumer, clusters)
 	le := conf.LeaderElection
 	lease, err := hub.Kube.CoordinationV1().Leases(le.Namespace).Get(ctx, le.Name, metav1.GetOptions{})
 	if err != nil {
@@ -251,12 +246,14 @@ func TestInstall(t *testing.T) {
 		return nil
 	}, "the admission policy refusing an unlabelled Secret")
 
-	stopped = true
-	if err := daemon.Stop(); err != nil {
-		t.Errorf("hubsync did not stop cleanly: %v", err)
-	}
-	if out := strings.ToLower(logs.String()); strings.Contains(out, "forbidden") {
-		t.Errorf("a request of hubsync's was refused:\n%s", logs.String())
+	for i, r := range replicas {
+		r.stopped = true
+		if err := r.d.Stop(); err != nil {
+			t.Errorf("hubsync-%d did not stop cleanly: %v", i, err)
+		}
+		if out := strings.ToLower(r.logs.String()); strings.Contains(out, "forbidden") {
+			t.Errorf("a request of hubsync-%d's was refused:\n%s", i, r.logs.String())
+		}
 	}
 
 	variants := []struct {
@@ -296,4 +293,155 @@ func serviceAccountConfig(ctx context.Context, t *testing.T, hub *fleet.Hub, adm
 		t.Fatalf("a token of the chart's ServiceAccount: %v", err)
 	}
 	return &rest.Config{Host: admin.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData}}
+}
+
+// replica is one hubsync process standing in for a pod of the chart's
+// StatefulSet.
+type replica struct {
+	d       *fleet.Daemon
+	logs    *fleet.LogBuffer
+	stopped bool
+}
+
+// startReplicas starts the rendered StatefulSet's replicas with conf, the
+// rendered configuration, as its pods would run it. Outside a pod some
+// fields must differ, and only these are changed: hub.kubeconfig (a file
+// for the ServiceAccount's token instead of the in-cluster
+// configuration), server.address and bus.embedded.listen (free loopback
+// ports instead of the pod's own network), bus.embedded.dataDir (a
+// temporary directory instead of the pod's emptyDir), the cluster's
+// listen address and routes (loopback ports instead of the headless
+// Service's names) and each node's name (a pod's host name); conf's TLS
+// files are the rendered Secret's, written by writeBusTLS. Everything else is the rendered configuration: leader election on the
+// chart's Lease, the cluster-proxy access provider, credential copies,
+// the stream at three replicas, TLS on the client listener and mutual TLS
+// on the routes.
+func startReplicas(ctx context.Context, t *testing.T, bin string, asHubsync *rest.Config, conf config.Config, objs []object) []*replica {
+	t.Helper()
+	sts := find[*appsv1.StatefulSet](objs, "hubsync")
+	n := int(*sts.Spec.Replicas)
+	cl := conf.Bus.Embedded.Cluster
+	if cl.Name == "" || len(cl.Routes) != n {
+		t.Fatalf("the rendered configuration's cluster %+v: want %d routes", cl, n)
+	}
+	var routeAddrs, routes []string
+	var held []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l) // n distinct ports: closed once all are picked
+		routeAddrs = append(routeAddrs, l.Addr().String())
+		routes = append(routes, "nats://"+l.Addr().String())
+	}
+	for _, l := range held {
+		_ = l.Close()
+	}
+	var out []*replica
+	for i := range n {
+		c := conf
+		e := &c.Bus.Embedded
+		e.Listen, e.DataDir = "", ""
+		e.Cluster.Listen, e.Cluster.Routes, e.Cluster.ServerName = routeAddrs[i], routes, fmt.Sprintf("hubsync-%d", i)
+		r := &replica{logs: &fleet.LogBuffer{}}
+		d, err := fleet.StartDaemon(ctx, bin, asHubsync, c, r.logs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.d = d
+		out = append(out, r)
+	}
+	t.Cleanup(func() {
+		for i, r := range out {
+			if !r.stopped {
+				_ = r.d.Stop()
+			}
+			if t.Failed() {
+				t.Logf("hubsync-%d's log:\n%s", i, r.logs.String())
+			}
+		}
+	})
+	return out
+}
+
+// writeBusTLS writes the rendered Secret hubsync-bus-tls's files into a
+// directory, as the pods mount it, and returns the directory.
+func writeBusTLS(t *testing.T, objs []object) string {
+	t.Helper()
+	sec := find[*corev1.Secret](objs, "hubsync-bus-tls")
+	if sec == nil {
+		t.Fatal("no Secret hubsync-bus-tls")
+	}
+	dir := t.TempDir()
+	for _, k := range []string{"ca.crt", "tls.crt", "tls.key"} {
+		if err := os.WriteFile(filepath.Join(dir, k), sec.Data[k], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// checkBus: the replicas' nodes are one JetStream cluster holding the
+// stream at three replicas, and an application reads the bus from any
+// node over TLS, verifying it with the CA the ConfigMap hubsync-bus-ca
+// publishes: `hubsync state` lists the bound namespace's clusters and
+// `hubsync events` replays their events.
+func checkBus(ctx context.Context, t *testing.T, bin string, replicas []*replica, objs []object, ns string, clusters []string) {
+	t.Helper()
+	testutil.Eventually(t, time.Minute, 200*time.Millisecond, func() error {
+		for i, r := range replicas {
+			m, err := r.d.Scrape()
+			if err != nil {
+				return err
+			}
+			if !r.d.Leading() {
+				continue
+			}
+			if cur := m.Value("hubsync_bus_stream_replicas", map[string]string{"state": "current"}); cur != 3 {
+				return fmt.Errorf("hubsync-%d (leading): hubsync_bus_stream_replicas{state=current} %v, want 3", i, cur)
+			}
+			return nil
+		}
+		return fmt.Errorf("no replica leads")
+	}, "the event stream current on three nodes")
+
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, []byte(find[*corev1.ConfigMap](objs, "hubsync-bus-ca").Data["ca.crt"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range replicas {
+		server := "tls://" + r.d.Conf.Bus.Embedded.Listen
+		testutil.Eventually(t, time.Minute, 200*time.Millisecond, func() error {
+			out, err := exec.CommandContext(ctx, bin, "state", "--server", server, "--tls-ca", caFile, "--namespace", ns, "-o", "json").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("hubsync state: %v: %s", err, out)
+			}
+			var records []struct {
+				Cluster string `json:"cluster"`
+			}
+			if err := json.Unmarshal(out, &records); err != nil {
+				return fmt.Errorf("hubsync state -o json: %v: %s", err, out)
+			}
+			var got []string
+			for _, rec := range records {
+				got = append(got, rec.Cluster)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, clusters) {
+				return fmt.Errorf("hubsync state on hubsync-%d: %v, want %v", i, got, clusters)
+			}
+			return nil
+		}, fmt.Sprintf("the records, read from hubsync-%d's node", i))
+	}
+	out, err := exec.CommandContext(ctx, bin, "events", "--server", "tls://"+replicas[len(replicas)-1].d.Conf.Bus.Embedded.Listen,
+		"--tls-ca", caFile, "--all", "--follow=false", "--namespace", ns).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hubsync events: %v: %s", err, out)
+	}
+	for _, c := range clusters {
+		if !strings.Contains(string(out), c) {
+			t.Errorf("hubsync events has no event of %s:\n%s", c, out)
+		}
+	}
 }

@@ -125,11 +125,12 @@ type deployFile struct {
 }
 
 // renderings are the values deploy/ is rendered with, by name: the
-// defaults, the gateway on (with the ClusterPermission for a placeholder
+// defaults (but the bus's TLS Secret, which the chart makes at random and
+// kubectl users provide), the gateway on (with the ClusterPermission for a placeholder
 // cluster), and credentials off. Helm's own labels are left out: deploy/
 // is applied with kubectl, not by Helm.
 var renderings = map[string]string{
-	"default": `chartLabels: false`,
+	"default": "chartLabels: false\nbus: {tls: {generate: false}}",
 	"gateway": `
 chartLabels: false
 clusterPermission: {clusters: [CLUSTER]}
@@ -151,7 +152,8 @@ var deployFiles = []deployFile{
 	{"serviceaccount.yaml", "default", []string{"templates/serviceaccount.yaml"}},
 	{"rbac.yaml", "default", []string{"templates/rbac.yaml"}},
 	{"config.yaml", "default", []string{"templates/configmap.yaml"}},
-	{"deployment.yaml", "default", []string{"templates/deployment.yaml"}},
+	{"statefulset.yaml", "default", []string{"templates/statefulset.yaml"}},
+	{"bus.yaml", "default", []string{"templates/bus/service.yaml"}},
 	{"pdb.yaml", "default", []string{"templates/pdb.yaml"}},
 	{"admission-policy.yaml", "default", []string{"templates/admission-policy.yaml"}},
 	{"networkpolicy.yaml", "default", []string{"templates/networkpolicy.yaml"}},

@@ -1,7 +1,11 @@
 package chart_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -29,11 +34,16 @@ var baseObjects = []string{
 	"ClusterRole/hubsync", "ClusterRoleBinding/hubsync",
 	"ClusterRole/hubsync-credentials", "ClusterRoleBinding/hubsync-credentials",
 	"ClusterRole/hubsync-kueue", "ClusterRoleBinding/hubsync-kueue",
-	"ConfigMap/hubsync-config", "Deployment/hubsync", "NetworkPolicy/hubsync",
+	"ConfigMap/hubsync-config", "StatefulSet/hubsync", "NetworkPolicy/hubsync",
 	"PodDisruptionBudget/hubsync", "Role/hubsync-leader-election", "RoleBinding/hubsync-leader-election",
 	"ServiceAccount/hubsync", "ValidatingAdmissionPolicy/hubsync-secret-writes",
 	"ValidatingAdmissionPolicyBinding/hubsync-secret-writes",
+	"Service/hubsync-bus", "Service/hubsync-nats", "Secret/hubsync-bus-tls", "ConfigMap/hubsync-bus-ca",
 }
+
+// busObjects are what the embedded bus adds: its Services, TLS Secret and
+// CA.
+var busObjects = []string{"Service/hubsync-bus", "Service/hubsync-nats", "Secret/hubsync-bus-tls", "ConfigMap/hubsync-bus-ca"}
 
 // gatewayObjects are what config.gateway.enabled adds.
 var gatewayObjects = []string{
@@ -113,10 +123,13 @@ func TestRender(t *testing.T) {
 			name: "defaults", values: `{}`, want: baseObjects,
 			check: func(t *testing.T, objs []object) {
 				subjectsIn(t, objs, chart.Namespace)
-				d := find[*appsv1.Deployment](objs, "hubsync")
-				if *d.Spec.Replicas != 2 || d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 || d.Spec.Strategy.RollingUpdate.MaxSurge.IntValue() != 1 {
-					t.Errorf("deployment: replicas %d, rolling update %+v; want 2, maxSurge 1, maxUnavailable 0", *d.Spec.Replicas, d.Spec.Strategy.RollingUpdate)
+				d := find[*appsv1.StatefulSet](objs, "hubsync")
+				if *d.Spec.Replicas != 3 || d.Spec.ServiceName != "hubsync-bus" || d.Spec.PodManagementPolicy != appsv1.ParallelPodManagement ||
+					d.Spec.UpdateStrategy.Type != appsv1.RollingUpdateStatefulSetStrategyType {
+					t.Errorf("statefulset: replicas %d, service %s, pod management %s, update %+v; want 3, hubsync-bus, Parallel, RollingUpdate",
+						*d.Spec.Replicas, d.Spec.ServiceName, d.Spec.PodManagementPolicy, d.Spec.UpdateStrategy)
 				}
+				checkClusteredBus(t, objs, chart.Namespace, 3)
 				if c := d.Spec.Template.Spec.Containers[0]; c.Image != "hubsync:latest" || c.Resources.Limits.Memory().String() != "256Mi" {
 					t.Errorf("container image %s, memory limit %s", c.Image, c.Resources.Limits.Memory())
 				}
@@ -181,7 +194,7 @@ func TestRender(t *testing.T) {
 				if p := svc.Spec.Ports[0]; p.Port != 9443 || p.TargetPort.String() != "gateway" {
 					t.Errorf("service port %+v", p)
 				}
-				d := find[*appsv1.Deployment](objs, "hubsync")
+				d := find[*appsv1.StatefulSet](objs, "hubsync")
 				if !selectsPods(svc.Spec.Selector, d) {
 					t.Errorf("service selector %v misses the pods", svc.Spec.Selector)
 				}
@@ -244,20 +257,87 @@ config:
 			values: `{replicas: 1, topologySpread: false, podAnnotations: {a: b}, nodeSelector: {disk: ssd}}`,
 			want:   without(baseObjects, "PodDisruptionBudget/hubsync"),
 			check: func(t *testing.T, objs []object) {
-				d := find[*appsv1.Deployment](objs, "hubsync")
+				d := find[*appsv1.StatefulSet](objs, "hubsync")
 				pod := d.Spec.Template
 				if *d.Spec.Replicas != 1 || len(pod.Spec.TopologySpreadConstraints) != 0 || pod.Annotations["a"] != "b" || pod.Spec.NodeSelector["disk"] != "ssd" {
-					t.Errorf("deployment: replicas %d, spread %v, annotations %v, nodeSelector %v", *d.Spec.Replicas,
+					t.Errorf("statefulset: replicas %d, spread %v, annotations %v, nodeSelector %v", *d.Spec.Replicas,
 						pod.Spec.TopologySpreadConstraints, pod.Annotations, pod.Spec.NodeSelector)
+				}
+				// One node: reachable through hubsync-nats, no cluster.
+				cfg, _ := renderedConfig(t, objs)
+				if e := cfg.Bus.Embedded; e.Cluster.Name != "" || cfg.Bus.Stream.Replicas != 1 || e.Listen != "0.0.0.0:4222" || e.TLS.CertFile == "" {
+					t.Errorf("bus: embedded %+v, stream replicas %d; want a single TLS node on 0.0.0.0:4222", e, cfg.Bus.Stream.Replicas)
+				}
+				if hasPort(d, "nats-route") || !hasPort(d, "nats") {
+					t.Errorf("container ports %+v", d.Spec.Template.Spec.Containers[0].Ports)
+				}
+				np := find[*networkingv1.NetworkPolicy](objs, "hubsync")
+				if len(np.Spec.Ingress) != 2 {
+					t.Errorf("network policy rules %+v: want the metrics and the gateway's and bus's, no routes", np.Spec.Ingress)
+				}
+			},
+		},
+		{
+			name:   "one replica, bus on loopback",
+			values: `{replicas: 1, bus: {expose: false}}`,
+			want:   with(without(baseObjects, append(busObjects, "PodDisruptionBudget/hubsync")...), "Service/hubsync-bus"),
+			check: func(t *testing.T, objs []object) {
+				cfg, _ := renderedConfig(t, objs)
+				if e := cfg.Bus.Embedded; e.Listen != "127.0.0.1:4222" || e.TLS.CertFile != "" {
+					t.Errorf("embedded %+v; want loopback without TLS", e)
+				}
+				for _, v := range find[*appsv1.StatefulSet](objs, "hubsync").Spec.Template.Spec.Volumes {
+					if v.Name == "bus-tls" {
+						t.Error("the bus's TLS Secret is mounted, though nothing uses it")
+					}
+				}
+			},
+		},
+		{
+			name:   "an external NATS",
+			values: `config: {bus: {urls: ["tls://nats.nats.svc:4222"], tls: {caFile: /etc/nats/ca.crt}}}`,
+			want:   without(baseObjects, busObjects...),
+			check: func(t *testing.T, objs []object) {
+				cfg, _ := renderedConfig(t, objs)
+				if e := cfg.Bus.Embedded; e.Cluster.Name != "" || e.TLS.CertFile != "" || cfg.Bus.Stream.Replicas != 1 {
+					t.Errorf("an external NATS, yet embedded %+v, stream replicas %d", e, cfg.Bus.Stream.Replicas)
+				}
+				if d := find[*appsv1.StatefulSet](objs, "hubsync"); hasPort(d, "nats") || hasPort(d, "nats-route") {
+					t.Errorf("container ports %+v", d.Spec.Template.Spec.Containers[0].Ports)
+				}
+			},
+		},
+		{
+			name:   "five replicas, persistent, the bus's TLS provided",
+			values: `{replicas: 5, bus: {tls: {generate: false, secretName: bus-cert}, persistence: {enabled: true, size: 5Gi, storageClassName: fast}}}`,
+			want:   without(baseObjects, "Secret/hubsync-bus-tls", "ConfigMap/hubsync-bus-ca"),
+			check: func(t *testing.T, objs []object) {
+				cfg, _ := renderedConfig(t, objs)
+				if n := len(cfg.Bus.Embedded.Cluster.Routes); n != 5 || cfg.Bus.Stream.Replicas != 3 {
+					t.Errorf("%d routes, stream replicas %d; want 5 and 3", n, cfg.Bus.Stream.Replicas)
+				}
+				d := find[*appsv1.StatefulSet](objs, "hubsync")
+				for _, v := range d.Spec.Template.Spec.Volumes {
+					if v.Name == "nats-data" {
+						t.Error("nats-data is an emptyDir beside its claim")
+					}
+					if v.Name == "bus-tls" && v.Secret.SecretName != "bus-cert" {
+						t.Errorf("bus-tls mounts %s", v.Secret.SecretName)
+					}
+				}
+				if c := d.Spec.VolumeClaimTemplates; len(c) != 1 || c[0].Name != "nats-data" || *c[0].Spec.StorageClassName != "fast" ||
+					c[0].Spec.Resources.Requests.Storage().String() != "5Gi" {
+					t.Errorf("volume claims %+v", c)
 				}
 			},
 		},
 		{
 			name:   "optional parts off",
-			values: `{replicas: 1, rbac: {kueue: false}, admissionPolicy: {enabled: false}, networkPolicy: {enabled: false}, podDisruptionBudget: {enabled: false}, config: {leaderElection: {enabled: false}}}`,
+			values: `{replicas: 1, rbac: {kueue: false}, admissionPolicy: {enabled: false}, networkPolicy: {enabled: false}, podDisruptionBudget: {enabled: false}, config: {leaderElection: {enabled: false}, bus: {enabled: false}}}`,
 			want: without(baseObjects, "ClusterRole/hubsync-kueue", "ClusterRoleBinding/hubsync-kueue", "ValidatingAdmissionPolicy/hubsync-secret-writes",
 				"ValidatingAdmissionPolicyBinding/hubsync-secret-writes", "NetworkPolicy/hubsync", "PodDisruptionBudget/hubsync",
-				"Role/hubsync-leader-election", "RoleBinding/hubsync-leader-election"),
+				"Role/hubsync-leader-election", "RoleBinding/hubsync-leader-election", "Service/hubsync-bus", "Service/hubsync-nats",
+				"Secret/hubsync-bus-tls", "ConfigMap/hubsync-bus-ca"),
 		},
 		{
 			name:   "monitoring on",
@@ -339,7 +419,7 @@ config:
 }
 
 // selectsPods reports whether a Service selector selects d's pods.
-func selectsPods(sel map[string]string, d *appsv1.Deployment) bool {
+func selectsPods(sel map[string]string, d *appsv1.StatefulSet) bool {
 	return len(sel) > 0 && labels.SelectorFromSet(sel).Matches(labels.Set(d.Spec.Template.Labels))
 }
 
@@ -351,7 +431,7 @@ func checkMonitoring(t *testing.T, objs []object) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := find[*appsv1.Deployment](objs, "hubsync")
+	d := find[*appsv1.StatefulSet](objs, "hubsync")
 	svc := find[*corev1.Service](objs, "hubsync-metrics")
 	if !selectsPods(svc.Spec.Selector, d) || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].TargetPort.String() != "metrics" {
 		t.Errorf("metrics service %+v", svc.Spec)
@@ -420,7 +500,9 @@ func TestValuesRefused(t *testing.T) {
 		{"cluster permissions without the gateway's ManagedServiceAccount",
 			`{clusterPermission: {clusters: [a]}, config: {gateway: {enabled: true}}}`, []string{"config.tunnel.managedServiceAccount"}},
 		{"a metrics address without a port", `config: {server: {address: disabled}}`, []string{`"disabled" has no port`}},
-		{"several replicas without leader election", `config: {leaderElection: {enabled: false}}`, []string{"replicas is 2", "leaderElection.enabled false"}},
+		{"several replicas without leader election", `config: {leaderElection: {enabled: false}}`, []string{"replicas is 3", "leaderElection.enabled false"}},
+		{"two replicas with the embedded bus", `replicas: 2`, []string{"replicas is 2", "quorum", "config.bus.urls"}},
+		{"an unknown bus Service type", `bus: {service: {type: Headless}}`, []string{"bus", "type"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -467,7 +549,7 @@ func TestConfigSchemaRefusesTypos(t *testing.T) {
 func TestConfigChecksum(t *testing.T) {
 	ch := loadChart(t)
 	checksum := func(values string) string {
-		d := find[*appsv1.Deployment](render(t, ch, values, chart.Namespace), "hubsync")
+		d := find[*appsv1.StatefulSet](render(t, ch, values, chart.Namespace), "hubsync")
 		sum := d.Spec.Template.Annotations["checksum/config"]
 		if len(sum) != 64 {
 			t.Fatalf("checksum/config = %q", sum)
@@ -571,5 +653,107 @@ func TestStrictDecode(t *testing.T) {
 	ok := "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: x}\nspec: {selector: {}, endpoints: [{port: metrics}]}\n"
 	if _, err := decodeObjects(s, map[string]string{"t.yaml": ok}); err != nil {
 		t.Errorf("a valid ServiceMonitor: %v", err)
+	}
+}
+
+// hasPort reports whether d's container has a port of that name.
+func hasPort(d *appsv1.StatefulSet, name string) bool {
+	return slices.ContainsFunc(d.Spec.Template.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == name })
+}
+
+// checkClusteredBus: the replicas' embedded NATS nodes form one cluster
+// over the headless Service hubsync-bus with mutual TLS, the stream at
+// min(3, n) replicas; applications reach them through hubsync-nats over
+// TLS, with a certificate the chart made for both names and both uses.
+func checkClusteredBus(t *testing.T, objs []object, ns string, n int) {
+	t.Helper()
+	cfg, _ := renderedConfig(t, objs)
+	e := cfg.Bus.Embedded
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats://hubsync-%d.hubsync-bus.%s.svc:6222", i, ns))
+	}
+	const dir = "/etc/hubsync/bus-tls/"
+	wantTLS := config.BusClusterTLS{CertFile: dir + "tls.crt", KeyFile: dir + "tls.key", CAFile: dir + "ca.crt"}
+	if c := e.Cluster; c.Name != "hubsync" || c.Listen != "0.0.0.0:6222" || !slices.Equal(c.Routes, routes) || c.TLS != wantTLS || c.ServerName != "" {
+		t.Errorf("bus.embedded.cluster %+v; want routes %v over mutual TLS, each node named by its host", c, routes)
+	}
+	if e.Listen != "0.0.0.0:4222" || e.TLS.CertFile != wantTLS.CertFile || e.TLS.KeyFile != wantTLS.KeyFile {
+		t.Errorf("bus.embedded listen %s tls %+v; want 0.0.0.0:4222 with the Secret's certificate", e.Listen, e.TLS)
+	}
+	if want := min(3, n); cfg.Bus.Stream.Replicas != want {
+		t.Errorf("bus.stream.replicas %d, want %d", cfg.Bus.Stream.Replicas, want)
+	}
+
+	d := find[*appsv1.StatefulSet](objs, "hubsync")
+	if !hasPort(d, "nats") || !hasPort(d, "nats-route") {
+		t.Errorf("container ports %+v", d.Spec.Template.Spec.Containers[0].Ports)
+	}
+	mounted := false
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == "bus-tls" && v.Secret != nil && v.Secret.SecretName == "hubsync-bus-tls" {
+			for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+				mounted = mounted || (m.Name == "bus-tls" && m.MountPath+"/" == dir)
+			}
+		}
+	}
+	if !mounted {
+		t.Errorf("the Secret hubsync-bus-tls is not mounted at %s", dir)
+	}
+	headless := find[*corev1.Service](objs, "hubsync-bus")
+	if headless.Spec.ClusterIP != corev1.ClusterIPNone || !headless.Spec.PublishNotReadyAddresses || !selectsPods(headless.Spec.Selector, d) ||
+		headless.Spec.Ports[0].Port != 6222 {
+		t.Errorf("hubsync-bus %+v: want headless, listing pods before they are ready, on 6222", headless.Spec)
+	}
+	svc := find[*corev1.Service](objs, "hubsync-nats")
+	if !selectsPods(svc.Spec.Selector, d) || svc.Spec.Ports[0].Port != 4222 || svc.Spec.Ports[0].TargetPort.String() != "nats" || svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("hubsync-nats %+v", svc.Spec)
+	}
+
+	// The certificate: signed by the CA the ConfigMap publishes, for the
+	// client Service and every node's route address, server and client.
+	sec := find[*corev1.Secret](objs, "hubsync-bus-tls")
+	if _, err := tls.X509KeyPair(sec.Data["tls.crt"], sec.Data["tls.key"]); err != nil {
+		t.Fatalf("hubsync-bus-tls: %v", err)
+	}
+	if ca := find[*corev1.ConfigMap](objs, "hubsync-bus-ca"); ca.Data["ca.crt"] != string(sec.Data["ca.crt"]) {
+		t.Errorf("hubsync-bus-ca holds\n%s\nwant the Secret's ca.crt\n%s", ca.Data["ca.crt"], sec.Data["ca.crt"])
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(sec.Data["ca.crt"]) {
+		t.Fatal("hubsync-bus-tls: ca.crt holds no certificate")
+	}
+	block, _ := pem.Decode(sec.Data["tls.crt"])
+	if block == nil {
+		t.Fatal("hubsync-bus-tls: tls.crt is not PEM")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"hubsync-nats." + ns + ".svc", fmt.Sprintf("hubsync-%d.hubsync-bus.%s.svc", n-1, ns), "127.0.0.1"} {
+		for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+			if _, err := cert.Verify(x509.VerifyOptions{DNSName: name, Roots: roots, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+				t.Errorf("the bus's certificate for %s (usage %v): %v", name, usage, err)
+			}
+		}
+	}
+
+	// The routes are open to hubsync's pods only; the bus to the cluster.
+	np := find[*networkingv1.NetworkPolicy](objs, "hubsync")
+	var routeRule, busOpen bool
+	for _, r := range np.Spec.Ingress {
+		for _, p := range r.Ports {
+			switch p.Port.String() {
+			case "nats-route":
+				routeRule = len(r.From) == 1 && r.From[0].PodSelector != nil && r.From[0].NamespaceSelector == nil &&
+					labels.SelectorFromSet(r.From[0].PodSelector.MatchLabels).Matches(labels.Set(d.Spec.Template.Labels))
+			case "nats":
+				busOpen = len(r.From) == 0
+			}
+		}
+	}
+	if !routeRule || !busOpen {
+		t.Errorf("network policy %+v: want nats-route from hubsync's pods only and nats open", np.Spec.Ingress)
 	}
 }
