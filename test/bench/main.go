@@ -65,12 +65,16 @@
 //     profiles converged the last event was delivered, in order per
 //     (namespace, cluster), checked by the receiver (on a control plane
 //     of its own in the full run);
+//   - the clustered bus: publish throughput and event latency p99 of three
+//     embedded nodes beside a single one, and the longest pause at an
+//     application while a node is lost and while the publisher changes
+//     (3 repeats, each with both rigs built afresh);
 //   - with --scale only: 3000 clusters x 10 namespaces (10,000 profiles)
 //     and 10,000 credential copies against their raw writes, hubsync's
 //     peak RSS and CPU time; with --soak, RSS, goroutines and open files
 //     every minute under steady rotations and relabels, with their slopes.
 //
-// --tunnel-only, --gateway-only, --flood-only, --replicas-only, --rolling-only, --rotation-only, --webhook-only, --initial-only, --initial-pairs,
+// --tunnel-only, --gateway-only, --flood-only, --replicas-only, --rolling-only, --rotation-only, --webhook-only, --bus-only, --initial-only, --initial-pairs,
 // --sink-pairs, --sinks and --cpuprofile narrow it down for diagnosis.
 package main
 
@@ -163,6 +167,8 @@ func main() {
 	flag.IntVar(&soakRotations, "soak-rotations", 2, "token rotations per second during the soak")
 	flag.IntVar(&soakRelabels, "soak-relabels", 1, "clusters moved to another set per second during the soak")
 	flag.StringVar(&heapProfileDir, "heapprofile", "", "with --soak: directory for a heap profile of hubsync at each minute's sample, after a forced GC (serves pprof)")
+	flag.BoolVar(&busOnly, "bus-only", false, "print only the clustered bus's figures: publish throughput and event latency p99 of three embedded nodes beside a single one, and the longest pause at an application while a node is lost and while the publisher changes")
+	flag.IntVar(&busRepeats, "bus-repeats", 3, "repeats of the clustered bus's figures (each builds both rigs afresh, in alternating order)")
 	flag.BoolVar(&webhookOnly, "webhook-only", false, "print only the webhook figures: the initial sync delivered to a receiver that answers after a fixed delay")
 	flag.IntVar(&webhookRepeats, "webhook-repeats", 3, "initial syncs at each webhook delay and concurrency")
 	flag.StringVar(&webhookDelays, "webhook-delays", "0,10,50", "the webhook receiver's delays in milliseconds, separated by commas")
@@ -276,6 +282,9 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 	if webhookOnly {
 		return benchWebhook(ctx, cp, binary, nClusters, nNamespaces, workers, logs)
 	}
+	if busOnly {
+		return benchBus(ctx)
+	}
 	if !gatewayOnly && !initialOnly {
 		if err := benchTunnel(ctx, cp); err != nil {
 			return fmt.Errorf("tunnel figures: %w", err)
@@ -298,6 +307,9 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		}
 		if err := benchRotation(ctx, cp, binary, logs); err != nil {
 			return fmt.Errorf("revoking-rotation figures: %w", err)
+		}
+		if err := benchBus(ctx); err != nil {
+			return fmt.Errorf("clustered bus figures: %w", err)
 		}
 	}
 	if tunnelOnly || gatewayOnly {
