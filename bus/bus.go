@@ -107,6 +107,8 @@ type Bus struct {
 	// set once it has caught up with its cluster (NodeReady).
 	nodeStarted time.Time
 	nodeCurrent atomic.Bool
+	// health is the last refreshHealth's reading, for /readyz?verbose.
+	health atomic.Pointer[Health]
 	// provisionKick has watchHealth make the copies (kickProvision).
 	provisionKick chan struct{}
 	// healthCancel stops watchHealth, which closes healthDone.

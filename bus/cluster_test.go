@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,6 +167,13 @@ func TestClusteredBus(t *testing.T) {
 		}
 		return nil
 	}, "hubsync_bus_stream_replicas{state=offline} 1")
+	// So does /readyz?verbose, while the leader stays ready.
+	lines := strings.Join(leader.HealthLines(time.Now()), "\n")
+	for _, want := range []string{"bus node: current with the cluster", "bus stream: degraded, replicas 2 current, 0 behind, 1 offline", "bus copy app: "} {
+		if !strings.Contains(lines, want) {
+			t.Errorf("the bus's /readyz?verbose lines lack %q:\n%s", want, lines)
+		}
+	}
 
 	// Back with its data: it catches up.
 	back, _ := newBus(t, cfgs[1])

@@ -327,7 +327,8 @@ func (b *Bus) provisionIfDue(ctx context.Context) {
 func (b *Bus) refreshHealth(ctx context.Context) {
 	b.m.copyLag.Reset()
 	b.m.copyFailing.Reset()
-	for _, st := range b.Copies(ctx) {
+	copies := b.Copies(ctx)
+	for _, st := range copies {
 		failing := 0.0
 		if st.Err != nil {
 			failing = 1
@@ -336,10 +337,14 @@ func (b *Bus) refreshHealth(ctx context.Context) {
 		b.m.copyLag.WithLabelValues(st.Consumer, "events").Set(float64(st.EventsLag))
 		b.m.copyLag.WithLabelValues(st.Consumer, "records").Set(float64(st.RecordsLag))
 	}
+	h := &Health{At: time.Now(), Copies: copies}
+	defer b.health.Store(h)
 	current, behind, offline, err := b.StreamReplicas(ctx)
 	if err != nil {
+		h.StreamErr = err
 		return // not made yet, or no quorum: the copies say so too
 	}
+	h.Current, h.Behind, h.Offline = current, behind, offline
 	b.m.streamReplicas.WithLabelValues("current").Set(float64(current))
 	b.m.streamReplicas.WithLabelValues("behind").Set(float64(behind))
 	b.m.streamReplicas.WithLabelValues("offline").Set(float64(offline))
@@ -413,4 +418,63 @@ func (b *Bus) NodeReady() (bool, string) {
 		return true, ""
 	}
 	return false, "the bus node is catching up with its cluster"
+}
+
+// Health is the embedded bus's last health reading on the publishing
+// replica (every healthInterval): the event stream's replicas and every
+// application's copies.
+type Health struct {
+	At                       time.Time
+	Current, Behind, Offline int
+	// StreamErr is why the stream could not be read (not made yet, or
+	// the cluster has no quorum).
+	StreamErr error
+	Copies    []CopyState
+}
+
+// Health returns the last reading; false before the first, or on a
+// replica that does not publish.
+func (b *Bus) Health() (Health, bool) {
+	h := b.health.Load()
+	if h == nil {
+		return Health{}, false
+	}
+	return *h, true
+}
+
+// HealthLines are /readyz?verbose's lines about the bus: this replica's
+// node, and on the publisher the stream's replicas and each copy. A
+// degraded bus never makes hubsync unready (but a node catching up
+// does): it is reported here, in the metrics and by the alerts.
+func (b *Bus) HealthLines(now time.Time) []string {
+	var out []string
+	if b.cfg.Embedded.Clustered() {
+		if ok, why := b.NodeReady(); ok {
+			out = append(out, "bus node: current with the cluster")
+		} else {
+			out = append(out, "bus node: "+why)
+		}
+	}
+	h, ok := b.Health()
+	if !ok {
+		return out
+	}
+	age := now.Sub(h.At).Round(time.Second)
+	if h.StreamErr != nil {
+		out = append(out, fmt.Sprintf("bus stream: cannot be read (%s ago): %v", age, h.StreamErr))
+	} else {
+		state := "healthy"
+		if h.Behind+h.Offline > 0 {
+			state = "degraded"
+		}
+		out = append(out, fmt.Sprintf("bus stream: %s, replicas %d current, %d behind, %d offline (%s ago)", state, h.Current, h.Behind, h.Offline, age))
+	}
+	for _, c := range h.Copies {
+		if c.Err != nil {
+			out = append(out, fmt.Sprintf("bus copy %s: failing: %v", c.Consumer, c.Err))
+			continue
+		}
+		out = append(out, fmt.Sprintf("bus copy %s: %d events, %d records; lag %d events, %d records", c.Consumer, c.Events, c.Records, c.EventsLag, c.RecordsLag))
+	}
+	return out
 }

@@ -37,7 +37,8 @@ func newRegistry() *prometheus.Registry {
 
 // newServer makes the health and metrics server and its listener.
 func newServer(addr string, withPprof bool, reg *prometheus.Registry, sinkStatuses func() []stream.Status,
-	tunnelStatuses func() []tunnel.Status, contested func() []syncer.Contested, ready func() (bool, string)) (*http.Server, net.Listener, error) {
+	tunnelStatuses func() []tunnel.Status, contested func() []syncer.Contested, busLines func(time.Time) []string,
+	ready func() (bool, string)) (*http.Server, net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen on %s: %w", addr, err)
@@ -73,6 +74,15 @@ func newServer(addr string, withPprof bool, reg *prometheus.Registry, sinkStatus
 		// other writer.
 		if contested != nil {
 			writeContested(w, contested(), time.Now())
+		}
+		// Nor does a degraded bus (a node down, a stream below its
+		// replicas, an application's copy failing): the leader keeps
+		// publishing while the cluster has a quorum. A node of this
+		// replica's that is catching up does (see ready).
+		if busLines != nil {
+			for _, l := range busLines(time.Now()) {
+				fmt.Fprintln(w, l)
+			}
 		}
 	})
 	if withPprof {

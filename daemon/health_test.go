@@ -37,6 +37,8 @@ func TestServerEndpoints(t *testing.T) {
 		{name: "a failing tunnel does not make hubsync unready", ready: true, path: "/readyz?verbose", want: http.StatusOK,
 			body: "tunnel c2: failing for 1m0s: dial c2:443: No agent available\n"},
 		{name: "tunnel summary", ready: true, path: "/readyz?verbose", want: http.StatusOK, body: "tunnels: 1 ready, 1 failing, 0 connecting\n"},
+		{name: "a degraded bus does not make hubsync unready", ready: true, path: "/readyz?verbose", want: http.StatusOK,
+			body: "bus stream: degraded, replicas 2 current, 0 behind, 1 offline"},
 		{name: "contested objects do not make hubsync unready", ready: true, path: "/readyz?verbose", want: http.StatusOK,
 			body: "[+]contested ok: 3 objects written by another controller (cluster-proxy: 2 profiles, managed-serviceaccount: 1 credential copy)\n"},
 		{name: "a contested object's line", ready: true, path: "/readyz?verbose", want: http.StatusOK,
@@ -67,7 +69,10 @@ func TestServerEndpoints(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv, ln, err := newServer("127.0.0.1:0", tt.pprof, prometheus.NewRegistry(), statuses, tunnels, contested, func() (bool, string) {
+			busLines := func(time.Time) []string {
+				return []string{"bus stream: degraded, replicas 2 current, 0 behind, 1 offline (3s ago)"}
+			}
+			srv, ln, err := newServer("127.0.0.1:0", tt.pprof, prometheus.NewRegistry(), statuses, tunnels, contested, busLines, func() (bool, string) {
 				if tt.ready {
 					return true, "ok"
 				}
@@ -90,7 +95,7 @@ func TestServerEndpoints(t *testing.T) {
 			if tt.body != "" && !strings.Contains(string(body), tt.body) {
 				t.Errorf("GET %s: body %q lacks %q", tt.path, body, tt.body)
 			}
-			if tt.path == "/readyz" && (strings.Contains(string(body), "sink ") || strings.Contains(string(body), "tunnel") || strings.Contains(string(body), "contested")) {
+			if tt.path == "/readyz" && (strings.Contains(string(body), "sink ") || strings.Contains(string(body), "tunnel") || strings.Contains(string(body), "contested") || strings.Contains(string(body), "bus ")) {
 				t.Errorf("GET /readyz lists sinks unasked: %q", body)
 			}
 		})

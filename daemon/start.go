@@ -116,7 +116,11 @@ func (d *daemon) serveHealth(ctx context.Context) error {
 	if d.pool != nil {
 		tunnels = d.pool.Statuses
 	}
-	srv, ln, err := newServer(d.cfg.Server.Address, d.cfg.Server.Pprof, d.reg, d.fan.Statuses, tunnels, d.contested, d.ready)
+	var busLines func(time.Time) []string
+	if d.events != nil {
+		busLines = d.events.HealthLines
+	}
+	srv, ln, err := newServer(d.cfg.Server.Address, d.cfg.Server.Pprof, d.reg, d.fan.Statuses, tunnels, d.contested, busLines, d.ready)
 	if err != nil {
 		return err
 	}
