@@ -377,18 +377,22 @@ func (r *busRig) steady(ctx context.Context, prefix string, n int, during func()
 		}
 	}
 	// Every event at the application.
-	err := testutil.Poll(ctx, time.Minute, 20*time.Millisecond, func() bool {
+	var missing []string
+	err := testutil.Poll(ctx, 3*time.Minute, 20*time.Millisecond, func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		missing = missing[:0]
 		for name := range sent {
 			if _, ok := r.seen[name]; !ok {
-				return false
+				missing = append(missing, name)
 			}
 		}
-		return true
+		return len(missing) == 0
 	})
 	if err != nil {
-		return nil, fmt.Errorf("not every %s event reached the application: %w", prefix, err)
+		slices.Sort(missing)
+		return nil, fmt.Errorf("%d of %d %s events never reached the application (first %s, last %s): %w",
+			len(missing), len(sent), prefix, missing[0], missing[len(missing)-1], err)
 	}
 	return sent, nil
 }

@@ -171,7 +171,9 @@ func hubsyncConfig(t *testing.T) *config.Config {
 	if !ok {
 		t.Fatalf("config.yaml: the ConfigMap has no config.yaml key")
 	}
-	cfg, err := config.Parse([]byte(data))
+	// Decoded and checked, but for the files it names: they are the pod's
+	// (the bus's certificate, mounted from its Secret).
+	cfg, err := config.Decode([]byte(data))
 	if err != nil {
 		t.Fatalf("config.yaml: %v", err)
 	}
@@ -1338,15 +1340,15 @@ func TestDeployManifests(t *testing.T) {
 	}
 
 	cfg := hubsyncConfig(t)
-	d := loadDeploy(t, "deployment.yaml", "config.yaml")
-	var deploy *appsv1.Deployment
+	d := loadDeploy(t, "statefulset.yaml", "config.yaml")
+	var deploy *appsv1.StatefulSet
 	for _, o := range d.other {
-		if dep, ok := o.(*appsv1.Deployment); ok {
+		if dep, ok := o.(*appsv1.StatefulSet); ok {
 			deploy = dep
 		}
 	}
 	if deploy == nil || len(deploy.Spec.Template.Spec.Containers) != 1 {
-		t.Fatalf("deployment.yaml: want a Deployment with one container")
+		t.Fatalf("statefulset.yaml: want a StatefulSet with one container")
 	}
 	pod := deploy.Spec.Template.Spec
 	c := pod.Containers[0]
@@ -1362,7 +1364,7 @@ func TestDeployManifests(t *testing.T) {
 	}
 	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 	if err != nil || !sel.Matches(labels.Set(deploy.Spec.Template.Labels)) {
-		t.Errorf("NetworkPolicy podSelector %v does not select the Deployment's pods %v", np.Spec.PodSelector, deploy.Spec.Template.Labels)
+		t.Errorf("NetworkPolicy podSelector %v does not select the StatefulSet's pods %v", np.Spec.PodSelector, deploy.Spec.Template.Labels)
 	}
 	var npPorts []string
 	for _, r := range np.Spec.Ingress {
@@ -1386,9 +1388,20 @@ func TestDeployManifests(t *testing.T) {
 	if err != nil {
 		t.Fatalf("config.yaml gateway.listen: %v", err)
 	}
-	if len(c.Ports) != 2 || strconv.Itoa(int(c.Ports[0].ContainerPort)) != port || c.Ports[0].Name != "metrics" ||
-		strconv.Itoa(int(c.Ports[1].ContainerPort)) != gwPort || c.Ports[1].Name != "gateway" {
-		t.Errorf("container ports %+v; config.yaml serves metrics on %s and the gateway on %s", c.Ports, cfg.Server.Address, cfg.Gateway.Listen)
+	_, natsPort, err := net.SplitHostPort(cfg.Bus.Embedded.Listen)
+	if err != nil {
+		t.Fatalf("config.yaml bus.embedded.listen: %v", err)
+	}
+	_, routePort, err := net.SplitHostPort(cfg.Bus.Embedded.Cluster.Listen)
+	if err != nil {
+		t.Fatalf("config.yaml bus.embedded.cluster.listen: %v", err)
+	}
+	if len(c.Ports) != 4 || strconv.Itoa(int(c.Ports[0].ContainerPort)) != port || c.Ports[0].Name != "metrics" ||
+		strconv.Itoa(int(c.Ports[1].ContainerPort)) != gwPort || c.Ports[1].Name != "gateway" ||
+		strconv.Itoa(int(c.Ports[2].ContainerPort)) != natsPort || c.Ports[2].Name != "nats" ||
+		strconv.Itoa(int(c.Ports[3].ContainerPort)) != routePort || c.Ports[3].Name != "nats-route" {
+		t.Errorf("container ports %+v; config.yaml serves metrics on %s, the gateway on %s, the bus on %s and its routes on %s",
+			c.Ports, cfg.Server.Address, cfg.Gateway.Listen, cfg.Bus.Embedded.Listen, cfg.Bus.Embedded.Cluster.Listen)
 	}
 	mounted := false
 	for _, m := range c.VolumeMounts {

@@ -28,19 +28,19 @@ const stopMargin = 5 * time.Second
 
 // deployHA is what deploy/ says about running highly available.
 type deployHA struct {
-	deploy appsv1.Deployment
+	deploy appsv1.StatefulSet
 	pdb    policyv1.PodDisruptionBudget
 	cfg    *config.Config
 }
 
-// readDeployHA reads deploy/deployment.yaml, pdb.yaml and the
+// readDeployHA reads deploy/statefulset.yaml, pdb.yaml and the
 // configuration config.yaml holds (decoded and defaulted as the daemon
 // does, without checking the files it names).
 func readDeployHA(t *testing.T) deployHA {
 	t.Helper()
 	var d deployHA
 	var cm corev1.ConfigMap
-	for name, obj := range map[string]any{"deployment.yaml": &d.deploy, "pdb.yaml": &d.pdb, "config.yaml": &cm} {
+	for name, obj := range map[string]any{"statefulset.yaml": &d.deploy, "pdb.yaml": &d.pdb, "config.yaml": &cm} {
 		data, err := os.ReadFile(filepath.Join("..", "..", "deploy", name))
 		if err != nil {
 			t.Fatal(err)
@@ -58,7 +58,9 @@ func readDeployHA(t *testing.T) deployHA {
 }
 
 // problems lists what keeps d from running highly available and stopping
-// gracefully: two replicas at least, rolled one new pod at a time; a
+// gracefully: three replicas at least (a bus that can lose a node),
+// rolled one pod at a time, each replaced once its successor is ready and
+// named through the bus's headless Service; a
 // PodDisruptionBudget over the same pods that lets one go at a time;
 // replicas spread across nodes; the probes on the metrics port; a
 // readiness probe that notices a stopping replica within the gateway's
@@ -71,15 +73,22 @@ func (d deployHA) problems() []string {
 	if spec.Replicas != nil {
 		replicas = *spec.Replicas
 	}
-	if replicas < 2 {
-		add("deployment.yaml: replicas %d; want at least 2", replicas)
+	if replicas < 3 {
+		add("statefulset.yaml: replicas %d; want at least 3 (the bus's JetStream cluster then survives the loss of a node)", replicas)
 	}
-	if ru := spec.Strategy.RollingUpdate; ru == nil || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
-		add("deployment.yaml: a rolling update must keep every replica until its successor is ready (maxUnavailable: 0)")
+	us := spec.UpdateStrategy
+	if us.Type != appsv1.RollingUpdateStatefulSetStrategyType ||
+		(us.RollingUpdate != nil && ((us.RollingUpdate.MaxUnavailable != nil && us.RollingUpdate.MaxUnavailable.IntValue() != 1) ||
+			(us.RollingUpdate.Partition != nil && *us.RollingUpdate.Partition != 0))) {
+		add("statefulset.yaml: updateStrategy %+v; a rolling update must replace one pod at a time, every pod", us)
+	}
+	if spec.ServiceName != "hubsync-bus" || spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		add("statefulset.yaml: serviceName %q, podManagementPolicy %q; want hubsync-bus (the routes' names) and Parallel (the nodes need each other to start)",
+			spec.ServiceName, spec.PodManagementPolicy)
 	}
 	pods := labels.Set(spec.Template.Labels)
 	if !selects(d.pdb.Spec.Selector, pods) {
-		add("pdb.yaml: selector %v does not select the Deployment's pods %v", d.pdb.Spec.Selector, pods)
+		add("pdb.yaml: selector %v does not select the StatefulSet's pods %v", d.pdb.Spec.Selector, pods)
 	}
 	if allowed := disruptionsAllowed(d.pdb.Spec, replicas); allowed < 1 || allowed >= replicas {
 		add("pdb.yaml: lets %d of %d pods go at once; want at least one and not all", allowed, replicas)
@@ -126,7 +135,7 @@ func (d deployHA) spreadProblems(pods labels.Set) []string {
 			return nil
 		}
 	}
-	return []string{"deployment.yaml: no topologySpreadConstraint spreads the pods across " + corev1.LabelHostname + " (whenUnsatisfiable: ScheduleAnyway)"}
+	return []string{"statefulset.yaml: no topologySpreadConstraint spreads the pods across " + corev1.LabelHostname + " (whenUnsatisfiable: ScheduleAnyway)"}
 }
 
 // probeProblems: liveness on /healthz and readiness on /readyz, on the
@@ -136,7 +145,7 @@ func (d deployHA) probeProblems() []string {
 	var out []string
 	pod := d.deploy.Spec.Template.Spec
 	if len(pod.Containers) != 1 {
-		return []string{fmt.Sprintf("deployment.yaml: %d containers; want 1", len(pod.Containers))}
+		return []string{fmt.Sprintf("statefulset.yaml: %d containers; want 1", len(pod.Containers))}
 	}
 	c := pod.Containers[0]
 	_, port, _ := net.SplitHostPort(d.cfg.Server.Address)
@@ -145,13 +154,13 @@ func (d deployHA) probeProblems() []string {
 		probe      *corev1.Probe
 	}{{"liveness", "/healthz", c.LivenessProbe}, {"readiness", "/readyz", c.ReadinessProbe}} {
 		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || !servesPort(c, p.probe.HTTPGet.Port, port) {
-			out = append(out, fmt.Sprintf("deployment.yaml: the %s probe must GET %s on the port of server.address %s", p.name, p.path, d.cfg.Server.Address))
+			out = append(out, fmt.Sprintf("statefulset.yaml: the %s probe must GET %s on the port of server.address %s", p.name, p.path, d.cfg.Server.Address))
 		}
 	}
 	drain := d.cfg.Gateway.Drain
 	if r := c.ReadinessProbe; r != nil {
 		if notice := time.Duration(r.PeriodSeconds*max(r.FailureThreshold, 1)) * time.Second; notice > drain.DelayOrZero() {
-			out = append(out, fmt.Sprintf("deployment.yaml: the readiness probe notices a stopping replica after %s (periodSeconds x failureThreshold); "+
+			out = append(out, fmt.Sprintf("statefulset.yaml: the readiness probe notices a stopping replica after %s (periodSeconds x failureThreshold); "+
 				"want at most gateway.drain.delay, %s, so that it leaves the endpoints while it still serves", notice, drain.DelayOrZero()))
 		}
 	}
@@ -160,7 +169,7 @@ func (d deployHA) probeProblems() []string {
 		grace = time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second
 	}
 	if need := drain.DelayOrZero() + drain.Timeout.Duration + stopMargin; grace <= need {
-		out = append(out, fmt.Sprintf("deployment.yaml: terminationGracePeriodSeconds %s; want more than gateway.drain.delay + drain.timeout + %s = %s",
+		out = append(out, fmt.Sprintf("statefulset.yaml: terminationGracePeriodSeconds %s; want more than gateway.drain.delay + drain.timeout + %s = %s",
 			grace, stopMargin, need))
 	}
 	return out
@@ -192,15 +201,22 @@ func TestDeployHighlyAvailable(t *testing.T) {
 		says string
 	}{
 		{"one replica", func(d *deployHA) { d.deploy.Spec.Replicas = &one }, "replicas 1"},
-		{"a rolling update that stops a pod first", func(d *deployHA) {
-			d.deploy.Spec.Strategy.RollingUpdate.MaxUnavailable = &intstr.IntOrString{IntVal: 1}
-		}, "maxUnavailable: 0"},
+		{"pods replaced by hand", func(d *deployHA) {
+			d.deploy.Spec.UpdateStrategy.Type = appsv1.OnDeleteStatefulSetStrategyType
+		}, "one pod at a time"},
+		{"two pods replaced at once", func(d *deployHA) {
+			two := intstr.FromInt32(2)
+			d.deploy.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateStatefulSetStrategy{MaxUnavailable: &two}
+		}, "one pod at a time"},
+		{"pods started one by one", func(d *deployHA) {
+			d.deploy.Spec.PodManagementPolicy = appsv1.OrderedReadyPodManagement
+		}, "Parallel"},
 		{"a budget for other pods", func(d *deployHA) {
 			d.pdb.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "other"}}
 		}, "does not select"},
 		{"a budget that blocks every eviction", func(d *deployHA) {
 			d.pdb.Spec.MaxUnavailable = &intstr.IntOrString{IntVal: 0}
-		}, "lets 0 of 2"},
+		}, "lets 0 of 3"},
 		{"no spread", func(d *deployHA) { d.deploy.Spec.Template.Spec.TopologySpreadConstraints = nil }, "topologySpreadConstraint"},
 		{"readiness on the wrong path", func(d *deployHA) {
 			d.deploy.Spec.Template.Spec.Containers[0].ReadinessProbe.HTTPGet.Path = "/healthz"
