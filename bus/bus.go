@@ -157,6 +157,14 @@ func New(cfg config.Bus, source string, log *slog.Logger, reg prometheus.Registe
 		done:            make(chan struct{}),
 		provisionKick:   make(chan struct{}, 1),
 	}
+	if len(cfg.URLs) == 0 && cfg.Embedded.Clustered() {
+		// A publish in flight when the stream's leader moves (a node lost
+		// or stopping) is never acknowledged: it is sent again once its
+		// ack is overdue, with the same id (JetStream keeps one). An ack
+		// on the cluster normally takes milliseconds (a quorum's write),
+		// so 2s bounds that pause without mistaking load for a loss.
+		b.opTimeout = clusteredOpTimeout
+	}
 	consumers := cfg.Consumers
 	b.consumers.Store(&consumers)
 	m, err := newMetrics(reg)
@@ -369,6 +377,9 @@ func (b *Bus) ClientURL() string {
 	return b.clientURL
 }
 
+// clusteredOpTimeout is opTimeout on a clustered embedded bus.
+const clusteredOpTimeout = 2 * time.Second
+
 // Close closes the connection and shuts the embedded server down. Remove
 // the bus from the fan-out (or close the fan-out) first, which delivers
 // what is queued for a while.
@@ -391,6 +402,7 @@ func (b *Bus) Close() error {
 			<-healthDone
 		}
 		if srv != nil {
+			b.handOver(srv)
 			srv.Shutdown()
 			srv.WaitForShutdown()
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hubsync/hubsync/config"
@@ -252,4 +253,72 @@ func TestClusteredBus(t *testing.T) {
 		}
 		return nil
 	}, "every replica of the stream current after a node lost its data")
+}
+
+// TestClosingNodeHandsOverItsStreams: a node that stops (a replica's
+// SIGTERM) first hands the leadership of the streams it leads to another
+// node, so that the stream has a leader again within moments rather than
+// after an election that starts only once its heartbeats stop (at least
+// 4 s in nats-server).
+func TestClosingNodeHandsOverItsStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three servers")
+	}
+	key := newConsumerKey(t)
+	cfgs := clusterConfigs(t, 3, key.pub)
+	leader, _ := newBus(t, cfgs[0])
+	nodes := []*Bus{leader.Bus}
+	for _, c := range cfgs[1:] {
+		b, _ := newBus(t, c)
+		nodes = append(nodes, b.Bus)
+		if err := b.StartNode(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(t, leader, nil)
+	leader.Notify(streamtest.Profile(stream.ProfileCreated, "team-a", "c1", "1"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := leader.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	self := selfConnect(t, leader)
+	nc, err := nats.Connect("", nats.InProcessServer(leader.srv), nats.UserInfo(selfUser, selfPassword(leader)), nats.CustomInboxPrefix(selfInboxPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	name := cfgs[0].Stream.Name
+	streamLeader := func() string {
+		s, err := self.js.Stream(ctxT(t), name)
+		if err != nil || s.CachedInfo().Cluster == nil {
+			return ""
+		}
+		return s.CachedInfo().Cluster.Leader
+	}
+	// The stream led by a node other than the publisher's.
+	testutil.Eventually(t, 30*time.Second, 200*time.Millisecond, func() error {
+		switch l := streamLeader(); l {
+		case "hubsync-1", "hubsync-2":
+			return nil
+		case "hubsync-0":
+			_, _ = nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+name, nil, 2*time.Second)
+			return fmt.Errorf("led by the publisher's node")
+		default:
+			return fmt.Errorf("no leader")
+		}
+	}, "the stream led by another node than the publisher's")
+	victim := streamLeader()
+	i := map[string]int{"hubsync-1": 1, "hubsync-2": 2}[victim]
+	if err := nodes[i].Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed := time.Now()
+	testutil.Eventually(t, 2*time.Second, 20*time.Millisecond, func() error {
+		if l := streamLeader(); l == "" || l == victim {
+			return fmt.Errorf("led by %q", l)
+		}
+		return nil
+	}, "a new leader of the stream within moments of the node's stop")
+	t.Logf("the stream was led by %s; led by %s %s after its stop", victim, streamLeader(), time.Since(closed).Round(time.Millisecond))
 }

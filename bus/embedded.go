@@ -98,7 +98,7 @@ func serverOptions(bus config.Bus, auth *embeddedAuth) (*server.Options, string,
 		// nats-server reads 0 as "the default port 4222"; -1 is "any free port".
 		port = server.RANDOM_PORT
 	}
-	accounts, err := layoutOf(bus).WriterAccountConfig()
+	accounts, err := layoutOf(bus).ServerConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("embedded NATS accounts: %w", err)
 	}

@@ -144,15 +144,15 @@ type Users struct {
 // (docs/events.md).
 func (l Layout) Config(users Users) ([]byte, error) { return l.config(&users) }
 
-// WriterAccountConfig is Config's writer account alone, without users,
-// for a server that authenticates its clients itself (embeddedAuth) and
-// registers the consumer accounts as they come and go (Register): the
+// ServerConfig is Config without users, for a server that authenticates
+// its clients itself (embeddedAuth): the writer account and the consumer
+// accounts of l, which exist from the server's start, before its routes
+// connect. (An account registered later on a clustered node misses the
+// interest its peers announced before: their consumers answer nothing
+// there. Register adds the accounts of consumers listed later; the
 // writer's exports do not depend on the consumers, so adding one changes
-// nothing for the connections of the others.
-func (l Layout) WriterAccountConfig() ([]byte, error) {
-	l.Consumers = nil
-	return l.config(nil)
-}
+// nothing for the connections of the others.)
+func (l Layout) ServerConfig() ([]byte, error) { return l.config(nil) }
 
 // importSpec is one import of a consumer account from the writer
 // account: a service (requests) or a stream (deliveries), from the
@@ -183,7 +183,7 @@ func (l Layout) imports(c ConsumerAccess) []importSpec {
 var consumerLimits = server.JetStreamAccountLimits{MaxStreams: 2, MaxConsumers: maxConsumersPerAccount, MaxMemory: -1, MaxStore: -1}
 
 // Register adds c's account to srv, which runs the writer account of
-// WriterAccountConfig, with its imports and JetStream limits. An account
+// ServerConfig, with its imports and JetStream limits. An account
 // registered before (a consumer removed and listed again) is kept.
 func (l Layout) Register(srv *server.Server, c ConsumerAccess) error {
 	if _, err := srv.LookupAccount(c.Account()); err == nil {
