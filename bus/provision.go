@@ -491,8 +491,12 @@ func (b *Bus) HealthLines(now time.Time) []string {
 // event stream, the bucket, every application's copies) to another node
 // before the node stops, so that publishing and the copies go on at once
 // instead of after an election (4 to 9 s) that only starts once its
-// heartbeats stop. Best effort, within handOverTimeout: the streams it
-// could not move are elected anew as after a crash.
+// heartbeats stop. When the event stream or the bucket moved, every
+// application's copy of it changes leader too: a copy's new leader sets
+// its source up at once against the new one, where the old leader would
+// notice the source gone only at nats-server's 10-second source health
+// check. Best effort, within handOverTimeout: what it could not move is
+// elected anew as after a crash.
 func (b *Bus) handOver(srv *server.Server) {
 	b.mu.Lock()
 	auth := b.auth
@@ -504,39 +508,48 @@ func (b *Bus) handOver(srv *server.Server) {
 	defer cancel()
 	l := layoutOf(b.current())
 	me := srv.Name()
-	stepDown := func(nc *nats.Conn, js jetstream.JetStream, streams ...string) {
-		defer nc.Close()
-		for _, name := range streams {
-			s, err := js.Stream(ctx, name)
-			if err != nil || s.CachedInfo().Cluster == nil || s.CachedInfo().Cluster.Leader != me {
-				continue
+	// stepDown moves the leadership of stream name away from this node;
+	// with always, wherever it is. It reports whether it moved.
+	stepDown := func(nc *nats.Conn, js jetstream.JetStream, name string, always bool) bool {
+		s, err := js.Stream(ctx, name)
+		if err != nil || s.CachedInfo().Cluster == nil {
+			return false
+		}
+		was := s.CachedInfo().Cluster.Leader
+		if was == "" || (!always && was != me) {
+			return false
+		}
+		if _, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+name, nil); err != nil {
+			b.log.Debug("could not hand the stream's leadership over", "stream", name, "err", err)
+			return false
+		}
+		// Wait for the new leader, so that the node does not stop in the
+		// middle of the election.
+		for ctx.Err() == nil {
+			if info, err := s.Info(ctx); err == nil && info.Cluster != nil && info.Cluster.Leader != "" && info.Cluster.Leader != was && info.Cluster.Leader != me {
+				return true
 			}
-			if _, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+name, nil); err != nil {
-				b.log.Debug("could not hand the stream's leadership over", "stream", name, "err", err)
-				continue
-			}
-			// Wait for the new leader, so that the node does not stop in
-			// the middle of the election.
-			for ctx.Err() == nil {
-				if info, err := s.Info(ctx); err == nil && info.Cluster != nil && info.Cluster.Leader != "" && info.Cluster.Leader != me {
-					break
-				}
-				select {
-				case <-ctx.Done():
-				case <-time.After(50 * time.Millisecond):
-				}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
 			}
 		}
+		return false
 	}
+	var movedEvents, movedRecords bool
 	if nc, js, err := inProcessJS(srv, "hubsync-handover", selfUser, auth.selfPassword, nats.CustomInboxPrefix(selfInboxPrefix)); err == nil {
-		stepDown(nc, js, b.cfg.Stream.Name, "KV_"+b.cfg.KVBucket)
+		movedEvents = stepDown(nc, js, b.cfg.Stream.Name, false)
+		movedRecords = stepDown(nc, js, "KV_"+b.cfg.KVBucket, false)
+		nc.Close()
 	}
 	for _, c := range l.Consumers {
 		if nc, js, err := inProcessJS(srv, "hubsync-handover", provisionerUser+c.Name, auth.provisionerPassword(c.Name)); err == nil {
-			stepDown(nc, js, l.Stream, l.kvStream())
+			stepDown(nc, js, l.Stream, movedEvents)
+			stepDown(nc, js, l.kvStream(), movedRecords)
+			nc.Close()
 		}
 	}
 }
 
 // handOverTimeout bounds handOver.
-const handOverTimeout = 3 * time.Second
+const handOverTimeout = 5 * time.Second

@@ -359,6 +359,13 @@ func (r *busRig) steady(ctx context.Context, prefix string, n int, during func()
 	sent := make(map[string]time.Time, n)
 	tick := time.NewTicker(time.Second / busRate)
 	defer tick.Stop()
+	// The fault has run its course (a node fully stopped) before the
+	// next step, which may start that node again.
+	faultDone := make(chan struct{})
+	if during == nil {
+		close(faultDone)
+	}
+	defer func() { <-faultDone }()
 	for i := range n {
 		select {
 		case <-ctx.Done():
@@ -370,6 +377,7 @@ func (r *busRig) steady(ctx context.Context, prefix string, n int, during func()
 		r.publisher().f.Notify(streamtest.Profile(stream.ProfileCreated, "bench", name, "1"))
 		if during != nil && i == n/3 {
 			go func() {
+				defer close(faultDone)
 				if err := during(); err != nil {
 					fmt.Printf("  fault: %v\n", err)
 				}
