@@ -26,6 +26,7 @@ var allowed = map[string][]string{
 	"config":            {"stream", "hub"},
 	"syncer":            {"config", "stream", "hub"},
 	"bus":               {"config", "stream", "events", "hub"},
+	"bus/bustest":       {},
 	"sinks":             {"config", "stream", "hub"},
 	"sinks/kubeconfig":  {"config", "stream", "hub", "sinks"},
 	"sinks/argocd":      {"config", "stream", "hub", "sinks"},
