@@ -1446,6 +1446,13 @@ func TestDeployManifests(t *testing.T) {
 func TestRBACDaemon(t *testing.T) {
 	d := loadDeploy(t, "serviceaccount.yaml", "rbac.yaml")
 	conf := hubsyncConfig(t)
+	// One process stands in for one replica: its bus is a single node on
+	// loopback (StartDaemon picks the port), since the pods' certificate
+	// and their peers' routes are not here. The bus takes no part in
+	// what the ServiceAccount may do (test/chart's TestInstall runs the
+	// clustered bus as the chart configures it).
+	conf.Bus.Embedded.Listen, conf.Bus.Embedded.TLS, conf.Bus.Embedded.Cluster = "", config.BusEmbeddedTLS{}, config.BusCluster{}
+	conf.Bus.Stream.Replicas = 1
 	h := newHarnessWithoutSyncer(t)
 	installRBAC(h.ctx, t, h.hub.Kube, d)
 	le := conf.LeaderElection
