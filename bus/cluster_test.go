@@ -77,6 +77,26 @@ func clusterConfigs(t *testing.T, n int, key string) []config.Bus {
 	return out
 }
 
+// startCluster starts three replicas' buses as one cluster: the first
+// publishes (started), the others run their nodes; one application signs
+// in with key. Every bus is closed at the end of the test.
+func startCluster(t *testing.T) (key consumerKey, cfgs []config.Bus, leader *testBus, nodes []*Bus) {
+	t.Helper()
+	key = newConsumerKey(t)
+	cfgs = clusterConfigs(t, 3, key.pub)
+	leader, _ = newBus(t, cfgs[0])
+	nodes = []*Bus{leader.Bus}
+	for _, c := range cfgs[1:] {
+		b, _ := newBus(t, c)
+		nodes = append(nodes, b.Bus)
+		if err := b.StartNode(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(t, leader, nil)
+	return key, cfgs, leader, nodes
+}
+
 // TestClusteredBus runs three replicas' embedded servers as one JetStream
 // cluster: the leader publishes through its own node, the stream and
 // bucket have three replicas, an application reads its copy on another
@@ -86,21 +106,7 @@ func TestClusteredBus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three servers")
 	}
-	key := newConsumerKey(t)
-	cfgs := clusterConfigs(t, 3, key.pub)
-	leader, _ := newBus(t, cfgs[0])
-	nodes := []*Bus{leader.Bus}
-	for _, c := range cfgs[1:] {
-		b, _ := newBus(t, c)
-		t.Cleanup(func() { _ = b.Close() })
-		nodes = append(nodes, b.Bus)
-	}
-	for _, b := range nodes[1:] {
-		if err := b.StartNode(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	start(t, leader, nil)
+	key, cfgs, leader, nodes := startCluster(t)
 	publish := func(ns string, from, to int) {
 		for i := from; i < to; i++ {
 			leader.Notify(streamtest.Profile(stream.ProfileCreated, ns, fmt.Sprintf("c%02d", i), "1"))
@@ -264,18 +270,7 @@ func TestClosingNodeHandsOverItsStreams(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three servers")
 	}
-	key := newConsumerKey(t)
-	cfgs := clusterConfigs(t, 3, key.pub)
-	leader, _ := newBus(t, cfgs[0])
-	nodes := []*Bus{leader.Bus}
-	for _, c := range cfgs[1:] {
-		b, _ := newBus(t, c)
-		nodes = append(nodes, b.Bus)
-		if err := b.StartNode(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	start(t, leader, nil)
+	_, cfgs, leader, nodes := startCluster(t)
 	leader.Notify(streamtest.Profile(stream.ProfileCreated, "team-a", "c1", "1"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -508,47 +508,48 @@ func (b *Bus) handOver(srv *server.Server) {
 	defer cancel()
 	l := layoutOf(b.current())
 	me := srv.Name()
-	// stepDown moves the leadership of stream name away from this node;
-	// with always, wherever it is. It reports whether it moved.
-	stepDown := func(nc *nats.Conn, js jetstream.JetStream, name string, always bool) bool {
-		s, err := js.Stream(ctx, name)
-		if err != nil || s.CachedInfo().Cluster == nil {
-			return false
-		}
-		was := s.CachedInfo().Cluster.Leader
-		if was == "" || (!always && was != me) {
-			return false
-		}
-		if _, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+name, nil); err != nil {
-			b.log.Debug("could not hand the stream's leadership over", "stream", name, "err", err)
-			return false
-		}
-		// Wait for the new leader, so that the node does not stop in the
-		// middle of the election.
-		for ctx.Err() == nil {
-			if info, err := s.Info(ctx); err == nil && info.Cluster != nil && info.Cluster.Leader != "" && info.Cluster.Leader != was && info.Cluster.Leader != me {
-				return true
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-		return false
-	}
 	var movedEvents, movedRecords bool
 	if nc, js, err := inProcessJS(srv, "hubsync-handover", selfUser, auth.selfPassword, nats.CustomInboxPrefix(selfInboxPrefix)); err == nil {
-		movedEvents = stepDown(nc, js, b.cfg.Stream.Name, false)
-		movedRecords = stepDown(nc, js, "KV_"+b.cfg.KVBucket, false)
+		movedEvents = b.stepDown(ctx, nc, js, me, l.Stream, false)
+		movedRecords = b.stepDown(ctx, nc, js, me, l.kvStream(), false)
 		nc.Close()
 	}
 	for _, c := range l.Consumers {
 		if nc, js, err := inProcessJS(srv, "hubsync-handover", provisionerUser+c.Name, auth.provisionerPassword(c.Name)); err == nil {
-			stepDown(nc, js, l.Stream, movedEvents)
-			stepDown(nc, js, l.kvStream(), movedRecords)
+			b.stepDown(ctx, nc, js, me, l.Stream, movedEvents)
+			b.stepDown(ctx, nc, js, me, l.kvStream(), movedRecords)
 			nc.Close()
 		}
 	}
+}
+
+// stepDown moves the leadership of stream name away from node me, or
+// with always wherever it is, and waits for the new leader so that me
+// does not stop in the middle of the election. It reports whether the
+// leadership moved.
+func (b *Bus) stepDown(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, me, name string, always bool) bool {
+	s, err := js.Stream(ctx, name)
+	if err != nil || s.CachedInfo().Cluster == nil {
+		return false
+	}
+	was := s.CachedInfo().Cluster.Leader
+	if was == "" || (!always && was != me) {
+		return false
+	}
+	if _, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+name, nil); err != nil {
+		b.log.Debug("could not hand the stream's leadership over", "stream", name, "err", err)
+		return false
+	}
+	for ctx.Err() == nil {
+		if info, err := s.Info(ctx); err == nil && info.Cluster != nil && info.Cluster.Leader != "" && info.Cluster.Leader != was && info.Cluster.Leader != me {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return false
 }
 
 // handOverTimeout bounds handOver.

@@ -321,11 +321,7 @@ func (r *busRig) follow(kp nkeys.KeyPair, pub string) error {
 			r.seen[cluster] = at
 		}
 	}
-	// The copy is made beside publishing: subscribe once it exists.
-	return testutil.Poll(context.Background(), time.Minute, 20*time.Millisecond, func() bool {
-		_, err := js.Subscribe("hubsync.>", handle, nats.OrderedConsumer(), nats.DeliverNew())
-		return err == nil
-	})
+	return followNew(js, handle)
 }
 
 func (r *busRig) close() {
@@ -472,7 +468,7 @@ type busFaults struct {
 // published is the number of events JetStream has acknowledged to every
 // node that has published, as hubsync_bus_events_published_total counts
 // them.
-func (r *busRig) published(nodes []*busNode) float64 {
+func published(nodes []*busNode) float64 {
 	var sum float64
 	for _, n := range nodes {
 		mfs, err := n.reg.Gather()
@@ -501,7 +497,7 @@ func (r *busRig) longestGap(ctx context.Context, prefix string, n int, fault fun
 	stop := make(chan struct{})
 	done := make(chan time.Duration)
 	go func() {
-		last, lastAt, longest := r.published(nodes), time.Now(), time.Duration(0)
+		last, lastAt, longest := published(nodes), time.Now(), time.Duration(0)
 		tick := time.NewTicker(2 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -510,7 +506,7 @@ func (r *busRig) longestGap(ctx context.Context, prefix string, n int, fault fun
 				done <- longest
 				return
 			case now := <-tick.C:
-				if v := r.published(nodes); v != last {
+				if v := published(nodes); v != last {
 					longest = max(longest, now.Sub(lastAt))
 					last, lastAt = v, now
 				}

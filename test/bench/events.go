@@ -130,10 +130,14 @@ func (c *eventCounter) attach(d *fleet.Daemon) error {
 			ch <- at
 		}
 	}
-	// As a consumer follows the bus: an ordered consumer of its copy of
-	// the stream (nats sub 'hubsync.>' --new), made once hubsync has made
-	// the copy.
-	return wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	return followNew(js, handle)
+}
+
+// followNew follows the bus as an application does: an ordered consumer
+// of its copy of the stream (nats sub 'hubsync.>' --new), made once
+// hubsync has made the copy (beside publishing).
+func followNew(js nats.JetStreamContext, handle nats.MsgHandler) error {
+	return wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		_, err := js.Subscribe("hubsync.>", handle, nats.OrderedConsumer(), nats.DeliverNew())
 		return err == nil, nil
 	})
