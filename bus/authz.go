@@ -47,11 +47,13 @@ const (
 	selfInboxPrefix = "_HUBSYNC_INBOX"
 )
 
-// layoutOf is the account layout of cfg on the embedded server: the local
-// consumer, then bus.consumers.
+// layoutOf is the account layout of cfg: on the embedded server the
+// local consumer, then bus.consumers.
 func layoutOf(cfg config.Bus) Layout {
-	l := Layout{Prefix: cfg.SubjectPrefix, Stream: cfg.Stream.Name, Bucket: cfg.KVBucket,
-		Consumers: []ConsumerAccess{{Name: config.LocalConsumer}}}
+	l := Layout{Prefix: cfg.SubjectPrefix, Stream: cfg.Stream.Name, Bucket: cfg.KVBucket}
+	if len(cfg.URLs) == 0 {
+		l.Consumers = []ConsumerAccess{{Name: config.LocalConsumer}}
+	}
 	for _, c := range cfg.Consumers {
 		l.Consumers = append(l.Consumers, ConsumerAccess{Name: c.Name, Namespaces: c.Namespaces})
 	}

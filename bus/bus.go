@@ -269,6 +269,10 @@ func (b *Bus) Start(ctx context.Context) error {
 	} else {
 		b.clientURL = b.cfg.URLs[0]
 		b.log.Info("connecting to NATS in the background", "urls", RedactURLs(b.cfg.URLs))
+		var hctx context.Context
+		hctx, b.healthCancel = context.WithCancel(context.Background())
+		b.healthDone = make(chan struct{})
+		go b.watchHealth(hctx, b.healthDone)
 	}
 	b.started = true
 	b.needEnsure.Store(true)
@@ -520,7 +524,7 @@ func (b *Bus) ensure(ctx context.Context) error {
 	}
 	b.log.Log(ctx, level, "JetStream stream and KV bucket ready", "stream", s.Name, "subjects", b.cfg.SubjectPrefix+".>",
 		"kvBucket", b.cfg.KVBucket, "duplicateWindow", primary.Duplicates)
-	if b.embedded {
+	if b.embedded || b.cfg.NKeySeedFile != "" {
 		// The copies follow, beside publishing (watchHealth).
 		b.provisioned.Store(false)
 		b.kickProvision()

@@ -317,3 +317,81 @@ func TestClosingNodeHandsOverItsStreams(t *testing.T) {
 	}, "a new leader of the stream within moments of the node's stop")
 	t.Logf("the stream was led by %s; led by %s %s after its stop", victim, streamLeader(), time.Since(closed).Round(time.Millisecond))
 }
+
+// TestConsumerAddedWhileTheClusterRuns: the replicas reload an edited
+// bus.consumers one after another, as the kubelet updates each pod's
+// ConfigMap at its own moment, the publishing replica first. The new
+// application's copies are made at the cluster's replica count once
+// every node has its account, and it reads them on any node.
+func TestConsumerAddedWhileTheClusterRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three servers")
+	}
+	_, cfgs, leader, nodes := startCluster(t)
+	for i := range 5 {
+		leader.Notify(streamtest.Profile(stream.ProfileCreated, "team-a", fmt.Sprintf("c%d", i), "1"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := leader.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	late := newConsumerKey(t)
+	consumers := append(cfgs[0].Consumers, config.BusConsumer{Name: "late", NKeys: []string{late.pub}})
+	for _, i := range []int{0, 2, 1} {
+		if err := nodes[i].SetConsumers(ctx, consumers); err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		t.Logf("node %d applied the consumers after %v", i, time.Since(t0))
+		if i != 0 {
+			continue
+		}
+		// The other pods' kubelets come later: meanwhile the copies
+		// cannot be made (the leader has tried and will try again), and
+		// the leader says so.
+		testutil.Eventually(t, time.Minute, 100*time.Millisecond, func() error {
+			leader.provMu.Lock()
+			failed := !leader.provisionAt.IsZero()
+			leader.provMu.Unlock()
+			if st, ok := copyOf(leader.Copies(ctx), "late"); !failed || !ok || st.Err == nil {
+				return fmt.Errorf("late's copies: %+v (watched: %t, a failed attempt: %t)", st, ok, failed)
+			}
+			return nil
+		}, "the new application's copies reported failing while other nodes lack its account")
+	}
+	leader.Notify(streamtest.Profile(stream.ProfileCreated, "team-a", "c5", "1"))
+	if err := leader.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, 200*time.Millisecond, func() error {
+		st, _ := copyOf(leader.Copies(ctx), "late")
+		if st.Err != nil || st.Events != 6 || st.Records != 6 {
+			return fmt.Errorf("late's copies: %+v", st)
+		}
+		return nil
+	}, "the new application's copies")
+	t.Logf("the new application's copies after %v", time.Since(t0))
+	for i, n := range nodes {
+		nc, err := late.dial(n.ClientURL(), nil)
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+			s, err := js.Stream(ctx, cfgs[0].Stream.Name)
+			if err != nil {
+				return err
+			}
+			info := s.CachedInfo()
+			if info.Config.Replicas != 3 || info.State.Msgs != 6 {
+				return fmt.Errorf("%d replicas, %d events; want 3 and 6", info.Config.Replicas, info.State.Msgs)
+			}
+			return nil
+		}, fmt.Sprintf("the new application's copy read on node %d", i))
+		nc.Close()
+	}
+}

@@ -20,20 +20,17 @@ import (
 // the copies of a consumer account that it could not make.
 const provisionRetry = 5 * time.Second
 
-// provision makes or updates the copies of every consumer account of the
-// embedded server (layout.go), each through an in-process connection as
-// that account's provisioning user, once the writer's stream and bucket
-// exist. It runs beside publishing, never on its way (watchHealth, after
+// provision makes or updates the copies of every consumer account
+// (layout.go), each through a connection as that account's provisioning
+// user (in-process on the embedded server; on an external NATS, signed
+// with ProvisionerKey), once the writer's stream and bucket exist. It runs beside publishing, never on its way (watchHealth, after
 // ensure kicks it), and a failure is logged and tried again after
 // provisionRetry; a copy made later catches up from the start of the
 // writer's stream.
 func (b *Bus) provision(ctx context.Context, primary jetstream.StreamConfig) {
 	b.provMu.Lock()
 	defer b.provMu.Unlock()
-	b.mu.Lock()
-	srv, auth := b.srv, b.auth
-	b.mu.Unlock()
-	if srv == nil || auth == nil {
+	if !b.keepsCopies() {
 		return
 	}
 	l := layoutOf(b.current())
@@ -52,6 +49,18 @@ func (b *Bus) provision(ctx context.Context, primary jetstream.StreamConfig) {
 	}
 	b.provisionAt = time.Time{}
 	b.provisioned.Store(true)
+}
+
+// reprovision has the publishing replica make or update every copy, at
+// once and beside what calls it: on a cluster whose nodes learn of a new
+// application one at a time, its copies cannot be made until every node
+// has its account, and a failure is tried again after provisionRetry.
+func (b *Bus) reprovision() {
+	b.provMu.Lock()
+	b.provisionAt = time.Time{}
+	b.provMu.Unlock()
+	b.provisioned.Store(false)
+	b.kickProvision()
 }
 
 // kickProvision has watchHealth make the copies now, if they are due.
@@ -94,9 +103,28 @@ func inProcessJS(srv *server.Server, name, user, password string, opts ...nats.O
 	return nc, js, nil
 }
 
-// asProvisioner connects in-process as c's provisioning user.
+// keepsCopies reports whether this bus makes and watches the consumer
+// accounts' copies: on the embedded server, and on an external NATS that
+// hubsync signs in to with an NKey seed (ProvisionerKey).
+func (b *Bus) keepsCopies() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.srv != nil {
+		return b.auth != nil
+	}
+	return len(b.cfg.URLs) > 0 && b.cfg.NKeySeedFile != ""
+}
+
+// asProvisioner connects as c's provisioning user: in-process on the
+// embedded server, else to the external NATS.
 func (b *Bus) asProvisioner(c ConsumerAccess) (*nats.Conn, jetstream.JetStream, error) {
-	return inProcessJS(b.srv, "hubsync-provisioner", provisionerUser+c.Name, b.auth.provisionerPassword(c.Name))
+	b.mu.Lock()
+	srv, auth := b.srv, b.auth
+	b.mu.Unlock()
+	if srv != nil && auth != nil {
+		return inProcessJS(srv, "hubsync-provisioner", provisionerUser+c.Name, auth.provisionerPassword(c.Name))
+	}
+	return dialExternal(b.cfg, "hubsync-provisioner", &c)
 }
 
 func provisionOne(ctx context.Context, b *Bus, l Layout, c ConsumerAccess, primary jetstream.StreamConfig) error {
@@ -126,13 +154,10 @@ type CopyState struct {
 	Err error
 }
 
-// Copies reports the copies of every consumer account of the embedded
-// server; nil for an external NATS.
+// Copies reports the copies of every consumer account; nil when this bus
+// does not keep them (keepsCopies).
 func (b *Bus) Copies(ctx context.Context) []CopyState {
-	b.mu.Lock()
-	srv, auth := b.srv, b.auth
-	b.mu.Unlock()
-	if srv == nil || auth == nil {
+	if !b.keepsCopies() {
 		return nil
 	}
 	l := layoutOf(b.current())
@@ -184,10 +209,12 @@ func (b *Bus) readCopies(ctx context.Context, l Layout, c ConsumerAccess, st *Co
 // SetConsumers applies a new bus.consumers while the bus runs. On the
 // embedded server: the copies of a consumer no longer listed are deleted;
 // a new consumer's account is registered; the connections of a removed
-// consumer, or signed in with a key no longer listed, are closed; and the
-// copies of every consumer are made or brought to its namespaces. The
+// consumer, or signed in with a key no longer listed, are closed. The
 // other connections, hubsync's own among them, are not touched. On an
-// external NATS it is kept only: the accounts there are the operator's.
+// external NATS the accounts are the operator's (AccountsConfig): the
+// copies of a removed consumer are deleted, where hubsync signs in with
+// an NKey seed. Either way the publishing replica then makes or updates
+// every copy, beside this call (reprovision).
 func (b *Bus) SetConsumers(ctx context.Context, cs []config.BusConsumer) error {
 	b.consumersMu.Lock()
 	defer b.consumersMu.Unlock()
@@ -197,7 +224,8 @@ func (b *Bus) SetConsumers(ctx context.Context, cs []config.BusConsumer) error {
 	old := b.current()
 	next := old
 	next.Consumers = cs
-	if srv == nil || auth == nil {
+	external := srv == nil || auth == nil
+	if external && !b.keepsCopies() {
 		b.consumers.Store(&cs)
 		return nil
 	}
@@ -217,6 +245,12 @@ func (b *Bus) SetConsumers(ctx context.Context, cs []config.BusConsumer) error {
 			b.log.Warn("cannot delete the copies of a removed consumer; they stay on disk", "consumer", c.Name, "err", err)
 		}
 	}
+	if external {
+		b.consumers.Store(&cs)
+		b.reprovision()
+		b.log.Info("bus consumers applied", "consumers", len(cs), "removed", len(removed))
+		return nil
+	}
 	// The writer account does not change: new accounts are registered
 	// beside it, and no other connection notices.
 	for _, c := range nextL.Consumers {
@@ -229,8 +263,7 @@ func (b *Bus) SetConsumers(ctx context.Context, cs []config.BusConsumer) error {
 	}
 	b.consumers.Store(&cs)
 	closed := b.closeStale(srv, nextL, next)
-	b.provisioned.Store(false)
-	b.provision(ctx, b.primaryConfig())
+	b.reprovision()
 	names := make([]string, 0, len(cs))
 	for _, c := range cs {
 		names = append(names, c.Name)
@@ -352,20 +385,24 @@ func (b *Bus) refreshHealth(ctx context.Context) {
 	b.m.streamReplicas.WithLabelValues("offline").Set(float64(offline))
 }
 
-// StreamReplicas counts the event stream's replicas on the embedded
-// server: current (the leader among them), behind and offline.
+// StreamReplicas counts the event stream's replicas: current (the leader
+// among them), behind and offline. An external NATS is read through
+// hubsync's own connection.
 func (b *Bus) StreamReplicas(ctx context.Context) (current, behind, offline int, err error) {
 	b.mu.Lock()
 	srv, auth := b.srv, b.auth
 	b.mu.Unlock()
-	if srv == nil || auth == nil {
-		return 0, 0, 0, errors.New("no embedded server")
+	var js jetstream.JetStream
+	if srv != nil && auth != nil {
+		nc, inproc, err := inProcessJS(srv, "hubsync-health", selfUser, auth.selfPassword, nats.CustomInboxPrefix(selfInboxPrefix))
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		defer nc.Close()
+		js = inproc
+	} else if js = b.jetStream(); js == nil {
+		return 0, 0, 0, errNotConnected
 	}
-	nc, js, err := inProcessJS(srv, "hubsync-health", selfUser, auth.selfPassword, nats.CustomInboxPrefix(selfInboxPrefix))
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	defer nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, b.cfg.Stream.Name)

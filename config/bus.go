@@ -98,6 +98,9 @@ func (c *Config) validateBus() field.ErrorList {
 	errs = append(errs, validateBusClient(path, b)...)
 	errs = append(errs, validateBusStream(path, b)...)
 	errs = append(errs, validateBusConsumers(path.Child("consumers"), b.Consumers)...)
+	if len(b.URLs) > 0 && len(b.Consumers) > 0 && b.NKeySeedFile == "" {
+		errs = append(errs, field.Required(path.Child("nkeySeedFile"), "bus.consumers on an external NATS: hubsync signs in to each application's account with an NKey derived from this seed (hubsync bus-accounts prints the accounts)"))
+	}
 	if len(b.URLs) == 0 {
 		errs = append(errs, validateEmbedded(path.Child("embedded"), b.Embedded)...)
 	} else if b.Embedded.TLS != (BusEmbeddedTLS{}) || b.Embedded.AuthTokenFile != "" {

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -23,6 +25,10 @@ func TestBusConsumers(t *testing.T) {
 	k2, _ := key()
 	account, _ := nkeys.CreateAccount()
 	accountKey, _ := account.PublicKey()
+	seedFile := filepath.Join(t.TempDir(), "hubsync.nk")
+	if err := os.WriteFile(seedFile, []byte(seed), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name, doc string
 		wantPaths []string
@@ -38,6 +44,8 @@ func TestBusConsumers(t *testing.T) {
 		{name: "an account key", doc: "bus: {consumers: [{name: a, nkeys: [" + accountKey + "]}]}", wantPaths: []string{"bus.consumers[0].nkeys[0]"}},
 		{name: "one key, two consumers", doc: "bus: {consumers: [{name: a, nkeys: [" + k1 + "]}, {name: b, nkeys: [" + k1 + "]}]}", wantPaths: []string{"bus.consumers[1].nkeys[0]"}},
 		{name: "namespace", doc: "bus: {consumers: [{name: a, nkeys: [" + k1 + "], namespaces: [Team_A]}]}", wantPaths: []string{"bus.consumers[0].namespaces[0]"}},
+		{name: "external NATS with hubsync's NKey", doc: "bus: {urls: [tls://nats:4222], nkeySeedFile: " + seedFile + ", consumers: [{name: a, nkeys: [" + k1 + "]}]}"},
+		{name: "external NATS without hubsync's NKey", doc: "bus: {urls: [tls://nats:4222], consumers: [{name: a, nkeys: [" + k1 + "]}]}", wantPaths: []string{"bus.nkeySeedFile"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -30,13 +30,14 @@ const usage = `hubsync keeps an Open Cluster Management hub's ClusterProfiles in
 
 Usage:
   hubsync run [--config FILE] [--kubeconfig FILE]   run the daemon
-  hubsync check-config FILE                         validate a configuration file
+  hubsync check-config [--connect] FILE             validate a configuration file (and an external NATS's accounts)
   hubsync creds --managed-serviceaccount=NAME       exec credential plugin (cp-creds compatible)
   hubsync kubeconfig --cluster=C [--sa=NAME]        write a kubeconfig reaching C through the gateway
   hubsync hub-token [--kubeconfig FILE]             exec plugin: your hub identity's token, for the gateway
   hubsync events [--since 10m] [--namespace NS]     print cluster-access events from the NATS bus
   hubsync state [--namespace NS]                    print the current access records from the NATS bus
   hubsync nkey --seed-file FILE                     make the NKey of an application that reads the bus
+  hubsync bus-accounts FILE                         print the accounts an external NATS needs for FILE's bus
   hubsync status [--address HOST:PORT] [-o json]    sum up a running daemon: leader, consumers, sinks, tunnels, gateway
   hubsync version                                   print the version
 
@@ -60,7 +61,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "run":
 		err = runCommand(ctx, args[1:], stderr, daemon.Run)
 	case "check-config":
-		err = checkConfigCommand(args[1:], stdout, stderr)
+		err = checkConfigCommand(ctx, args[1:], stdout, stderr)
 	case "creds":
 		err = credsCommand(ctx, args[1:], stdout, stderr)
 	case "kubeconfig":
@@ -75,6 +76,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = statusCommand(ctx, args[1:], stdout, stderr)
 	case "nkey":
 		err = nkeyCommand(args[1:], stdout, stderr)
+	case "bus-accounts":
+		err = busAccountsCommand(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "hubsync", buildVersion())
 	case "help", "-h", "--help":

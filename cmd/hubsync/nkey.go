@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/hubsync/hubsync/bus"
+	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/sinks"
 )
 
@@ -56,4 +58,37 @@ func nkeyCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s\n\n# The seed is in %s (mode 0600). Admit the application in hubsync's configuration:\nbus:\n  consumers:\n  - name: %s\n    nkeys: [%s]\n    namespaces: []  # the namespaces it reads; empty: all\n", pub, *seedFile, *name, pub)
 	return nil
+}
+
+// busAccountsCommand prints the accounts block of an external NATS for a
+// configuration's bus: hubsync's user in the writer account, and each
+// application of bus.consumers in an account of its own with its NKeys
+// and hubsync's provisioning user. Public keys only: it holds no secret.
+func busAccountsCommand(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hubsync bus-accounts", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: hubsync bus-accounts FILE")
+		fmt.Fprintln(stderr, "Prints the accounts an external NATS needs for the bus of configuration FILE (bus.urls,")
+		fmt.Fprintln(stderr, "bus.nkeySeedFile, bus.consumers), in nats-server's syntax: include it from the servers'")
+		fmt.Fprintln(stderr, "configuration, then check with hubsync check-config --connect FILE.")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return errUsage
+	}
+	cfg, err := config.Load(fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("%s: %w", fs.Arg(0), err)
+	}
+	out, err := bus.AccountsConfig(cfg.Bus)
+	if err != nil {
+		return fmt.Errorf("%s: %w", fs.Arg(0), err)
+	}
+	_, err = stdout.Write(out)
+	return err
 }

@@ -29,8 +29,11 @@ import (
 // as its own process, so the test can kill it like a crashed server.
 type natsProcess struct {
 	bin, dir, addr string
-	cmd            *exec.Cmd
-	logs           fleet.LogBuffer
+	// include, if set, is a configuration file the server's own includes
+	// (the accounts hubsync bus-accounts prints).
+	include string
+	cmd     *exec.Cmd
+	logs    fleet.LogBuffer
 }
 
 func (n *natsProcess) start(t *testing.T) {
@@ -41,6 +44,14 @@ func (n *natsProcess) start(t *testing.T) {
 	// syncs every 2 minutes, and a kill loses the unsynced tail).
 	conf := filepath.Join(filepath.Dir(n.dir), filepath.Base(n.dir)+".conf")
 	data := fmt.Sprintf("host: %q\nport: %s\njetstream {\n  store_dir: %q\n  sync_interval: always\n}\n", host, port, n.dir)
+	if n.include != "" {
+		// nats-server reads an include relative to the including file.
+		rel, err := filepath.Rel(filepath.Dir(conf), n.include)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data += fmt.Sprintf("include %q\n", rel)
+	}
 	if err := os.WriteFile(conf, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
