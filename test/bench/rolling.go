@@ -126,8 +126,8 @@ type killRun struct {
 // timings) behind a readiness-gated round-robin balancer, over two
 // proxy-servers behind one address and two managed API servers, with
 // an external NATS. While clients GET through the balancer, each repeat
-// replaces every replica in turn (a new one ready, then the oldest
-// SIGTERMed) and then SIGKILLs the leader and replaces it. It prints the
+// replaces every replica in turn as a StatefulSet does (the oldest
+// SIGTERMed, then its replacement started) and then SIGKILLs the leader and replaces it. It prints the
 // failed GETs of each rolling update and kill, the leader handover after
 // SIGTERM (lease released) and after SIGKILL (lease left to expire), and
 // a new replica's time from process start to /readyz 200.
@@ -456,10 +456,11 @@ func (r *rollingRig) checkPool(d *fleet.Daemon) {
 	r.pools = append(r.pools, poolCheck{replica: r.names[d], entries: n})
 }
 
-// rollingUpdate replaces every replica in turn, oldest first, as a
-// Deployment's rolling update with maxSurge 1 and maxUnavailable 0
-// does, and counts the GETs from its start until rollingAfter more have
-// succeeded after the last replacement.
+// rollingUpdate replaces every replica in turn, oldest first, as the
+// chart's StatefulSet's rolling update does (one pod at a time: the old
+// one gone before its replacement starts), and counts the GETs from
+// its start until rollingAfter more have succeeded after the last
+// replacement.
 func (r *rollingRig) rollingUpdate(ctx context.Context, l *rollingLoad) (rollingRun, error) {
 	var run rollingRun
 	l.reset()
@@ -482,15 +483,22 @@ func (r *rollingRig) rollingUpdate(ctx context.Context, l *rollingLoad) (rolling
 	return run, nil
 }
 
-// replace starts a new replica and, once it is ready, stops the oldest
-// with SIGTERM. When the oldest led, it times the handover: from the
-// SIGTERM to another replica reporting hubsync_leader 1. It returns
-// whether the oldest led, the handover, and how long the oldest took to
-// exit.
-func (r *rollingRig) replace(ctx context.Context) (bool, time.Duration, time.Duration, error) {
-	if _, err := r.startReplica(ctx); err != nil {
-		return false, 0, 0, err
+// replace stops the oldest replica with SIGTERM and, once it has
+// exited, starts its replacement and waits until it is ready. When the
+// oldest led, it times the handover: from the SIGTERM to another replica
+// reporting hubsync_leader 1. It returns whether the oldest led, the
+// handover, and how long the oldest took to exit.
+func (r *rollingRig) replace(ctx context.Context) (led bool, handover, took time.Duration, err error) {
+	led, handover, took, err = r.stopOldest(ctx)
+	if err != nil {
+		return led, handover, took, err
 	}
+	_, err = r.startReplica(ctx)
+	return led, handover, took, err
+}
+
+// stopOldest stops the oldest replica with SIGTERM; see replace.
+func (r *rollingRig) stopOldest(ctx context.Context) (bool, time.Duration, time.Duration, error) {
 	old := r.live[0]
 	r.live = r.live[1:]
 	r.checkPool(old)
@@ -779,7 +787,7 @@ func printRolling(runs []rollingRun, kills []killRun, r *rollingRig) {
 	if sorted64(failed)[len(failed)-1] > 0 {
 		verdict = "NOT MET"
 	}
-	fmt.Printf("failed GETs per rolling update (every replica replaced: a new one ready, then the oldest SIGTERMed): %s over %d repeats, %d GETs in all; goal 0: %s\n",
+	fmt.Printf("failed GETs per rolling update (every replica replaced as a StatefulSet does: the oldest SIGTERMed, then its replacement started): %s over %d repeats, %d GETs in all; goal 0: %s\n",
 		floatSpread(failed, "%.0f"), len(runs), total, verdict)
 	// client-go retries a released lease every retryPeriod, jittered by
 	// up to 1.2x, so a standby takes it within 2.2 retry periods.

@@ -76,12 +76,13 @@ func (r *replicaSet) startReplica(ctx context.Context) *fleet.Daemon {
 	return d
 }
 
-// replace starts a new replica, then stops the oldest with SIGTERM (or
-// SIGKILL) as a rolling update (or a lost node) would, and returns how
-// long the stop took.
+// replace stops the oldest replica with SIGTERM (or SIGKILL), then
+// starts its replacement, as the chart's StatefulSet does in a rolling
+// update (one pod at a time, the old one gone before the new one starts;
+// or a lost node), and returns how long the stop took.
 func (r *replicaSet) replace(ctx context.Context, kill bool) time.Duration {
 	r.t.Helper()
-	r.startReplica(ctx)
+	defer r.startReplica(ctx)
 	r.mu.Lock()
 	old := r.live[0]
 	r.live = r.live[1:]
@@ -274,7 +275,8 @@ func startNATS(t *testing.T) *natsserver.Server {
 // balancer, with a client sending GETs to two clusters every 100 ms, an
 // informer and `kubectl get -w` watching through the gateway, an exec
 // session open, and the hub changing; then replaces every replica in turn
-// (a new one ready, the old one SIGTERMed), and finally SIGKILLs one.
+// as a StatefulSet does (the old one SIGTERMed, then its replacement
+// started), and finally SIGKILLs one.
 // During the rolling update no GET fails, every watch end is clean and
 // the watches see every change, the exec session on a draining replica
 // ends, profiles keep being written across the leader changes, and every
