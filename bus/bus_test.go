@@ -183,8 +183,11 @@ func connectWith(t *testing.T, url string, opts ...nats.Option) *client {
 // server.
 func selfPassword(b *testBus) string { return b.auth.selfPassword }
 
+// ctxT bounds one step of a test generously: under the race detector,
+// with other packages' tests on the same two cores, a first publish (the
+// server's start, the stream's creation) has taken over 5 s.
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -119,9 +119,9 @@ type Gateway struct {
 	refusals *expiring[passKey, refusal]
 	// passes are tokens verified lately as a cluster's own.
 	passes *expiring[passKey, struct{}]
-	// known are tokens accepted lately: a limited address is not limited
-	// for them.
-	known *expiring[tokenKey, struct{}]
+	// known are tokens accepted lately for a cluster: a limited address
+	// is not limited for them there, and only there.
+	known *expiring[passKey, struct{}]
 
 	keysMu      sync.Mutex
 	clusterKeys map[string]*KeySet
@@ -136,8 +136,8 @@ type passKey struct {
 	token   tokenKey
 }
 
-// knownFor is how long an accepted token exempts its client from the
-// refusal limit.
+// knownFor is how long a token accepted for a cluster exempts its client
+// from the refusal limit for that cluster.
 const knownFor = 10 * time.Minute
 
 // New builds a gateway.
@@ -176,7 +176,7 @@ func New(opts Options) (*Gateway, error) {
 		strangers:   newStrangers(opts.RefusalsPerSecond, opts.RefusalBurst, size, opts.Now),
 		refusals:    newExpiring[passKey, refusal](size),
 		passes:      newExpiring[passKey, struct{}](size),
-		known:       newExpiring[tokenKey, struct{}](size),
+		known:       newExpiring[passKey, struct{}](size),
 		clusterKeys: map[string]*KeySet{},
 		issuers:     newExpiring[string, struct{}](100),
 	}, nil
@@ -206,7 +206,9 @@ type request struct {
 	switched   bool // the cluster answered 101 and the connection was handed over
 	// bodyDeadline: reading the body is bounded by BodyTimeout.
 	bodyDeadline bool
-	watch        bool
+	// body: the request announced a body; http1: over HTTP/1.x.
+	body, http1 bool
+	watch       bool
 	// flight is the request as Serve tracks it, so that a drain can end
 	// it; nil outside Serve.
 	flight *flight
@@ -215,10 +217,18 @@ type request struct {
 func (g *Gateway) serve(w *recorder, r *http.Request, rq *request) {
 	rq.mode = modeRefused
 	rq.addr = clientAddress(r.RemoteAddr)
+	rq.body, rq.http1 = r.ContentLength != 0, r.ProtoMajor == 1
 	// First, on every path: a hop-by-hop list could otherwise remove
 	// what the gateway sets.
 	if ref := checkConnection(r.Header); ref != nil {
 		g.refuse(w, rq, ref)
+		return
+	}
+	if r.Method == http.MethodConnect {
+		// An HTTP/1.1 CONNECT names a host, not the path checked below,
+		// and would reach the cluster as an HTTP/2 CONNECT.
+		g.refuse(w, rq, refuse(http.StatusMethodNotAllowed, "connect_method",
+			"CONNECT is refused: the gateway forwards Kubernetes API requests"))
 		return
 	}
 	route, err := ParseRoute(r.URL)
@@ -302,11 +312,14 @@ func (g *Gateway) decide(ctx context.Context, addr, cluster string, served bool,
 	if ref, ok := g.refusals.get(passKey{cluster: cluster, token: key}, now); ok {
 		return decision{}, &ref
 	}
-	// A token accepted lately is checked whatever its address has spent;
-	// any other check is paid for up front, and given back if it passes.
-	release := func() {}
-	if _, ok := g.known.get(key, now); !ok {
+	// A token accepted lately for this cluster is checked whatever its
+	// address has spent; any other check is paid for up front, and given
+	// back only if it passes: its refusal, whatever the code, is charged.
+	release, pk := func() {}, passKey{cluster: cluster, token: key}
+	_, known := g.known.get(pk, now)
+	if !known {
 		var wait time.Duration
+		var ok bool
 		if release, wait, ok = g.strangers.admit(addr); !ok {
 			ref := refuse(http.StatusTooManyRequests, "rate_limited",
 				"too many refused requests from this address; try again later")
@@ -318,14 +331,13 @@ func (g *Gateway) decide(ctx context.Context, addr, cluster string, served bool,
 	switch {
 	case ref == nil:
 		release()
-		g.known.put(key, struct{}{}, now.Add(knownFor))
+		g.known.put(pk, struct{}{}, now.Add(knownFor))
+		return d, nil
 	case ref.code == http.StatusUnauthorized:
 		// Answered from memory next time, and charged then.
-		g.refusals.put(passKey{cluster: cluster, token: key}, *ref, now.Add(g.opts.RefusalCacheTTL))
-		ref.paid = true // this time, admit charged it
-	default:
-		release()
+		g.refusals.put(pk, *ref, now.Add(g.opts.RefusalCacheTTL))
 	}
+	ref.paid = !known // admit charged it
 	return d, ref
 }
 
@@ -629,27 +641,45 @@ func (g *Gateway) proxyError(w http.ResponseWriter, rq *request, err error) {
 		rq.refusal = "client_gone"
 		w.WriteHeader(499)
 	default:
+		// The error may name addresses and hosts of the hub's network:
+		// it goes to the log, not to the client.
 		g.log.Warn("request to a cluster failed", "cluster", rq.cluster, "err", err)
 		rq.refusal = "upstream_error"
-		writeStatus(w, http.StatusBadGateway, "ServiceUnavailable", fmt.Sprintf("cluster %q: %v", rq.cluster, err))
+		writeStatus(w, http.StatusBadGateway, "ServiceUnavailable",
+			fmt.Sprintf("cluster %q could not be reached; hubsync's log says why", rq.cluster))
 	}
 }
 
-// refuse answers with the gateway's own Status. Refusals of what the
-// client sent (400, 401, 403) are charged to the client's address.
+// refuse answers with the gateway's own Status. Every refusal (4xx, and
+// 503) is charged to the client's address, once; 429 is the charge's
+// own answer, and a 500 or 502 is the gateway's or the cluster's doing.
 func (g *Gateway) refuse(w http.ResponseWriter, rq *request, ref *refusal) {
 	rq.refusal = ref.why
-	switch ref.code {
-	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden:
-		if !ref.paid {
-			g.strangers.charge(rq.addr)
+	if rq.body {
+		// net/http reads up to 256 KiB of a body the handler left unread,
+		// before an HTTP/1.1 answer and after any answer, for as long as
+		// the client takes to send it: the refusal is answered at once
+		// instead, and the connection closed.
+		if rq.http1 {
+			w.Header().Set("Connection", "close")
 		}
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	}
+	if charged(ref.code) && !ref.paid {
+		g.strangers.charge(rq.addr)
+	}
+	switch ref.code {
 	case http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", seconds(g.opts.RetryAfter))
 	case http.StatusTooManyRequests:
 		w.Header().Set("Retry-After", seconds(ref.retryAfter))
 	}
 	writeStatus(w, ref.code, ref.reason, ref.msg)
+}
+
+// charged reports a refusal code charged to the client's address.
+func charged(code int) bool {
+	return code >= 400 && code < 500 && code != http.StatusTooManyRequests || code == http.StatusServiceUnavailable
 }
 
 func (g *Gateway) unavailable(w http.ResponseWriter, rq *request, why, msg string) {
@@ -705,7 +735,11 @@ func (g *Gateway) finish(w *recorder, r *http.Request, rq *request) {
 		level = slog.LevelWarn
 	}
 	if g.log.Enabled(r.Context(), level) {
-		g.log.Log(r.Context(), level, "gateway request", "method", r.Method, "path", r.URL.EscapedPath(), "cluster", rq.cluster,
+		path := r.URL.EscapedPath()
+		if rq.refusal == "credential_in_url" || rq.refusal == "bad_path" {
+			path = "(not shown: it may hold a credential)"
+		}
+		g.log.Log(r.Context(), level, "gateway request", "method", r.Method, "path", path, "cluster", rq.cluster,
 			"mode", rq.mode, "user", rq.user, "code", code, "refused", rq.refusal, "remote", r.RemoteAddr, "duration", elapsed)
 	}
 }

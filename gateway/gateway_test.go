@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -109,6 +111,25 @@ func TestGatewayRequests(t *testing.T) {
 		{name: "the hub token base64 in another header", path: "/c1/api",
 			header: with(bearer(w.hubToken), http.Header{"Cookie": {"s=" + base64.RawURLEncoding.EncodeToString([]byte(w.hubToken))}}), code: 400},
 		{name: "a JWT in the user agent", path: "/c1/api", header: with(bearer(w.hubToken), http.Header{"User-Agent": {"x " + w.expiredHub}}), code: 400},
+		{name: "a JWT right after other text", path: "/c1/api", header: with(bearer(w.hubToken), http.Header{"X-Data": {"abc" + w.expiredHub}}), code: 400},
+		{name: "a base64url JWT one byte off the grid in a header", path: "/c1/api",
+			header: with(bearer(w.hubToken), http.Header{"X-Data": {"q" + base64.RawURLEncoding.EncodeToString([]byte(w.expiredHub))}}), code: 400},
+		{name: "a base64 JWT two bytes off the grid in a header", path: "/c1/api",
+			header: with(bearer(w.hubToken), http.Header{"X-Data": {"qq" + base64.StdEncoding.EncodeToString([]byte(w.expiredHub))}}), code: 400},
+		{name: "a base64url JWT three bytes off the grid in the query", path: "/c1/api?x=qqq" + base64.RawURLEncoding.EncodeToString([]byte(w.expiredHub)),
+			header: with(bearer(w.hubToken)), code: 400, says: "the URL carries a credential"},
+		{name: "a base64url JWT in a service-proxy path", path: "/c1/api/v1/namespaces/a/services/s:80/proxy/" + base64.RawURLEncoding.EncodeToString([]byte(w.expiredHub)),
+			header: with(bearer(w.hubToken)), code: 400, says: "in the path"},
+		{name: "a base64 JWT off the grid after a path's segments", path: "/c1/api/v1/namespaces/a/services/s/proxy/x" + base64.RawStdEncoding.EncodeToString([]byte(w.expiredHub)),
+			header: with(bearer(w.hubToken)), code: 400, says: "in the path"},
+		{name: "a long base64 path segment holding no token", path: "/c1/api/v1/namespaces/a/configmaps/" + base64.RawURLEncoding.EncodeToString([]byte(strings.Repeat("not a token. ", 8))),
+			header: with(bearer(w.hubToken)), code: 200, forwarded: impersonated},
+
+		// Identity headers of other authenticating proxies.
+		{name: "X-Forwarded-User", path: "/c1/api", header: with(bearer(w.hubToken), http.Header{"X-Forwarded-User": {"admin"}}),
+			code: 403, says: "an authenticating proxy's identity headers"},
+		{name: "X-Auth-Request-Groups", path: "/c1/api", passThrough: true, header: with(bearer(w.c1Token), http.Header{"X-Auth-Request-Groups": {"system:masters"}}), code: 403},
+		{name: "Remote-User", path: "/c1/api", header: with(bearer(w.hubToken), http.Header{"Remote-User": {"admin"}}), code: 403},
 
 		// Tokens and who signed them.
 		{name: "a self-signed JWT gets 401 from the gateway", path: "/c1/api", passThrough: true,
@@ -403,5 +424,112 @@ func TestConnectingClusterWaits(t *testing.T) {
 				t.Errorf("forwarded %d requests with answer %d", forwarded, tt.code)
 			}
 		})
+	}
+}
+
+// TestGatewayEdges: a CONNECT is refused before anything is spent on it;
+// an upstream failure's text (addresses of the hub's network) stays in
+// the log; a refused path holding a token is not written to the log.
+func TestGatewayEdges(t *testing.T) {
+	w := newWorld(t)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	pool, rev := w.pool(), w.reviewer()
+	g, err := New(configured(Options{Pool: pool, Reviewer: rev, Log: log}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := serve(g, http.MethodConnect, "/c1/api", bearer(w.hubToken)); rec.Code != http.StatusMethodNotAllowed || !strings.Contains(rec.Body.String(), "CONNECT is refused") {
+		t.Errorf("CONNECT: %d %s", rec.Code, rec.Body)
+	}
+	if n := rev.reviews(); n != 0 || len(pool.requests()) != 0 {
+		t.Errorf("CONNECT cost %d reviews and %d requests", n, len(pool.requests()))
+	}
+
+	pool.fail = errors.New("dial tcp 10.96.7.7:8090: connect: connection refused")
+	rec := serve(g, http.MethodGet, "/c1/api", bearer(w.hubToken))
+	if rec.Code != http.StatusBadGateway || strings.Contains(rec.Body.String(), "10.96.7.7") || !strings.Contains(rec.Body.String(), "could not be reached") {
+		t.Errorf("upstream failure: %d %s", rec.Code, rec.Body)
+	}
+	if !strings.Contains(logs.String(), "10.96.7.7") {
+		t.Errorf("the log does not say why the cluster could not be reached:\n%s", logs.String())
+	}
+
+	serve(g, http.MethodGet, "/c1/api/v1/namespaces/"+w.hubToken, bearer(w.hubToken))
+	serve(g, http.MethodGet, "/c1/api/"+w.expiredHub, bearer(w.hubToken))
+	for _, secret := range []string{w.hubToken, w.expiredHub} {
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("the log holds a token from a refused path:\n%s", logs.String())
+		}
+	}
+}
+
+// TestRefusalsWithABodyEnd: a refused request that announces a body and
+// sends it slowly is answered at once, and its connection closed, instead
+// of net/http reading the body (up to 256 KiB, before an HTTP/1.1 answer
+// and after any answer) for as long as the client likes; the handler's
+// goroutine ends too.
+func TestRefusalsWithABodyEnd(t *testing.T) {
+	w := newWorld(t)
+	g, err := New(configured(Options{Pool: w.pool(), Reviewer: w.reviewer()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	for _, tt := range []struct {
+		name, head string
+	}{
+		{"no token, 1 MiB announced", "POST /c1/api/v1/namespaces/a/configmaps HTTP/1.1\r\nHost: gw\r\nContent-Length: 1048576\r\n\r\n{"},
+		{"no token, 100 KiB announced", "POST /c1/api/v1/namespaces/a/configmaps HTTP/1.1\r\nHost: gw\r\nContent-Length: 102400\r\n\r\n{"},
+		{"a forged impersonation, chunked", "PUT /c1/api/v1/namespaces/a/configmaps/x HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer " + w.hubToken +
+			"\r\nImpersonate-User: admin\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n{\r\n"},
+		{"an unknown cluster", "POST /c9/api/v1/namespaces/a/configmaps HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer " + w.hubToken +
+			"\r\nContent-Length: 1000\r\n\r\n{"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, tt.head); err != nil {
+				t.Fatal(err)
+			}
+			// The client sends nothing more (1 byte/s at best): the
+			// answer must not wait for it.
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			if resp.StatusCode < 400 || !resp.Close {
+				t.Errorf("code %d, Connection: close %t; want a refusal closing the connection", resp.StatusCode, resp.Close)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+				t.Errorf("after the refusal the connection gave %v; want EOF (closed by the server)", err)
+			}
+		})
+	}
+	// HTTP/2: the stream is answered at once too.
+	srv2 := httptest.NewUnstartedServer(g)
+	srv2.EnableHTTP2 = true
+	srv2.StartTLS()
+	defer srv2.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv2.URL+"/c1/api/v1/namespaces/a/configmaps", pr)
+	req.ContentLength = 1 << 20
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := srv2.Client().Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatalf("HTTP/2: %v", err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("HTTP/2: %s %d; want a 401", resp.Proto, resp.StatusCode)
 	}
 }

@@ -86,8 +86,10 @@ type fakePool struct {
 	sets   map[string]string // cluster -> its ManagedClusterSet
 	msa    string
 	keys   map[string][]byte // cluster -> JWKS
-	// answer, if set, makes the cluster's answers.
+	// answer, if set, makes the cluster's answers; fail, if set, is the
+	// round trip's error instead.
 	answer func(*http.Request) *http.Response
+	fail   error
 	// dials holds the clusters whose entry becomes ready when waited for.
 	dials map[string]bool
 
@@ -131,6 +133,9 @@ func (p *fakePool) rt(cluster string) http.RoundTripper {
 			return &http.Response{StatusCode: 404, Status: "404 Not Found", Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
 		}
 		p.got = append(p.got, r)
+		if p.fail != nil {
+			return nil, p.fail
+		}
 		if p.answer != nil {
 			return p.answer(r), nil
 		}

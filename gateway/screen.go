@@ -41,6 +41,8 @@ func statusReason(code int) string {
 		return "Forbidden"
 	case http.StatusNotFound:
 		return "NotFound"
+	case http.StatusMethodNotAllowed:
+		return "MethodNotAllowed"
 	case http.StatusTooManyRequests:
 		return "TooManyRequests"
 	case http.StatusInternalServerError:
@@ -83,7 +85,26 @@ func checkConnection(h http.Header) *refusal {
 // authentication. Case does not matter.
 func identityHeader(name string) bool {
 	return strings.EqualFold(name, "authorization") || strings.EqualFold(name, "proxy-authorization") ||
-		hasPrefixFold(name, "impersonate-") || hasPrefixFold(name, "x-remote-")
+		hasPrefixFold(name, "impersonate-") || hasPrefixFold(name, "x-remote-") || frontProxyHeader(name)
+}
+
+// frontProxyHeaders are the identity headers of common authenticating
+// proxies (oauth2-proxy, Apache's and nginx's auth modules), which an API
+// server configured with --requestheader-username-headers may read.
+var frontProxyHeaders = []string{
+	"x-forwarded-user", "x-forwarded-groups", "x-forwarded-email", "x-forwarded-preferred-username", "x-forwarded-access-token",
+	"remote-user", "remote-groups", "remote-email", "remote-name",
+}
+
+// frontProxyHeader reports one of frontProxyHeaders or X-Auth-Request-*,
+// in any case.
+func frontProxyHeader(name string) bool {
+	for _, h := range frontProxyHeaders {
+		if strings.EqualFold(name, h) {
+			return true
+		}
+	}
+	return hasPrefixFold(name, "x-auth-request-")
 }
 
 // hasPrefixFold is strings.HasPrefix ignoring case, for an ASCII prefix
@@ -111,6 +132,9 @@ func screen(r *http.Request, route Route, token string) *refusal {
 		case hasPrefixFold(k, "x-remote-"):
 			return refuse(http.StatusForbidden, "request_header_identity",
 				"X-Remote-* headers are refused: the gateway sets the identity itself")
+		case frontProxyHeader(k):
+			return refuse(http.StatusForbidden, "request_header_identity", fmt.Sprintf(
+				"the %s header is refused: an authenticating proxy's identity headers are not the client's to send", headerName(k)))
 		}
 	}
 	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
@@ -225,36 +249,51 @@ func (f *tokenForms) in(s string) bool {
 
 // containsJWT reports whether s holds a JSON Web Token anywhere (three
 // base64url segments joined by dots, the first a JOSE header with "alg"),
-// plainly or base64-encoded once.
+// plainly or base64-encoded once, in either alphabet and wherever it
+// starts: a wrapped token need not start on the 4-character grid of the
+// text around it.
 func containsJWT(s string) bool {
 	if scanRuns(s, isJWTByte, hasJWT) {
 		return true
 	}
-	return scanRuns(s, isBase64Byte, func(run string) bool {
-		if len(run) < 40 {
-			return false
+	for _, a := range wrappings {
+		if scanRuns(s, a.in, func(run string) bool { return wrappedJWT(run, a.enc) }) {
+			return true
 		}
-		// Only an alphabet the run is written in can decode it: a path
-		// such as /api/v1/namespaces/kube-system, in neither, costs no
-		// decoding.
-		trimmed := strings.TrimRight(run, "=")
-		if len(trimmed)%4 == 1 {
-			return false // no base64 text has this length
-		}
-		inStd, inURL := !strings.ContainsAny(trimmed, "-_"), !strings.ContainsAny(trimmed, "+/")
-		for _, enc := range []struct {
-			ok bool
-			e  *base64.Encoding
-		}{{inStd, base64.RawStdEncoding}, {inURL, base64.RawURLEncoding}} {
-			if !enc.ok {
-				continue
-			}
-			if dec, err := enc.e.DecodeString(trimmed); err == nil {
-				return scanRuns(string(dec), isJWTByte, hasJWT)
-			}
-		}
+	}
+	return false
+}
+
+// wrappings are the base64 alphabets a token may be wrapped in, each
+// with the bytes it is written in: a run of one ends where the other's
+// bytes begin (a base64url token in a path stands apart from its '/').
+var wrappings = []struct {
+	in  func(byte) bool
+	enc *base64.Encoding
+}{
+	{func(c byte) bool { return isAlnum(c) || c == '+' || c == '/' }, base64.RawStdEncoding},
+	{func(c byte) bool { return isAlnum(c) || c == '-' || c == '_' }, base64.RawURLEncoding},
+}
+
+// minWrapped is the shortest run that may hold a base64-wrapped JWT.
+const minWrapped = 40
+
+// wrappedJWT decodes run from each of the four places on the base64 grid
+// (whole quanta only) and looks for a JWT in what it decodes to. A run in
+// neither alphabet's shape, such as /api/v1/namespaces/kube-system,
+// decodes to bytes that hold none.
+func wrappedJWT(run string, enc *base64.Encoding) bool {
+	if len(run) < minWrapped {
 		return false
-	})
+	}
+	for off := range 4 {
+		part := run[off:]
+		part = part[:len(part)-len(part)%4]
+		if dec, err := enc.DecodeString(part); err == nil && scanRuns(string(dec), isJWTByte, hasJWT) {
+			return true
+		}
+	}
+	return false
 }
 
 // scanRuns calls f on each maximal run of bytes in s that in accepts,
@@ -276,16 +315,12 @@ func scanRuns(s string, in func(byte) bool, f func(string) bool) bool {
 	return false
 }
 
-// isJWTByte: the base64url alphabet and the dot.
-func isJWTByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
-// isBase64Byte: both base64 alphabets and padding.
-func isBase64Byte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-		c == '-' || c == '_' || c == '+' || c == '/' || c == '='
-}
+// isJWTByte: the base64url alphabet and the dot.
+func isJWTByte(c byte) bool { return isAlnum(c) || c == '-' || c == '_' || c == '.' }
 
 // hasJWT reports a JOSE header segment followed by two more segments in a
 // dot-separated run.
@@ -295,12 +330,23 @@ func hasJWT(run string) bool {
 	}
 	parts := strings.Split(run, ".")
 	for i := 0; i+2 < len(parts); i++ {
-		if parts[i+1] != "" && isJOSEHeader(parts[i]) {
-			return true
+		if parts[i+1] == "" {
+			continue
+		}
+		// The header may follow bytes of the text around it ("x=eyJ…",
+		// or a decoded wrapping's misaligned start) in the same run.
+		for skip := 0; skip <= maxHeaderSkip && skip < len(parts[i]); skip++ {
+			if isJOSEHeader(parts[i][skip:]) {
+				return true
+			}
 		}
 	}
 	return false
 }
+
+// maxHeaderSkip bounds the bytes before a JOSE header that hasJWT looks
+// past.
+const maxHeaderSkip = 12
 
 func isJOSEHeader(seg string) bool {
 	if len(seg) < 8 {

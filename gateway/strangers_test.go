@@ -79,6 +79,60 @@ func TestGatewayStrangers(t *testing.T) {
 	}
 }
 
+// TestKnownTokenBuysNothingElsewhere: a token accepted for one cluster
+// (a cluster's own, or a hub token since revoked) is exempt from its
+// address's limit for that cluster only: sent to made-up cluster names it
+// is charged like any stranger's, and gets 429 once the burst is spent,
+// without a TokenReview each.
+func TestKnownTokenBuysNothingElsewhere(t *testing.T) {
+	w := newWorld(t)
+	now := time.Unix(1000, 0)
+	pool, rev := w.pool(), w.reviewer()
+	g, err := New(configured(Options{Pool: pool, Reviewer: rev, HubKeys: w.hubKeys(), PassThrough: true,
+		RefusalsPerSecond: 1, RefusalBurst: 10, Now: func() time.Time { return now }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := func(cluster, token string) int {
+		req := httptest.NewRequest(http.MethodGet, "https://gw/"+cluster+"/api", nil)
+		req.RemoteAddr = "10.0.0.9:1000"
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		g.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	for _, tt := range []struct {
+		name   string
+		token  string
+		revoke bool
+	}{
+		{"a cluster's own token", w.c1Token, false},
+		{"a hub token since revoked", w.hubToken, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			now = now.Add(time.Hour) // a full bucket
+			if code := from("c1", tt.token); code != 200 {
+				t.Fatalf("accepted for c1: %d", code)
+			}
+			if tt.revoke {
+				delete(rev.ids, tt.token)
+				now = now.Add(MaxCacheTTL) // the positive review has expired
+			}
+			reviews := rev.reviews()
+			codes := map[int]int{}
+			for i := range 100 {
+				codes[from(fmt.Sprintf("made-up-%d", i), tt.token)]++
+			}
+			if codes[429] < 85 {
+				t.Errorf("codes %v; want 429 once the burst of 10 is spent", codes)
+			}
+			if n := rev.reviews() - reviews; n > 10 {
+				t.Errorf("%d TokenReviews for 100 made-up clusters; want at most the burst", n)
+			}
+		})
+	}
+}
+
 // TestGatewayRefusalMemory: a token refused once is answered from memory
 // (no second TokenReview), and a token a cluster refused is not sent to
 // it again.
