@@ -183,11 +183,9 @@ func connectWith(t *testing.T, url string, opts ...nats.Option) *client {
 // server.
 func selfPassword(b *testBus) string { return b.auth.selfPassword }
 
-// ctxT bounds one step of a test generously: under the race detector,
-// with other packages' tests on the same two cores, a first publish (the
-// server's start, the stream's creation) has taken over 5 s.
+// ctxT bounds one request of a test (a poll's attempt among them).
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -284,9 +282,15 @@ func value(m prometheus.Metric) float64 {
 	return d.Gauge.GetValue()
 }
 
+// flush waits until b has published what it was told, generously: under
+// the race detector, with other packages' tests on the same two cores, a
+// first publish (the server's start, the stream's creation) has taken
+// over 5 s.
 func flush(t *testing.T, b *testBus) {
 	t.Helper()
-	if err := b.Flush(ctxT(t)); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

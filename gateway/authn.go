@@ -202,8 +202,16 @@ func (c *CachedReviewer) review(ctx context.Context, key tokenKey, token string)
 		id, ok, err := c.next.Review(ctx, token)
 		c.o.OnReview(reviewResult(ok, err), c.o.Now().Sub(asked))
 		if err == nil && ok {
-			// Trusted for TTL from when the hub was asked.
-			c.reviews.put(key, id, asked.Add(c.o.TTL))
+			// Trusted for TTL from when the hub was asked, and never past
+			// the token's own expiry (read unverified: it can only
+			// shorten the trust).
+			until := asked.Add(c.o.TTL)
+			if t := parseJWT(token); t != nil {
+				if exp := t.claims.expiry(); !exp.IsZero() && exp.Before(until) {
+					until = exp
+				}
+			}
+			c.reviews.put(key, id, until)
 		}
 		return reviewed{id: id, ok: ok}, err
 	})

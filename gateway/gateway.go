@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,18 +123,42 @@ type Gateway struct {
 	// known are tokens accepted lately for a cluster: a limited address
 	// is not limited for them there, and only there.
 	known *expiring[passKey, struct{}]
+	// confirmed are tokens passed through that the cluster has accepted
+	// once, on a connection of their own: only they travel on the
+	// connection every client of the cluster shares.
+	confirmed *expiring[passKey, struct{}]
 
 	keysMu      sync.Mutex
-	clusterKeys map[string]*KeySet
+	clusterKeys map[string]clusterKeySet
 	// issuers are the hub's JWT issuers the gateway could not identify,
 	// each logged once.
 	issuers *expiring[string, struct{}]
 }
 
-// passKey is a token for one cluster.
+// passKey is a token for one cluster, as the pool identifies it: a
+// cluster registered again under its name, or moved, is another one.
 type passKey struct {
+	cluster, identity string
+	token             tokenKey
+}
+
+// target is the cluster a request names, as the pool knows it.
+type target struct {
 	cluster string
-	token   tokenKey
+	served  bool
+	// identity is tunnel.Target.Identity: what the gateway's memories of
+	// the cluster are kept for.
+	identity string
+}
+
+func (t target) pass(key tokenKey) passKey {
+	return passKey{cluster: t.cluster, identity: t.identity, token: key}
+}
+
+// clusterKeySet is a cluster's key set, kept for one identity of it.
+type clusterKeySet struct {
+	identity string
+	keys     *KeySet
 }
 
 // knownFor is how long a token accepted for a cluster exempts its client
@@ -177,7 +202,8 @@ func New(opts Options) (*Gateway, error) {
 		refusals:    newExpiring[passKey, refusal](size),
 		passes:      newExpiring[passKey, struct{}](size),
 		known:       newExpiring[passKey, struct{}](size),
-		clusterKeys: map[string]*KeySet{},
+		confirmed:   newExpiring[passKey, struct{}](size),
+		clusterKeys: map[string]clusterKeySet{},
 		issuers:     newExpiring[string, struct{}](100),
 	}, nil
 }
@@ -208,7 +234,12 @@ type request struct {
 	bodyDeadline bool
 	// body: the request announced a body; http1: over HTTP/1.x.
 	body, http1 bool
-	watch       bool
+	// pass is the request's token for its cluster; trial: a token passed
+	// through that the cluster has not accepted yet, sent on a
+	// connection of its own.
+	pass  passKey
+	trial bool
+	watch bool
 	// flight is the request as Serve tracks it, so that a drain can end
 	// it; nil outside Serve.
 	flight *flight
@@ -253,7 +284,9 @@ func (g *Gateway) serve(w *recorder, r *http.Request, rq *request) {
 	}
 	key := g.reviewer.keys.key(token)
 	st, served := g.opts.Pool.Status(route.Cluster)
-	d, ref := g.decide(r.Context(), rq.addr, route.Cluster, served, token, key)
+	tg := target{cluster: route.Cluster, served: served, identity: st.Identity}
+	rq.pass = tg.pass(key)
+	d, ref := g.decide(r.Context(), rq.addr, tg, token, key)
 	if ref != nil {
 		g.refuse(w, rq, ref)
 		return
@@ -275,7 +308,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, rq *request) {
 		g.unavailable(w, rq, "cluster_not_ready", fmt.Sprintf("cluster %q is %s%s", route.Cluster, st.State, reasonSuffix(st.Reason)))
 		return
 	}
-	g.forward(w, r, rq, route, d, key)
+	g.forward(w, r, rq, route, d)
 }
 
 // waitForTunnel waits, up to TunnelWait, for a cluster whose entry is
@@ -301,21 +334,21 @@ func (g *Gateway) waitForTunnel(ctx context.Context, cluster string, st tunnel.S
 // it. Tokens accepted or refused lately are answered from memory; a
 // client address that has spent its refusals waits before anything else
 // is spent on it.
-func (g *Gateway) decide(ctx context.Context, addr, cluster string, served bool, token string, key tokenKey) (decision, *refusal) {
-	now := g.opts.Now()
+func (g *Gateway) decide(ctx context.Context, addr string, tg target, token string, key tokenKey) (decision, *refusal) {
+	now, pk := g.opts.Now(), tg.pass(key)
 	if id, ok := g.reviewer.cached(key); ok {
 		return g.impersonation(id)
 	}
-	if _, ok := g.passes.get(passKey{cluster: cluster, token: key}, now); ok && served {
+	if _, ok := g.passes.get(pk, now); ok && tg.served {
 		return decision{mode: modePassThrough, token: token}, nil
 	}
-	if ref, ok := g.refusals.get(passKey{cluster: cluster, token: key}, now); ok {
+	if ref, ok := g.refusals.get(pk, now); ok {
 		return decision{}, &ref
 	}
 	// A token accepted lately for this cluster is checked whatever its
 	// address has spent; any other check is paid for up front, and given
 	// back only if it passes: its refusal, whatever the code, is charged.
-	release, pk := func() {}, passKey{cluster: cluster, token: key}
+	release := func() {}
 	_, known := g.known.get(pk, now)
 	if !known {
 		var wait time.Duration
@@ -327,7 +360,7 @@ func (g *Gateway) decide(ctx context.Context, addr, cluster string, served bool,
 			return decision{}, ref
 		}
 	}
-	d, ref := g.check(ctx, cluster, served, token, key, now)
+	d, ref := g.check(ctx, tg, token, key, now)
 	switch {
 	case ref == nil:
 		release()
@@ -352,28 +385,16 @@ func (g *Gateway) impersonation(id Identity) (decision, *refusal) {
 // check asks who the token belongs to: a managed cluster's own token
 // (verified against the cluster's keys, with no hub request), or a hub
 // identity (the hub's TokenReview).
-func (g *Gateway) check(ctx context.Context, cluster string, served bool, token string, key tokenKey, now time.Time) (decision, *refusal) {
+func (g *Gateway) check(ctx context.Context, tg target, token string, key tokenKey, now time.Time) (decision, *refusal) {
 	var t *jwt
 	if g.opts.PassThrough {
 		t = parseJWT(token)
 	}
 	from, keysErr := fromNobody, error(nil)
 	if t != nil {
-		from, keysErr = g.origin(ctx, cluster, served, t)
-		switch {
-		case from == fromCluster && t.claims.expired(now):
-			return decision{}, refuse(http.StatusUnauthorized, "token_expired", "the token has expired")
-		case from == fromCluster:
-			until := now.Add(MaxCacheTTL)
-			if exp := t.claims.expiry(); !exp.IsZero() && exp.Before(until) {
-				until = exp
-			}
-			g.passes.put(passKey{cluster: cluster, token: key}, struct{}{}, until)
-			return decision{mode: modePassThrough, token: token}, nil
-		case from == fromHub && t.claims.expired(now):
-			g.m.reviews.WithLabelValues("skipped").Inc()
-			return decision{}, refuse(http.StatusUnauthorized, "hub_token_refused",
-				"this hub token has expired; hub tokens are never forwarded")
+		from, keysErr = g.origin(ctx, tg, t)
+		if d, ref, done := g.signed(tg, t, from, token, key, now); done {
+			return d, ref
 		}
 	}
 	id, ok, err := g.reviewer.review(ctx, key, token)
@@ -394,23 +415,72 @@ func (g *Gateway) check(ctx context.Context, cluster string, served bool, token 
 		return g.impersonation(id)
 	}
 	g.m.reviews.WithLabelValues("unauthenticated").Inc()
+	return decision{}, g.unauthenticated(tg, t, from, keysErr)
+}
+
+// signed decides a JWT whose signer the gateway could tell without the
+// hub: a cluster's own token passes through, unless it has expired or is
+// the gateway's own impersonating credential; an expired hub token is
+// refused. done is false when the hub is to be asked.
+func (g *Gateway) signed(tg target, t *jwt, from origin, token string, key tokenKey, now time.Time) (d decision, ref *refusal, done bool) {
 	switch {
-	case keysErr != nil:
-		g.log.Warn("cannot tell whose a token is; refusing the request", "cluster", cluster, "err", keysErr)
-		return decision{}, refuse(http.StatusServiceUnavailable, "keys_unavailable",
-			"the service-account keys that tell a hub token from a cluster's own could not be fetched; try again")
-	case from == fromHub:
+	case from == fromCluster && t.claims.expired(now):
+		return decision{}, refuse(http.StatusUnauthorized, "token_expired", "the token has expired"), true
+	case from == fromCluster && g.impersonator(tg.cluster, token):
+		g.log.Warn("a client sent the gateway's impersonating credential of a cluster; refused", "cluster", tg.cluster)
+		return decision{}, refuse(http.StatusUnauthorized, "impersonator_token", fmt.Sprintf(
+			"this token may not pass through to cluster %q", tg.cluster)), true
+	case from == fromCluster:
+		until := now.Add(MaxCacheTTL)
+		if exp := t.claims.expiry(); !exp.IsZero() && exp.Before(until) {
+			until = exp
+		}
+		g.passes.put(tg.pass(key), struct{}{}, until)
+		return decision{mode: modePassThrough, token: token}, nil, true
+	case from == fromHub && t.claims.expired(now):
+		g.m.reviews.WithLabelValues("skipped").Inc()
 		return decision{}, refuse(http.StatusUnauthorized, "hub_token_refused",
+			"this hub token has expired; hub tokens are never forwarded"), true
+	}
+	return decision{}, nil, false
+}
+
+// impersonator reports token being the cluster's ManagedServiceAccount
+// token, with which the gateway impersonates: it never acts as itself
+// through the gateway.
+func (g *Gateway) impersonator(cluster, token string) bool {
+	auth, err := g.opts.Pool.Authorization(cluster)
+	return err == nil && subtle.ConstantTimeCompare([]byte(auth), []byte("Bearer "+token)) == 1
+}
+
+// unauthenticated is the refusal of a token the hub does not recognise.
+// A cluster whose keys could not be had is answered as one whose keys do
+// not verify the token: a stranger learns nothing of which clusters exist
+// (the fetch's failure is in the metrics, and at debug level in the log).
+func (g *Gateway) unauthenticated(tg target, t *jwt, from origin, keysErr error) *refusal {
+	notCluster := func(why string) *refusal {
+		return refuse(http.StatusUnauthorized, why, fmt.Sprintf(
+			"the hub does not recognise this token, and it is not signed by the service-account keys of cluster %q: "+
+				"only a cluster's own token passes through to it", tg.cluster))
+	}
+	switch {
+	case errors.Is(keysErr, errHubKeys):
+		g.log.Warn("cannot tell whose a token is: the hub's keys are unavailable; refusing the request", "err", keysErr)
+		return refuse(http.StatusServiceUnavailable, "keys_unavailable",
+			"the service-account keys that tell a hub token from a cluster's own could not be fetched; try again")
+	case keysErr != nil:
+		g.log.Debug("cannot tell whose a token is: the cluster's keys are unavailable; refusing the request", "cluster", tg.cluster, "err", keysErr)
+		return notCluster("cluster_keys_unavailable")
+	case from == fromHub:
+		return refuse(http.StatusUnauthorized, "hub_token_refused",
 			"the hub refuses this hub token (expired, revoked or for another audience); hub tokens are never forwarded")
 	case t != nil:
-		return decision{}, refuse(http.StatusUnauthorized, "not_cluster_token", fmt.Sprintf(
-			"the hub does not recognise this token, and it is not signed by the service-account keys of cluster %q: "+
-				"only a cluster's own token passes through to it", cluster))
+		return notCluster("not_cluster_token")
 	case g.opts.PassThrough:
-		return decision{}, refuse(http.StatusUnauthorized, "opaque_token",
+		return refuse(http.StatusUnauthorized, "opaque_token",
 			"the hub does not recognise this token, and only a managed cluster's JWT may pass through")
 	default:
-		return decision{}, refuse(http.StatusUnauthorized, "not_hub_identity", "the hub does not recognise this token")
+		return refuse(http.StatusUnauthorized, "not_hub_identity", "the hub does not recognise this token")
 	}
 }
 
@@ -438,26 +508,30 @@ const (
 	fromCluster               // the cluster's own keys, and not the hub's
 )
 
+// errHubKeys is the hub's key set being unavailable: the gateway cannot
+// tell a hub token from a cluster's own, for any cluster.
+var errHubKeys = errors.New("the hub's service-account keys are unavailable")
+
 // origin checks t against the hub's keys, then the cluster's. A key id
 // that neither knows makes the hub's set be fetched again (it may be the
 // hub's newest key). err: a key set could not be had, so the token must
-// not pass through.
-func (g *Gateway) origin(ctx context.Context, cluster string, served bool, t *jwt) (origin, error) {
+// not pass through (errHubKeys: the hub's).
+func (g *Gateway) origin(ctx context.Context, tg target, t *jwt) (origin, error) {
 	hub := g.opts.HubKeys
 	if _, ok, err := hub.verify(ctx, t.jws, false); err != nil {
-		return fromNobody, err
+		return fromNobody, fmt.Errorf("%w: %w", errHubKeys, err)
 	} else if ok || t.claims.issuedBy(g.opts.HubIssuers) {
 		return fromHub, nil
 	}
 	var keys *KeySet
-	if served {
-		keys = g.keysOf(cluster)
+	if tg.served {
+		keys = g.keysOf(tg)
 		_, ok, err := keys.verify(ctx, t.jws, true)
 		if err != nil {
 			return fromNobody, err
 		}
 		if ok {
-			return fromCluster, nil
+			return g.notTheHubs(ctx, keys, t)
 		}
 	}
 	if !hub.Knows(t.jws) && (keys == nil || !keys.Knows(t.jws)) {
@@ -465,7 +539,7 @@ func (g *Gateway) origin(ctx context.Context, cluster string, served bool, t *jw
 		// can tell more.
 		_, ok, err := hub.verifyRefetched(ctx, t.jws)
 		if err != nil {
-			return fromNobody, err
+			return fromNobody, fmt.Errorf("%w: %w", errHubKeys, err)
 		}
 		if ok {
 			return fromHub, nil
@@ -474,35 +548,79 @@ func (g *Gateway) origin(ctx context.Context, cluster string, served bool, t *jw
 	return fromNobody, nil
 }
 
-// keysOf is cluster's key set, read through the pool as the
-// ManagedServiceAccount (every ServiceAccount may read it on a default
-// cluster: system:service-account-issuer-discovery).
-func (g *Gateway) keysOf(cluster string) *KeySet {
+// notTheHubs decides a token the cluster's keys verify: the cluster's
+// own, unless the hub's keys verify it too. A cluster that trusts the
+// hub's keys (a local-cluster, spokes given the hub's key) lists a key
+// the hub added as soon as the hub does, perhaps before the gateway's
+// copy of the hub's set has it: so the hub's set is always at least as
+// new as the cluster's set that verified the token. Fetched again for a
+// key id it lacks when the cluster's set is newer, that costs at most one
+// hub fetch per fetch of a cluster's set.
+func (g *Gateway) notTheHubs(ctx context.Context, keys *KeySet, t *jwt) (origin, error) {
+	hub := g.opts.HubKeys
+	if hub.Knows(t.jws) {
+		return fromCluster, nil // checked against this very set above
+	}
+	_, ok, err := hub.verifyFetchedSince(ctx, t.jws, keys.fetchedAt())
+	switch {
+	case err != nil:
+		return fromNobody, fmt.Errorf("%w: %w", errHubKeys, err)
+	case ok:
+		return fromHub, nil
+	}
+	return fromCluster, nil
+}
+
+// keysOf is the key set of the cluster tg names, as the pool identifies
+// it now, read through the pool as the ManagedServiceAccount (every
+// ServiceAccount may read it on a default cluster:
+// system:service-account-issuer-discovery). A cluster registered again
+// under its name, or moved, gets a new set; the sets of clusters the
+// pool no longer serves are dropped when another cluster's is made.
+func (g *Gateway) keysOf(tg target) *KeySet {
 	g.keysMu.Lock()
 	defer g.keysMu.Unlock()
-	k, ok := g.clusterKeys[cluster]
-	if !ok {
-		k = &KeySet{
-			Fetch: func(ctx context.Context) ([]byte, error) {
-				return g.fetchFromCluster(ctx, cluster, "/openid/v1/jwks")
-			},
-			RefreshEvery: g.opts.KeyRefresh, MinRefetch: g.opts.KeyMinRefetch, Now: g.opts.Now,
-			OnFetch: g.m.keyFetch("cluster"),
-		}
-		g.clusterKeys[cluster] = k
+	k, ok := g.clusterKeys[tg.cluster]
+	if ok && k.identity == tg.identity {
+		return k.keys
 	}
-	return k
+	if !ok {
+		for c := range g.clusterKeys {
+			if _, served := g.opts.Pool.Status(c); !served {
+				delete(g.clusterKeys, c)
+			}
+		}
+	}
+	cluster := tg.cluster
+	k = clusterKeySet{identity: tg.identity, keys: &KeySet{
+		Fetch: func(ctx context.Context) ([]byte, error) {
+			return g.fetchFromCluster(ctx, cluster, "/openid/v1/jwks")
+		},
+		RefreshEvery: g.opts.KeyRefresh, MinRefetch: g.opts.KeyMinRefetch, Now: g.opts.Now,
+		OnFetch: g.m.keyFetch("cluster"),
+	}}
+	g.clusterKeys[cluster] = k
+	return k.keys
 }
 
 // forward sends the request to the cluster over the pool with the
 // identity d.
-func (g *Gateway) forward(w *recorder, r *http.Request, rq *request, route Route, d decision, key tokenKey) {
+func (g *Gateway) forward(w *recorder, r *http.Request, rq *request, route Route, d decision) {
 	want, err := g.identity(route.Cluster, d)
 	if err != nil {
 		g.proxyError(w, rq, err)
 		return
 	}
 	rq.upgrade = isUpgrade(r)
+	if d.mode == modePassThrough && !rq.upgrade {
+		// A token the cluster signed may still be refused by it (another
+		// audience, a deleted ServiceAccount); kube-apiserver answers 401
+		// and closes the connection, which every client of the cluster
+		// shares. Until the cluster has accepted it once, it goes on a
+		// connection of its own.
+		_, ok := g.confirmed.get(rq.pass, g.opts.Now())
+		rq.trial = !ok
+	}
 	rq.watch = strings.Contains(route.Path, "/watch/")
 	if r.URL.RawQuery != "" {
 		q := r.URL.Query()
@@ -520,7 +638,7 @@ func (g *Gateway) forward(w *recorder, r *http.Request, rq *request, route Route
 		}
 	}
 	proxy := &httputil.ReverseProxy{
-		Transport: g.transportFor(route.Cluster, want, rq.upgrade),
+		Transport: g.transportFor(route.Cluster, want, rq.upgrade || rq.trial),
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// Go's proxy has removed the hop-by-hop headers (and with
 			// checkConnection, only those) and X-Forwarded-*.
@@ -534,7 +652,7 @@ func (g *Gateway) forward(w *recorder, r *http.Request, rq *request, route Route
 		// the server's buffers allow (see recorder.FlushError).
 		FlushInterval:  -1,
 		BufferPool:     g.buffers,
-		ModifyResponse: func(resp *http.Response) error { return g.answer(w, rq, resp, key) },
+		ModifyResponse: func(resp *http.Response) error { return g.answer(w, rq, resp) },
 		ErrorHandler:   func(w http.ResponseWriter, _ *http.Request, err error) { g.proxyError(w, rq, err) },
 		ErrorLog:       g.errorLog,
 	}
@@ -560,7 +678,7 @@ func (g *Gateway) forward(w *recorder, r *http.Request, rq *request, route Route
 // Errors before the hijack are answered with a Status (proxyError);
 // after it the client's connection is closed with the cluster's, which
 // clients see as the stream ending and re-establish.
-func (g *Gateway) answer(w *recorder, rq *request, resp *http.Response, key tokenKey) error {
+func (g *Gateway) answer(w *recorder, rq *request, resp *http.Response) error {
 	stripCORS(resp.Header)
 	code := resp.StatusCode
 	switch {
@@ -584,10 +702,14 @@ func (g *Gateway) answer(w *recorder, rq *request, resp *http.Response, key toke
 		// Revoked, or for another audience: its signature was good, but
 		// the cluster says no. Do not send it there again for a while.
 		now := g.opts.Now()
-		g.passes.remove(passKey{cluster: rq.cluster, token: key})
-		g.refusals.put(passKey{cluster: rq.cluster, token: key}, *refuse(http.StatusUnauthorized, "cluster_refused_token",
+		g.passes.remove(rq.pass)
+		g.confirmed.remove(rq.pass)
+		g.refusals.put(rq.pass, *refuse(http.StatusUnauthorized, "cluster_refused_token",
 			fmt.Sprintf("cluster %q refuses this token", rq.cluster)), now.Add(g.opts.RefusalCacheTTL))
 		g.strangers.charge(rq.addr)
+	case rq.trial:
+		// Accepted: from now on it shares the cluster's connection.
+		g.confirmed.put(rq.pass, struct{}{}, g.opts.Now().Add(knownFor))
 	}
 	w.buffered = !rq.watch && finished(resp)
 	if rq.watch && code == http.StatusOK {

@@ -92,9 +92,13 @@ type fakePool struct {
 	fail   error
 	// dials holds the clusters whose entry becomes ready when waited for.
 	dials map[string]bool
+	// ids are the clusters' identities (tunnel.Target.Identity); "" by
+	// default.
+	ids map[string]string
 
 	mu      sync.Mutex
 	got     []*http.Request
+	alone   []bool          // per request in got: sent on a connection of its own
 	fetched []*http.Request // key fetches
 }
 
@@ -102,7 +106,7 @@ func (p *fakePool) Status(c string) (tunnel.Status, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s, ok := p.states[c]
-	return tunnel.Status{Cluster: c, ClusterSet: p.sets[c], State: s, Reason: "dial: no agent"}, ok
+	return tunnel.Status{Cluster: c, ClusterSet: p.sets[c], State: s, Reason: "dial: no agent", Identity: p.ids[c]}, ok
 }
 
 // WaitReady: a cluster named in dials becomes ready when asked (its dial
@@ -121,7 +125,7 @@ func (p *fakePool) WaitReady(ctx context.Context, c string) error {
 	return fmt.Errorf("cluster %s: %w", c, tunnel.ErrNotReady)
 }
 
-func (p *fakePool) rt(cluster string) http.RoundTripper {
+func (p *fakePool) rt(cluster string, alone bool) http.RoundTripper {
 	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -133,6 +137,7 @@ func (p *fakePool) rt(cluster string) http.RoundTripper {
 			return &http.Response{StatusCode: 404, Status: "404 Not Found", Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
 		}
 		p.got = append(p.got, r)
+		p.alone = append(p.alone, alone)
 		if p.fail != nil {
 			return nil, p.fail
 		}
@@ -144,8 +149,16 @@ func (p *fakePool) rt(cluster string) http.RoundTripper {
 	})
 }
 
-func (p *fakePool) RoundTripper(c string) http.RoundTripper        { return p.rt(c) }
-func (p *fakePool) UpgradeRoundTripper(c string) http.RoundTripper { return p.rt(c) }
+func (p *fakePool) RoundTripper(c string) http.RoundTripper        { return p.rt(c, false) }
+func (p *fakePool) UpgradeRoundTripper(c string) http.RoundTripper { return p.rt(c, true) }
+
+// sentAlone reports, per request that reached a cluster, whether it went
+// on a connection of its own.
+func (p *fakePool) sentAlone() []bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]bool(nil), p.alone...)
+}
 
 func (p *fakePool) Authorization(c string) (string, error) {
 	p.mu.Lock()

@@ -96,6 +96,25 @@ func (k *KeySet) verifyRefetched(ctx context.Context, jws *jose.JSONWebSignature
 	return p, ok, nil
 }
 
+// verifyFetchedSince checks the token against the set as fetched at or
+// after since, fetching it again first when it is older, whatever
+// MinRefetch says (the caller bounds how often since moves).
+func (k *KeySet) verifyFetchedSince(ctx context.Context, jws *jose.JSONWebSignature, since time.Time) ([]byte, bool, error) {
+	keys, err := k.getSince(ctx, false, since)
+	if err != nil {
+		return nil, false, err
+	}
+	p, ok := verifyWith(jws, keys)
+	return p, ok, nil
+}
+
+// fetchedAt is when the set was last fetched.
+func (k *KeySet) fetchedAt() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.fetched
+}
+
 // Knows reports whether the set (as last fetched) holds the key id the
 // token names. A token that names none is "known": there is nothing to
 // refetch for.
@@ -126,6 +145,11 @@ func verifyWith(jws *jose.JSONWebSignature, keys *jose.JSONWebKeySet) ([]byte, b
 // every request while the issuer is away helps no one); a refetch that
 // fails is an error.
 func (k *KeySet) get(ctx context.Context, refetch bool) (*jose.JSONWebKeySet, error) {
+	return k.getSince(ctx, refetch, time.Time{})
+}
+
+// getSince is get, with a set fetched before since stale too.
+func (k *KeySet) getSince(ctx context.Context, refetch bool, since time.Time) (*jose.JSONWebKeySet, error) {
 	every, minimum := k.RefreshEvery, k.MinRefetch
 	if every <= 0 {
 		every = config.DefaultGatewayKeyRefresh
@@ -136,13 +160,14 @@ func (k *KeySet) get(ctx context.Context, refetch bool) (*jose.JSONWebKeySet, er
 	now := k.now()
 	k.mu.Lock()
 	keys, age, sinceAttempt, lastErr := k.keys, now.Sub(k.fetched), now.Sub(k.attempted), k.lastErr
+	older := k.fetched.Before(since)
 	k.mu.Unlock()
-	stale := keys == nil || age >= every
+	stale := keys == nil || age >= every || older
 	if !stale && (!refetch || age < minimum) {
 		return keys, nil
 	}
 	if lastErr != nil && sinceAttempt < failedFetchBackoff {
-		if keys != nil && !refetch {
+		if keys != nil && !refetch && !older {
 			return keys, nil
 		}
 		return nil, lastErr
@@ -173,7 +198,7 @@ func (k *KeySet) get(ctx context.Context, refetch bool) (*jose.JSONWebKeySet, er
 		return &set, nil
 	})
 	if err != nil {
-		if keys != nil && !refetch {
+		if keys != nil && !refetch && !older {
 			return keys, nil
 		}
 		return nil, err

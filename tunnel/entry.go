@@ -33,8 +33,10 @@ type entry struct {
 	// connection unusable.
 	kick chan struct{}
 
-	mu      sync.Mutex
-	target  Target
+	mu     sync.Mutex
+	target Target
+	// ident is target's Identity, made once per target.
+	ident   string
 	state   State
 	reason  string
 	since   time.Time
@@ -86,7 +88,7 @@ func newEntry(p *Pool, cluster string, t Target) *entry {
 	e := &entry{
 		p: p, cluster: cluster, ctx: ctx, cancel: cancel,
 		kick:   make(chan struct{}, 1),
-		target: t, state: StateConnecting, since: time.Now(),
+		target: t, ident: t.Identity(), state: StateConnecting, since: time.Now(),
 		swapped:   make(chan struct{}),
 		idleSince: map[*http2.ClientConn]time.Time{},
 	}
@@ -108,7 +110,7 @@ func (e *entry) wake() {
 func (e *entry) setTarget(t Target) {
 	e.mu.Lock()
 	redial := !e.target.sameConnection(t)
-	e.target = t
+	e.target, e.ident = t, t.Identity()
 	e.mu.Unlock()
 	if redial {
 		e.wake()
@@ -125,7 +127,7 @@ func (e *entry) status() Status {
 	return Status{
 		Cluster: e.cluster, ClusterSet: e.target.ClusterSet, State: e.state, Reason: e.reason, Since: e.since,
 		ProbeLatency: e.latency, LastProbe: e.probed, Address: e.target.Address,
-		Credential: e.target.TokenFingerprint, Dials: e.dials, Connections: conns,
+		Credential: e.target.TokenFingerprint, Dials: e.dials, Connections: conns, Identity: e.ident,
 	}
 }
 

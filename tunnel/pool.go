@@ -18,6 +18,8 @@ package tunnel
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -91,6 +93,18 @@ type Target struct {
 	// Err says why the cluster cannot be dialed (for example no API
 	// server URL in direct mode); the entry reports it as failing.
 	Err error
+}
+
+// Identity names what t reaches: the ManagedCluster (its UID), the
+// address, the name verified and the CA. A cluster deleted and registered
+// again under its name, or moved to another API server, has another one.
+func (t Target) Identity() string {
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(t.UID), []byte(t.Address), []byte(t.ServerName), t.CA} {
+		h.Write(part)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // sameConnection reports whether a connection made for t also serves o.
@@ -599,6 +613,9 @@ type Status struct {
 	// Connections is how many connections the entry has open: one, and
 	// overflow connections while every stream is busy.
 	Connections int `json:"connections"`
+	// Identity is the target's (Target.Identity): what the gateway's
+	// memories of the cluster (its key set) are kept for.
+	Identity string `json:"identity,omitempty"`
 }
 
 // Statuses returns every entry's status, sorted by cluster.
@@ -672,14 +689,14 @@ func (p *Pool) Status(cluster string) (Status, bool) {
 	p.mu.Lock()
 	e := p.entries[cluster]
 	idle := e == nil && p.opts.OnDemand && p.servedLocked(cluster)
-	var set string
+	var t Target
 	if idle {
-		set = p.targets[cluster].ClusterSet
+		t = p.targets[cluster]
 	}
 	p.mu.Unlock()
 	switch {
 	case idle:
-		return Status{Cluster: cluster, ClusterSet: set, State: StateIdle}, true
+		return Status{Cluster: cluster, ClusterSet: t.ClusterSet, State: StateIdle, Identity: t.Identity()}, true
 	case e == nil:
 		return Status{}, false
 	}
