@@ -33,7 +33,7 @@ PROMTOOL  := bash test/tools/build-promtool.sh
 # offline database into the same cache (about 1 minute).
 VULNCHECK := cd test/tools/vulncheck && $(GO) run .
 
-.PHONY: all build generate schema dashboard manifests dashboard-check chart-test alerts-test vulncheck vulncheck-test deps-report test unit e2e argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
+.PHONY: all build generate schema dashboard manifests dashboard-check chart-test alerts-test fuzz vulncheck vulncheck-test deps-report test unit e2e argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
 
 all: build
 
@@ -151,7 +151,16 @@ vulncheck-test:
 deps-report:
 	@$(VULNCHECK) deps -C ../../..
 
-test: check unit vulncheck vulncheck-test alerts-test dashboard-check chart-test e2e argocd-proof multicluster-proof kueue-proof
+test: check unit fuzz vulncheck vulncheck-test alerts-test dashboard-check chart-test e2e argocd-proof multicluster-proof kueue-proof
+
+# The gateway's identity invariant (the cluster sees exactly the identity
+# the gateway decided, or nothing) under fuzzed requests: raw HTTP/1.1,
+# and HTTP/2 frame by frame (odd header blocks, CONTINUATION,
+# RST_STREAM), each for FUZZ_TIME.
+FUZZ_TIME ?= 60s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzGatewayIdentity$$' -fuzztime $(FUZZ_TIME) ./gateway/
+	$(GO) test -run '^$$' -fuzz '^FuzzGatewayIdentityHTTP2$$' -fuzztime $(FUZZ_TIME) ./gateway/
 
 # deploy/ rendered from charts/hubsync with its default values (release
 # hubsync in open-cluster-management-hub), without Helm's own labels.

@@ -2,9 +2,12 @@ package config
 
 import (
 	"net"
+	"net/netip"
 	"net/url"
+	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -61,13 +64,17 @@ type Gateway struct {
 	// at most 1m.
 	RefusalCacheTTL metav1.Duration `json:"refusalCacheTTL,omitempty"`
 	// RefusalsPerSecond and RefusalBurst are each client address's token
-	// bucket of refused requests (401, 403, 400): an address that has
-	// spent it gets 429 for every request whose token the gateway has not
-	// accepted lately, before any TokenReview is spent on it. The address
-	// is the TCP peer's (an IPv6 /64): behind a proxy that hides client
-	// addresses, raise both. Defaults 5 and 50.
+	// bucket of refused requests (every 4xx but 429, and 503): an address
+	// that has spent it gets 429 for every request whose token the
+	// gateway has not accepted lately for that cluster, before any
+	// TokenReview is spent on it. The address is the TCP peer's (an IPv6
+	// /64), or the one a trusted front proxy names (ClientAddress).
+	// Defaults 5 and 50.
 	RefusalsPerSecond float64 `json:"refusalsPerSecond,omitempty"`
 	RefusalBurst      int     `json:"refusalBurst,omitempty"`
+	// ClientAddress, for a gateway behind a load balancer or proxy that
+	// hides client addresses (SNAT), names where the proxy puts them.
+	ClientAddress GatewayClientAddress `json:"clientAddress,omitzero"`
 	// HubQPS and HubBurst bound the gateway's own hub client (its
 	// TokenReviews and key fetches), apart from the syncer's, so that
 	// neither can starve the other on the client side. Defaults 50 and
@@ -238,6 +245,48 @@ func validateGatewayTrust(p *field.Path, g Gateway) field.ErrorList {
 	return errs
 }
 
+// GatewayClientAddress tells the gateway which client a request is from
+// when a front proxy hides it.
+type GatewayClientAddress struct {
+	// Header is the header a trusted proxy names the client in:
+	// X-Forwarded-For (the rightmost address not itself a trusted proxy)
+	// or a header holding one address (X-Real-IP). Empty: the TCP peer.
+	Header string `json:"header,omitempty"`
+	// TrustedProxies are the networks (CIDR) whose connections may name
+	// the client in Header; a connection from anywhere else is keyed by
+	// its own address, whatever it sends. Required with Header.
+	TrustedProxies []string `json:"trustedProxies,omitempty"`
+}
+
+// validateClientAddress checks the trusted proxy's header and networks.
+func validateClientAddress(p *field.Path, c GatewayClientAddress) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case c.Header == "" && len(c.TrustedProxies) > 0:
+		errs = append(errs, field.Required(p.Child("header"), "the header the trusted proxies name the client in"))
+	case c.Header != "" && len(c.TrustedProxies) == 0:
+		errs = append(errs, field.Required(p.Child("trustedProxies"), "the networks (CIDR) of the proxies trusted to name the client"))
+	case c.Header != "" && !httpguts.ValidHeaderFieldName(c.Header):
+		errs = append(errs, field.Invalid(p.Child("header"), c.Header, "is not a header name"))
+	case identityLike(c.Header):
+		errs = append(errs, field.Invalid(p.Child("header"), c.Header, "is a header the API server or a proxy reads an identity from"))
+	}
+	for i, cidr := range c.TrustedProxies {
+		if _, err := netip.ParsePrefix(cidr); err != nil {
+			errs = append(errs, field.Invalid(p.Child("trustedProxies").Index(i), cidr, "is not a network in CIDR notation (10.0.0.0/8, fd00::/8)"))
+		}
+	}
+	return errs
+}
+
+// identityLike reports a header an identity is read from.
+func identityLike(h string) bool {
+	l := strings.ToLower(h)
+	return l == "authorization" || l == "proxy-authorization" || strings.HasPrefix(l, "impersonate-") ||
+		strings.HasPrefix(l, "x-remote-") || strings.HasPrefix(l, "x-auth-request-") || strings.HasPrefix(l, "remote-") ||
+		l == "x-forwarded-user" || l == "x-forwarded-groups" || l == "x-forwarded-email"
+}
+
 // validateGatewayLimits checks the bounds on the gateway's memory and on
 // what it asks of the hub.
 func validateGatewayLimits(p *field.Path, g Gateway) field.ErrorList {
@@ -250,6 +299,7 @@ func validateGatewayLimits(p *field.Path, g Gateway) field.ErrorList {
 	if g.RefusalBurst < 1 {
 		errs = append(errs, field.Invalid(p.Child("refusalBurst"), g.RefusalBurst, "must be at least 1"))
 	}
+	errs = append(errs, validateClientAddress(p.Child("clientAddress"), g.ClientAddress)...)
 	if g.HubQPS < 0 && g.HubQPS != -1 || g.HubQPS == 0 {
 		errs = append(errs, field.Invalid(p.Child("hubQPS"), g.HubQPS, "must be positive, or -1 for no client-side limit"))
 	}

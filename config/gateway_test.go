@@ -66,6 +66,13 @@ gateway:
   hubBurst: -1
 `, []string{"gateway.maxInFlightReviews", "gateway.refusalCacheTTL", "gateway.refusalsPerSecond", "gateway.refusalBurst", "gateway.hubQPS", "gateway.hubBurst"}},
 		{"the gateway's hub client may be unlimited", base + "  hubQPS: -1\n", nil},
+		{"behind a trusted proxy", base + "  clientAddress: {header: X-Forwarded-For, trustedProxies: [10.0.0.0/8, 'fd00::/8']}\n", nil},
+		{"a client header without trusted proxies", base + "  clientAddress: {header: X-Forwarded-For}\n", []string{"gateway.clientAddress.trustedProxies: Required"}},
+		{"trusted proxies without a header", base + "  clientAddress: {trustedProxies: [10.0.0.0/8]}\n", []string{"gateway.clientAddress.header: Required"}},
+		{"a client header that carries identities", base + "  clientAddress: {header: X-Remote-User, trustedProxies: [10.0.0.0/8]}\n",
+			[]string{"gateway.clientAddress.header"}},
+		{"a trusted proxy that is not a network", base + "  clientAddress: {header: X-Real-Ip, trustedProxies: [10.0.0.1, lb]}\n",
+			[]string{"gateway.clientAddress.trustedProxies[0]", "gateway.clientAddress.trustedProxies[1]"}},
 		{"gateway provider without a gateway", `
 accessProviders:
 - {name: hubsync, type: gateway}

@@ -329,6 +329,7 @@ gateway:
   refusalCacheTTL: 10s
   refusalsPerSecond: 5
   refusalBurst: 50
+  clientAddress: {header: X-Forwarded-For, trustedProxies: [10.0.0.0/8]}
   hubQPS: 50
   hubBurst: 100
   maxHeaderBytes: 65536

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -67,6 +68,11 @@ type Options struct {
 	// accepted.
 	RefusalsPerSecond float64
 	RefusalBurst      int
+	// ClientHeader and TrustedProxies: a connection from a trusted proxy
+	// names its client in ClientHeader (strangers.go, clientOf); empty:
+	// every client is its TCP peer.
+	ClientHeader   string
+	TrustedProxies []netip.Prefix
 	// Now is the clock of the caches and limits; time.Now when nil.
 	Now func() time.Time
 	// PassThrough lets a managed cluster's own token through, to act as
@@ -247,7 +253,7 @@ type request struct {
 
 func (g *Gateway) serve(w *recorder, r *http.Request, rq *request) {
 	rq.mode = modeRefused
-	rq.addr = clientAddress(r.RemoteAddr)
+	rq.addr = clientOf(r, g.opts.ClientHeader, g.opts.TrustedProxies)
 	rq.body, rq.http1 = r.ContentLength != 0, r.ProtoMajor == 1
 	// First, on every path: a hop-by-hop list could otherwise remove
 	// what the gateway sets.
@@ -704,6 +710,7 @@ func (g *Gateway) answer(w *recorder, rq *request, resp *http.Response) error {
 		now := g.opts.Now()
 		g.passes.remove(rq.pass)
 		g.confirmed.remove(rq.pass)
+		g.known.remove(rq.pass)
 		g.refusals.put(rq.pass, *refuse(http.StatusUnauthorized, "cluster_refused_token",
 			fmt.Sprintf("cluster %q refuses this token", rq.cluster)), now.Add(g.opts.RefusalCacheTTL))
 		g.strangers.charge(rq.addr)

@@ -53,20 +53,39 @@ func (c *expiring[K, V]) get(key K, now time.Time) (V, bool) {
 // put stores key until expires, evicting the least recently used entries
 // beyond the size.
 func (c *expiring[K, V]) put(key K, val V, expires time.Time) {
+	c.store(key, val, expires, func(*expiringEntry[K, V]) bool { return true })
+}
+
+// putIfRoom is put, unless the map is full and its least recently used
+// entry has not expired: then nothing is stored or evicted, and it
+// reports false.
+func (c *expiring[K, V]) putIfRoom(key K, val V, expires, now time.Time) bool {
+	return c.store(key, val, expires, func(oldest *expiringEntry[K, V]) bool { return !now.Before(oldest.expires) })
+}
+
+// store stores key until expires. A new key in a full map evicts the
+// least recently used entry if evict allows it, and is not stored
+// otherwise (false).
+func (c *expiring[K, V]) store(key K, val V, expires time.Time, evict func(oldest *expiringEntry[K, V]) bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[key]; ok {
 		e := el.Value.(*expiringEntry[K, V])
 		e.val, e.expires = val, expires
 		c.order.MoveToFront(el)
-		return
+		return true
+	}
+	if c.order.Len() >= c.size {
+		oldest := c.order.Back()
+		e := oldest.Value.(*expiringEntry[K, V])
+		if !evict(e) {
+			return false
+		}
+		c.order.Remove(oldest)
+		delete(c.entries, e.key)
 	}
 	c.entries[key] = c.order.PushFront(&expiringEntry[K, V]{key: key, val: val, expires: expires})
-	for c.order.Len() > c.size {
-		oldest := c.order.Back()
-		c.order.Remove(oldest)
-		delete(c.entries, oldest.Value.(*expiringEntry[K, V]).key)
-	}
+	return true
 }
 
 func (c *expiring[K, V]) remove(key K) {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"github.com/hubsync/hubsync/config"
@@ -12,7 +13,14 @@ import (
 // but the dependencies (Pool, Reviewer, HubKeys, Serving, Now, Log,
 // Registerer).
 func OptionsFor(c config.Gateway) Options {
+	var trusted []netip.Prefix
+	for _, cidr := range c.ClientAddress.TrustedProxies {
+		if p, err := netip.ParsePrefix(cidr); err == nil { // validated
+			trusted = append(trusted, p.Masked())
+		}
+	}
 	return Options{
+		ClientHeader: c.ClientAddress.Header, TrustedProxies: trusted,
 		ReviewCacheTTL: c.ReviewCacheTTL.Duration, ReviewCacheSize: c.ReviewCacheSize,
 		MaxInFlightReviews: c.MaxInFlightReviews, RefusalCacheTTL: c.RefusalCacheTTL.Duration,
 		RefusalsPerSecond: c.RefusalsPerSecond, RefusalBurst: c.RefusalBurst,

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"net"
+	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -20,16 +22,19 @@ type strangers struct {
 	burst int
 	now   func() time.Time
 	// buckets are forgotten once full again (they then hold nothing the
-	// next request would not start with), and bounded in number: a
-	// stranger rotating addresses evicts only the oldest buckets.
-	buckets *expiring[string, *rate.Limiter]
+	// next request would not start with), and bounded in number. A bucket
+	// is never evicted before it is full again, which would refill it:
+	// an address that finds no room shares overflow with every other
+	// such address, so a stranger rotating addresses drains that one.
+	buckets  *expiring[string, *rate.Limiter]
+	overflow *rate.Limiter
 }
 
 // newStrangers takes the gateway's checked options: positive rates and
 // bounds.
 func newStrangers(perSecond float64, burst, addresses int, now func() time.Time) *strangers {
 	return &strangers{limit: rate.Limit(perSecond), burst: burst, now: now,
-		buckets: newExpiring[string, *rate.Limiter](addresses)}
+		buckets: newExpiring[string, *rate.Limiter](addresses), overflow: rate.NewLimiter(rate.Limit(perSecond), burst)}
 }
 
 // refillTime is how long an empty bucket takes to fill.
@@ -61,13 +66,16 @@ func (s *strangers) charge(addr string) {
 }
 
 // bucket is addr's bucket, kept until it would be full again (it then
-// holds nothing the next request would not start with).
+// holds nothing the next request would not start with); the overflow
+// bucket when there is no room for it.
 func (s *strangers) bucket(addr string, now time.Time) *rate.Limiter {
 	l, ok := s.buckets.get(addr, now)
 	if !ok {
 		l = rate.NewLimiter(s.limit, s.burst) // full
 	}
-	s.buckets.put(addr, l, now.Add(s.refillTime()))
+	if !s.buckets.putIfRoom(addr, l, now.Add(s.refillTime()), now) {
+		return s.overflow
+	}
 	return l
 }
 
@@ -82,10 +90,55 @@ func clientAddress(remoteAddr string) string {
 	if err != nil {
 		return host
 	}
+	return addressKey(ip)
+}
+
+func addressKey(ip netip.Addr) string {
 	ip = ip.Unmap()
 	if ip.Is6() {
 		p, _ := ip.Prefix(64)
 		return p.String()
 	}
 	return ip.String()
+}
+
+// clientOf is the key of r's bucket. A connection from one of trusted
+// (a front proxy that hides client addresses) names its client in
+// header: the rightmost address there that is not itself a trusted
+// proxy, as each proxy appends the address it received from
+// (X-Forwarded-For); a header the proxy does not set, or that holds
+// anything but addresses, keys the request by the proxy's own address.
+// Any other connection is its TCP peer, whatever it sends.
+func clientOf(r *http.Request, header string, trusted []netip.Prefix) string {
+	peer := clientAddress(r.RemoteAddr)
+	if header == "" {
+		return peer
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil || !inAny(ap.Addr().Unmap(), trusted) {
+		return peer
+	}
+	var hops []string
+	for _, v := range r.Header.Values(header) {
+		hops = append(hops, strings.Split(v, ",")...)
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		ip, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			return peer
+		}
+		if ip = ip.Unmap(); !inAny(ip, trusted) {
+			return addressKey(ip)
+		}
+	}
+	return peer
+}
+
+func inAny(ip netip.Addr, nets []netip.Prefix) bool {
+	for _, n := range nets {
+		if n.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"testing"
 	"time"
@@ -175,5 +176,74 @@ func TestClientAddress(t *testing.T) {
 		if got := clientAddress(in); got != want {
 			t.Errorf("clientAddress(%q) = %q; want %q", in, got, want)
 		}
+	}
+}
+
+// TestEvictionNeverRefills: with every bucket in use, a new address does
+// not evict a spent bucket (which would refill it): it shares an overflow
+// bucket with every address that found no room.
+func TestEvictionNeverRefills(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := newStrangers(1, 3, 2, func() time.Time { return now })
+	spend := func(addr string) (refused int) {
+		for range 10 {
+			if _, _, ok := s.admit(addr); !ok {
+				refused++
+			}
+		}
+		return refused
+	}
+	if n := spend("10.0.0.1"); n != 7 {
+		t.Fatalf("10.0.0.1: %d of 10 refused; want 7 past the burst of 3", n)
+	}
+	spend("10.0.0.2")
+	// Addresses rotated past the map's size: they share the overflow.
+	for i := range 5 {
+		s.admit(fmt.Sprintf("10.1.0.%d", i))
+	}
+	if _, _, ok := s.admit("10.0.0.1"); ok {
+		t.Fatal("10.0.0.1's spent bucket was refilled by other addresses")
+	}
+	if _, _, ok := s.admit("10.1.0.9"); ok {
+		t.Fatal("a new address without room got a full bucket of its own")
+	}
+	// Once the spent buckets would be full again, new addresses get room.
+	now = now.Add(time.Minute)
+	if _, _, ok := s.admit("10.2.0.1"); !ok {
+		t.Fatal("a new address after the buckets refilled was refused")
+	}
+}
+
+// TestClientOf: behind a trusted front proxy, the client a request is
+// keyed by is the rightmost address the proxies did not add themselves;
+// a connection from anywhere else is its own address, whatever it sends.
+func TestClientOf(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+	for _, tt := range []struct {
+		name, header, peer string
+		values             []string
+		want               string
+	}{
+		{name: "no header configured", peer: "10.1.1.1:5", values: []string{"203.0.113.7"}, want: "10.1.1.1"},
+		{name: "a stranger names another client", header: "X-Forwarded-For", peer: "198.51.100.9:5", values: []string{"203.0.113.7"}, want: "198.51.100.9"},
+		{name: "the proxy names the client", header: "X-Forwarded-For", peer: "10.1.1.1:5", values: []string{"203.0.113.7"}, want: "203.0.113.7"},
+		{name: "two proxies", header: "X-Forwarded-For", peer: "10.1.1.1:5", values: []string{"203.0.113.7, 10.2.2.2"}, want: "203.0.113.7"},
+		{name: "a client's own prefix is not believed", header: "X-Forwarded-For", peer: "10.1.1.1:5",
+			values: []string{"192.0.2.1", "203.0.113.7"}, want: "203.0.113.7"},
+		{name: "IPv6 by /64", header: "X-Real-Ip", peer: "[fd00::1]:5", values: []string{"2001:db8:1:2::9"}, want: "2001:db8:1:2::/64"},
+		{name: "the proxy sets nothing", header: "X-Forwarded-For", peer: "10.1.1.1:5", want: "10.1.1.1"},
+		{name: "not an address", header: "X-Forwarded-For", peer: "10.1.1.1:5", values: []string{"unknown"}, want: "10.1.1.1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "https://gw/c1/api", nil)
+			r.RemoteAddr = tt.peer
+			for _, v := range tt.values {
+				r.Header.Add("X-Forwarded-For", v)
+				r.Header.Add("X-Real-Ip", v)
+			}
+			if got := clientOf(r, tt.header, trusted); got != tt.want {
+				t.Errorf("clientOf = %q; want %q", got, tt.want)
+			}
+		})
 	}
 }

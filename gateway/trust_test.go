@@ -229,3 +229,39 @@ func TestFirstPassThroughGoesAlone(t *testing.T) {
 		t.Fatalf("sent alone: %v; want %v (c1's token alone once, then shared; the refused token alone once, then not at all; the hub identity shared)", got, want)
 	}
 }
+
+// TestClusterRefusalEndsTheExemption: a token the cluster refused is not
+// "accepted lately" any more: once its refusal is forgotten, it pays its
+// address's bucket like any stranger's instead of reaching the cluster
+// again for free.
+func TestClusterRefusalEndsTheExemption(t *testing.T) {
+	w := newWorld(t)
+	now := time.Unix(1_000_000, 0)
+	pool := w.pool()
+	pool.answer = func(r *http.Request) *http.Response {
+		return &http.Response{StatusCode: http.StatusUnauthorized, Header: http.Header{}, Body: http.NoBody, Request: r}
+	}
+	g, err := New(configured(Options{Pool: pool, Reviewer: w.reviewer(), HubKeys: w.hubKeys(), PassThrough: true,
+		RefusalsPerSecond: 0.0001, RefusalBurst: 1, Now: func() time.Time { return now }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := func() int {
+		req := httptest.NewRequest(http.MethodGet, "https://gw/c1/api", nil)
+		req.RemoteAddr = "10.7.7.7:1"
+		req.Header.Set("Authorization", "Bearer "+w.c1Token)
+		rec := httptest.NewRecorder()
+		g.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := from(); code != http.StatusUnauthorized {
+		t.Fatalf("first: %d; want the cluster's 401", code)
+	}
+	now = now.Add(time.Minute) // the refusal is forgotten, the bucket still empty
+	if code := from(); code != http.StatusTooManyRequests {
+		t.Fatalf("after the refusal expired: %d; want 429", code)
+	}
+	if n := len(pool.requests()); n != 1 {
+		t.Fatalf("the refused token reached the cluster %d times; want once", n)
+	}
+}

@@ -23,7 +23,7 @@ func newMetrics(reg prometheus.Registerer, statuses func() []Status) (*metrics, 
 		}, []string{"result"}),
 		upgradeDials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hubsync_tunnel_upgrade_dials_total",
-			Help: "Connections of their own dialed for upgraded requests (exec, attach, port-forward), by result (ok, error, busy: no slot came free within a dial's time).",
+			Help: "Connections of their own dialed for upgraded requests (exec, attach, port-forward) and for the gateway's first request with a token passed through, until the cluster has accepted it, by result (ok, error, busy: no slot came free within a dial's time).",
 		}, []string{"result"}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hubsync_tunnel_probes_total",

@@ -232,8 +232,9 @@ func (m *Managed) Close() error {
 }
 
 // ServiceAccountToken creates namespace/name (a ServiceAccount) if needed
-// and returns a token for it from the TokenRequest API.
-func (m *Managed) ServiceAccountToken(ctx context.Context, namespace, name string, ttl time.Duration) (string, error) {
+// and returns a token for it from the TokenRequest API, for audiences
+// (default: the API server's own).
+func (m *Managed) ServiceAccountToken(ctx context.Context, namespace, name string, ttl time.Duration, audiences ...string) (string, error) {
 	if err := CreateServiceAccount(ctx, m.Config, namespace, name); err != nil {
 		return "", err
 	}
@@ -243,7 +244,7 @@ func (m *Managed) ServiceAccountToken(ctx context.Context, namespace, name strin
 	}
 	secs := int64(ttl.Seconds())
 	tr, err := kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs},
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs, Audiences: audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("token for %s/%s on %s: %w", namespace, name, m.Name, err)

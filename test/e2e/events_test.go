@@ -534,6 +534,16 @@ func TestDaemonBusConsumersOnlyRead(t *testing.T) {
 		}
 		return fmt.Errorf("no profile.created event for %s", cluster)
 	}
+	// The consumer's copies are made beside publishing (and a failed
+	// attempt is tried again after 5 s): wait for them before reading.
+	h.eventually("the consumer's copies of the events and the records", func() error {
+		for _, name := range []string{cfg.Stream.Name, "KV_" + cfg.KVBucket} {
+			if _, err := js.Stream(h.ctx, name); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		return nil
+	})
 	h.eventually("the consumer reads the first cluster's event and record", func() error {
 		if err := hasEvent(first); err != nil {
 			return err

@@ -10,6 +10,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/hubsync/hubsync/test/controlplane"
 	"github.com/hubsync/hubsync/test/leak"
 	"github.com/hubsync/hubsync/test/pki"
@@ -308,5 +313,71 @@ func TestClusterKeyRotation(t *testing.T) {
 	testutil.Eventually(t, time.Minute, 50*time.Millisecond, func() error { return passes(rotated) })
 	if n := s.metric(t, "hubsync_gateway_key_fetches_total", testutil.Labels{"keys": "cluster", "result": "ok"}) - fetches; n < 1 {
 		t.Fatalf("the cluster's keys were not fetched again (%v fetches)", n)
+	}
+}
+
+// TestSignedButRefusedTokensTravelAlone: tokens the cluster signed but
+// refuses (another audience) reach it on connections of their own, so
+// its 401 (after which kube-apiserver closes an HTTP/2 connection) never
+// cuts the connection every other client of the cluster shares: a watch
+// open through the gateway goes on, the pool dials nothing, and each
+// refused token is answered from memory when sent again.
+func TestSignedButRefusedTokensTravelAlone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s := start(t, ctx)
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.gatewayKubeconfig(t, ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := kubernetes.NewForConfigOrDie(cfg)
+	w, err := gw.CoreV1().ConfigMaps("apps").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	dials := s.metric(t, "hubsync_tunnel_dials_total", testutil.Labels{"result": "ok"})
+	var refused []string
+	for i := range 10 {
+		tok, err := env.managed.ServiceAccountToken(ctx, "apps", "own", time.Hour, fmt.Sprintf("not-this-cluster-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.h.NoteToken(tok)
+		refused = append(refused, tok)
+	}
+	path := "/" + cluster + "/api/v1/namespaces/apps/configmaps"
+	for round := range 2 {
+		for i, tok := range refused {
+			if code, body := s.get(t, path, "Bearer "+tok, nil); code != http.StatusUnauthorized {
+				t.Fatalf("round %d, token %d: %d %s; want the cluster's 401", round, i, code, body)
+			}
+		}
+	}
+	// The watch still delivers.
+	name := runPrefix() + "after-refusals"
+	mg := kubernetes.NewForConfigOrDie(env.managed.Config)
+	if _, err := mg.CoreV1().ConfigMaps("apps").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(30 * time.Second)
+	for seen := false; !seen; {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the watch through the gateway ended: the shared connection was closed")
+			}
+			if cm, isCM := ev.Object.(*corev1.ConfigMap); isCM && cm.Name == name {
+				seen = true
+			}
+		case <-deadline:
+			t.Fatal("the watch did not see the new ConfigMap")
+		}
+	}
+	if n := s.metric(t, "hubsync_tunnel_dials_total", testutil.Labels{"result": "ok"}) - dials; n != 0 {
+		t.Errorf("the pool dialed %v connections while the refused tokens were sent: the shared one was closed", n)
+	}
+	if n := s.metric(t, "hubsync_gateway_refused_total", testutil.Labels{"reason": "cluster_refused_token"}); n < 10 {
+		t.Errorf("%v requests answered from memory as refused by the cluster; want the second round's 10", n)
 	}
 }
