@@ -242,10 +242,12 @@ type request struct {
 	body, http1 bool
 	// pass is the request's token for its cluster; trial: a token passed
 	// through that the cluster has not accepted yet, sent on a
-	// connection of its own.
-	pass  passKey
-	trial bool
-	watch bool
+	// connection of its own; release gives back the admission it holds
+	// until then (finish).
+	pass    passKey
+	trial   bool
+	release func()
+	watch   bool
 	// flight is the request as Serve tracks it, so that a drain can end
 	// it; nil outside Serve.
 	flight *flight
@@ -297,7 +299,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, rq *request) {
 		g.refuse(w, rq, ref)
 		return
 	}
-	rq.mode = d.mode
+	rq.mode, rq.release = d.mode, d.release
 	if d.mode == modeImpersonate {
 		rq.user = d.id.Username
 	}
@@ -345,7 +347,7 @@ func (g *Gateway) decide(ctx context.Context, addr string, tg target, token stri
 	if id, ok := g.reviewer.cached(key); ok {
 		return g.impersonation(id)
 	}
-	if _, ok := g.passes.get(pk, now); ok && tg.served {
+	if _, ok := g.passes.get(pk, now); ok && tg.served && g.accepted(pk, now) {
 		return decision{mode: modePassThrough, token: token}, nil
 	}
 	if ref, ok := g.refusals.get(pk, now); ok {
@@ -368,6 +370,14 @@ func (g *Gateway) decide(ctx context.Context, addr string, tg target, token stri
 	}
 	d, ref := g.check(ctx, tg, token, key, now)
 	switch {
+	case ref == nil && d.mode == modePassThrough && !g.accepted(pk, now):
+		// The cluster may still refuse it (another audience, a deleted
+		// ServiceAccount): the admission is given back, and the token
+		// known, once the cluster has accepted it (answer).
+		if !known {
+			d.release = release
+		}
+		return d, nil
 	case ref == nil:
 		release()
 		g.known.put(pk, struct{}{}, now.Add(knownFor))
@@ -378,6 +388,13 @@ func (g *Gateway) decide(ctx context.Context, addr string, tg target, token stri
 	}
 	ref.paid = !known // admit charged it
 	return d, ref
+}
+
+// accepted reports a token passed through that the cluster has accepted
+// lately.
+func (g *Gateway) accepted(pk passKey, now time.Time) bool {
+	_, ok := g.confirmed.get(pk, now)
+	return ok
 }
 
 func (g *Gateway) impersonation(id Identity) (decision, *refusal) {
@@ -624,8 +641,7 @@ func (g *Gateway) forward(w *recorder, r *http.Request, rq *request, route Route
 		// and closes the connection, which every client of the cluster
 		// shares. Until the cluster has accepted it once, it goes on a
 		// connection of its own.
-		_, ok := g.confirmed.get(rq.pass, g.opts.Now())
-		rq.trial = !ok
+		rq.trial = !g.accepted(rq.pass, g.opts.Now())
 	}
 	rq.watch = strings.Contains(route.Path, "/watch/")
 	if r.URL.RawQuery != "" {
@@ -713,10 +729,18 @@ func (g *Gateway) answer(w *recorder, rq *request, resp *http.Response) error {
 		g.known.remove(rq.pass)
 		g.refusals.put(rq.pass, *refuse(http.StatusUnauthorized, "cluster_refused_token",
 			fmt.Sprintf("cluster %q refuses this token", rq.cluster)), now.Add(g.opts.RefusalCacheTTL))
-		g.strangers.charge(rq.addr)
-	case rq.trial:
-		// Accepted: from now on it shares the cluster's connection.
-		g.confirmed.put(rq.pass, struct{}{}, g.opts.Now().Add(knownFor))
+		if rq.release != nil {
+			rq.release = nil // the admission it held is the charge
+		} else {
+			g.strangers.charge(rq.addr)
+		}
+	case rq.mode == modePassThrough && (rq.trial || rq.release != nil):
+		// Accepted: from now on it shares the cluster's connection, and
+		// its client's address is not limited for it (finish gives the
+		// admission back).
+		until := g.opts.Now().Add(knownFor)
+		g.confirmed.put(rq.pass, struct{}{}, until)
+		g.known.put(rq.pass, struct{}{}, until)
 	}
 	w.buffered = !rq.watch && finished(resp)
 	if rq.watch && code == http.StatusOK {
@@ -841,6 +865,10 @@ func writeStatus(w http.ResponseWriter, code int, reason, msg string) {
 }
 
 func (g *Gateway) finish(w *recorder, r *http.Request, rq *request) {
+	if rq.release != nil {
+		// Not refused by the cluster: the admission goes back.
+		rq.release()
+	}
 	code := w.code
 	switch {
 	case rq.switched:

@@ -141,8 +141,11 @@ func (p *fakePool) rt(cluster string, alone bool) http.RoundTripper {
 		if p.fail != nil {
 			return nil, p.fail
 		}
-		if p.answer != nil {
-			return p.answer(r), nil
+		if answer := p.answer; answer != nil {
+			// The answer may take its time: the pool is not held meanwhile.
+			p.mu.Unlock()
+			defer p.mu.Lock()
+			return answer(r), nil
 		}
 		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
 			Body: io.NopCloser(strings.NewReader("{}")), Request: r}, nil

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -56,8 +57,16 @@ func (s *strangers) admit(addr string) (release func(), wait time.Duration, ok b
 		r.CancelAt(now)
 		return nil, max(d.Round(time.Second), time.Second), false
 	}
-	return func() { r.CancelAt(s.now()) }, 0, true
+	var once sync.Once
+	return func() { once.Do(func() { giveBack(l, s.now()) }) }, 0, true
 }
+
+// giveBack returns one token to l. A Reservation's CancelAt gives nothing
+// back once any time has passed since the reservation (it only undoes a
+// reservation whose time to act is still ahead), so the token is put
+// back as a reservation of -1, which x/time/rate adds to the bucket; the
+// bucket's cap applies again at its next use.
+func giveBack(l *rate.Limiter, now time.Time) { l.ReserveN(now, -1) }
 
 // charge takes one refusal from addr's bucket.
 func (s *strangers) charge(addr string) {

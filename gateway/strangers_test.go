@@ -247,3 +247,26 @@ func TestClientOf(t *testing.T) {
 		})
 	}
 }
+
+// TestAdmissionGivenBack: a check that passes gives its address's token
+// back, also when time has moved on since it was taken (a TokenReview
+// takes milliseconds).
+func TestAdmissionGivenBack(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := newStrangers(0.0001, 1, 10, func() time.Time { return now })
+	for i := range 5 {
+		release, _, ok := s.admit("10.0.0.1")
+		if !ok {
+			t.Fatalf("check %d: refused, though every check before passed and gave its token back", i)
+		}
+		now = now.Add(50 * time.Millisecond)
+		release()
+		release() // at most once
+	}
+	if _, _, ok := s.admit("10.0.0.1"); !ok {
+		t.Fatal("the bucket is empty after checks that passed")
+	}
+	if _, _, ok := s.admit("10.0.0.1"); ok {
+		t.Fatal("a second token was taken from a bucket of one: giving back twice refilled it")
+	}
+}

@@ -36,6 +36,10 @@ type decision struct {
 	// token is the token verified against the cluster's keys
 	// (modePassThrough).
 	token string
+	// release gives back the admission a token the cluster has not
+	// accepted yet holds until it does (Gateway.decide); nil when none is
+	// held.
+	release func()
 }
 
 // errIdentity is a request whose identity headers are not exactly those

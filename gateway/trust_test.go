@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -263,5 +264,60 @@ func TestClusterRefusalEndsTheExemption(t *testing.T) {
 	}
 	if n := len(pool.requests()); n != 1 {
 		t.Fatalf("the refused token reached the cluster %d times; want once", n)
+	}
+}
+
+// TestTrialsHoldTheirAdmission: a token the cluster signed but has not
+// accepted yet holds its address's admission until the cluster answers:
+// a stranger with many such tokens has at most its bucket's worth at the
+// cluster at once, and the rest get 429 without reaching it.
+func TestTrialsHoldTheirAdmission(t *testing.T) {
+	w := newWorld(t)
+	pool := w.pool()
+	gate := make(chan struct{})
+	arrived := make(chan struct{}, 100)
+	pool.answer = func(r *http.Request) *http.Response {
+		arrived <- struct{}{}
+		<-gate
+		return &http.Response{StatusCode: http.StatusUnauthorized, Header: http.Header{}, Body: http.NoBody, Request: r}
+	}
+	g, err := New(configured(Options{Pool: pool, Reviewer: w.reviewer(), HubKeys: w.hubKeys(), PassThrough: true,
+		RefusalsPerSecond: 0.0001, RefusalBurst: 5}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One at a time: each either reaches the cluster (and waits there) or
+	// is answered, before the next is sent.
+	codes := make(chan int, 20)
+	limited := 0
+	for i := range 20 {
+		tok := w.c1.token(t, map[string]any{"iss": "https://kubernetes.default.svc", "sub": fmt.Sprintf("system:serviceaccount:a:s%d", i), "aud": "other", "exp": 1 << 40})
+		go func() {
+			req := httptest.NewRequest(http.MethodGet, "https://gw/c1/api", nil)
+			req.RemoteAddr = "10.8.8.8:1"
+			req.Header.Set("Authorization", "Bearer "+tok)
+			rec := httptest.NewRecorder()
+			g.ServeHTTP(rec, req)
+			codes <- rec.Code
+		}()
+		select {
+		case <-arrived:
+		case code := <-codes:
+			if code != http.StatusTooManyRequests {
+				t.Fatalf("request %d was answered %d while trials were at the cluster", i, code)
+			}
+			limited++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("request %d neither reached the cluster nor was answered", i)
+		}
+	}
+	if limited != 15 {
+		t.Fatalf("%d of 20 requests limited; want 15, while 5 trials hold the bucket", limited)
+	}
+	close(gate)
+	for range 5 {
+		if code := <-codes; code != http.StatusUnauthorized {
+			t.Fatalf("a trial: %d; want the cluster's 401", code)
+		}
 	}
 }

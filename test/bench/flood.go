@@ -18,7 +18,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -61,13 +60,19 @@ const (
 	floodNamespaces = 2
 	// floodCostGoal bounds hub TokenReviews plus requests reaching the
 	// cluster, per forged request; floodBurstGoal bounds the burst's
-	// convergence under the flood against a quiet run's.
-	floodCostGoal  = 0.10
-	floodBurstGoal = 1.5
+	// convergence under the flood against a quiet run's;
+	// floodSettleGoal bounds how long hubsync's goroutines and open
+	// files take to come back to where they were after a flood.
+	floodCostGoal   = 0.10
+	floodBurstGoal  = 1.2
+	floodSettleGoal = 10 * time.Second
 )
 
 // floodPhase is what one run measured.
 type floodPhase struct {
+	// kind is the flood's (kinds' index), or the one the quiet run is
+	// paired with.
+	kind    int
 	flooded bool
 	// The flood.
 	took    time.Duration
@@ -80,7 +85,18 @@ type floodPhase struct {
 	firstErr error // the first of errs, printed so a failing run says why
 	// The syncer's burst.
 	converge time.Duration
+	// sharedDials are the pool's dials of shared connections during the
+	// run: a cluster that closed its connection (GOAWAY) is redialed.
+	sharedDials float64
+	// settle is how long after the flood's end hubsync's goroutines and
+	// open files took to come back to where they were before the run
+	// (within floodSlack); -1 when they did not within floodSettleGoal.
+	settle time.Duration
 }
+
+// floodSlack is how far above where they were before a run hubsync's
+// goroutines and open files may be and count as back.
+const floodSlack = 20
 
 // benchFlood runs the real daemon, as its ServiceAccount under the
 // shipped RBAC and deploy/gateway/flowcontrol.yaml, with the gateway over
@@ -93,8 +109,8 @@ type floodPhase struct {
 // and what it did to the legitimate client and to the burst, against the
 // quiet runs measured alternately in the same conditions.
 func benchFlood(ctx context.Context, cp *controlplane.ControlPlane, binary string, logs io.Writer) error {
-	fmt.Printf("\n== strangers: %d forged tokens from %d connections at the gateway while the syncer converges a burst of %d profiles\n",
-		floodRequests, floodConns, floodBurst*floodNamespaces)
+	fmt.Printf("\n== strangers: five floods at the gateway, from another address, each beside a legitimate client and while the syncer converges a burst of %d profiles (%d repeats)\n",
+		floodBurst*floodNamespaces, floodRepeats)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r, err := startReach(ctx, cp, floodCluster, floodIP)
@@ -151,6 +167,13 @@ func benchFlood(ctx context.Context, cp *controlplane.ControlPlane, binary strin
 	if err := hub.UpdateCluster(ctx, floodCluster, func(mc *clusterv1.ManagedCluster) {
 		mc.Spec.ManagedClusterClientConfigs = []clusterv1.ClientConfig{{URL: "https://" + m.Address, CABundle: m.CA}}
 	}); err != nil {
+		return err
+	}
+	// A served cluster whose keys cannot be fetched: no agent, no token.
+	if err := hub.Namespace(ctx, floodDark); err != nil {
+		return err
+	}
+	if _, err := hub.CreateCluster(ctx, fleet.ClusterSpec{Name: floodDark, Labels: map[string]string{"flood-bench": "gateway"}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	if err := hub.CreateExclusiveSet(ctx, floodSet); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -220,49 +243,108 @@ func benchFlood(ctx context.Context, cp *controlplane.ControlPlane, binary strin
 		return fmt.Errorf("the gateway does not serve the legitimate client: %w", err)
 	}
 
-	// Quiet and flooded runs alternate in a balanced order.
-	var phases []floodPhase
-	for r := range 2 * floodRepeats {
-		flooded := r%4 == 1 || r%4 == 2
-		p, err := floodRun(ctx, hub, d, m, addr, roots, get, flooded)
-		if err != nil {
-			return err
-		}
-		phases = append(phases, p)
-		p.print()
+	known, err := m.ServiceAccountToken(ctx, gatewayNS, "direct-reader", 2*time.Hour)
+	if err != nil {
+		return err
 	}
-	printFloodSummary(phases)
+	return floodRuns(ctx, floodSide{hub: hub, d: d, m: m}, floodKinds(floodTarget{addr: addr, roots: roots, m: m}, known), get)
+}
+
+// floodRuns runs every flood beside a quiet run, floodRepeats times, the
+// quiet one first in every other repeat, and prints the figures.
+func floodRuns(ctx context.Context, side floodSide, kinds []floodKind, get func(context.Context) (time.Duration, error)) error {
+	var phases []floodPhase
+	for r := range floodRepeats {
+		for k := range kinds {
+			for _, flooded := range [][]bool{{false, true}, {true, false}}[r%2] {
+				var send func(context.Context) (time.Duration, map[int]int)
+				if flooded {
+					var err error
+					if send, err = kinds[k].prepare(ctx); err != nil {
+						return fmt.Errorf("%s: %w", kinds[k].name, err)
+					}
+				}
+				p, err := floodRun(ctx, side, get, send)
+				if err != nil {
+					return err
+				}
+				p.kind = k
+				phases = append(phases, p)
+				p.print(kinds)
+			}
+		}
+	}
+	printFloodSummary(phases, kinds)
 	return nil
 }
 
+// floodSide is what the floods cost: the hub, the daemon and the
+// managed cluster.
+type floodSide struct {
+	hub *fleet.Hub
+	d   *fleet.Daemon
+	m   *controlplane.Managed
+}
+
 // floodRun measures one run: the burst and the legitimate client, and
-// the flood when flooded.
-func floodRun(ctx context.Context, hub *fleet.Hub, d *fleet.Daemon, m *controlplane.Managed, addr string, roots *x509.CertPool,
-	get func(context.Context) (time.Duration, error), flooded bool) (floodPhase, error) {
-	p := floodPhase{flooded: flooded, codes: map[int]int{}}
-	metrics, err := d.Scrape()
+// the flood send when it is not nil.
+func floodRun(ctx context.Context, side floodSide, get func(context.Context) (time.Duration, error),
+	send func(context.Context) (time.Duration, map[int]int)) (floodPhase, error) {
+	hub := side.hub
+	p := floodPhase{flooded: send != nil, codes: map[int]int{}}
+	before, err := floodCounts(side)
 	if err != nil {
 		return p, err
 	}
-	reviewsBefore := hubReviews(metrics)
-	reachedBefore, err := floodReached(m)
-	if err != nil {
-		return p, err
-	}
-	var tokens []string
-	if flooded {
-		if tokens, err = forgedTokens(floodRequests, "https://"+m.Address); err != nil {
-			return p, err
-		}
-	}
-	// The legitimate client reads until the burst and the flood are over.
 	stop := make(chan struct{})
-	var legitWG sync.WaitGroup
+	legitDone := legitimateClient(ctx, get, stop, &p)
+	floodDone := make(chan time.Time, 1)
+	go func() {
+		if send != nil {
+			p.took, p.codes = send(ctx)
+		}
+		floodDone <- time.Now()
+	}()
+	start := time.Now()
+	names := make([]string, floodBurst)
+	for i := range names {
+		names[i] = fmt.Sprintf("flood-c%04d", i)
+	}
+	err = parallel(len(names), 16, func(i int) error {
+		_, err := hub.CreateCluster(ctx, fleet.ClusterSpec{Name: names[i], Labels: fleet.ExclusiveSetLabels(floodSet, nil)})
+		return err
+	})
+	if err == nil {
+		err = waitProfiles(ctx, hub, floodBurst)
+	}
+	p.converge = time.Since(start)
+	ended := <-floodDone
+	close(stop)
+	<-legitDone
+	if err != nil {
+		return p, fmt.Errorf("burst: %w", err)
+	}
+	if err := p.measure(ctx, side, before, ended); err != nil {
+		return p, err
+	}
+	slices.Sort(p.lat)
+	// The fleet as it was, for the next run.
+	if err := parallel(len(names), 16, func(i int) error { return hub.DeleteCluster(ctx, names[i]) }); err != nil {
+		return p, err
+	}
+	return p, waitProfiles(ctx, hub, 0)
+}
+
+// legitimateClient reads with get from two goroutines until stop closes,
+// recording into p; the returned channel closes once both have ended.
+func legitimateClient(ctx context.Context, get func(context.Context) (time.Duration, error), stop <-chan struct{}, p *floodPhase) <-chan struct{} {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for range 2 {
-		legitWG.Add(1)
+		wg.Add(1)
 		go func() {
-			defer legitWG.Done()
+			defer wg.Done()
 			for {
 				select {
 				case <-stop:
@@ -282,101 +364,70 @@ func floodRun(ctx context.Context, hub *fleet.Hub, d *fleet.Daemon, m *controlpl
 			}
 		}()
 	}
-	var floodWG sync.WaitGroup
-	if flooded {
-		floodWG.Add(1)
-		go func() {
-			defer floodWG.Done()
-			p.took, p.codes = flood(ctx, addr, roots, tokens)
-		}()
+	go func() { wg.Wait(); close(done) }()
+	return done
+}
+
+// floodCount is what a run's cost is read from: the hub TokenReviews and
+// the shared connections the daemon made, the requests the cluster's
+// audit log holds, and hubsync's goroutines and open files.
+type floodCount struct {
+	reviews, sharedDials, goroutines float64
+	reached, files                   int
+}
+
+func floodCounts(side floodSide) (floodCount, error) {
+	var c floodCount
+	m, err := side.d.Scrape()
+	if err != nil {
+		return c, err
 	}
-	start := time.Now()
-	names := make([]string, floodBurst)
-	for i := range names {
-		names[i] = fmt.Sprintf("flood-c%04d", i)
+	c.reviews = hubReviews(m)
+	c.sharedDials = m.Value("hubsync_tunnel_dials_total", testutil.Labels{"result": "ok"})
+	c.goroutines = m.Value("go_goroutines", nil)
+	if c.files, err = side.d.OpenFiles(); err != nil {
+		return c, err
 	}
-	err = parallel(len(names), 16, func(i int) error {
-		_, err := hub.CreateCluster(ctx, fleet.ClusterSpec{Name: names[i], Labels: fleet.ExclusiveSetLabels(floodSet, nil)})
-		return err
+	c.reached, err = floodReached(side.m)
+	return c, err
+}
+
+// measure reads the run's cost against before, waiting up to
+// floodSettleGoal after the flood ended (at ended) for the goroutines and
+// open files to come back.
+func (p *floodPhase) measure(ctx context.Context, side floodSide, before floodCount, ended time.Time) error {
+	var after floodCount
+	p.settle = -1
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Until(ended.Add(floodSettleGoal)), true, func(context.Context) (bool, error) {
+		var err error
+		if after, err = floodCounts(side); err != nil {
+			return false, err
+		}
+		return after.goroutines <= before.goroutines+floodSlack && after.files <= before.files+floodSlack, nil
 	})
 	if err == nil {
-		err = waitProfiles(ctx, hub, floodBurst)
+		p.settle = max(0, time.Since(ended))
+	} else if ctx.Err() != nil {
+		return ctx.Err()
 	}
-	p.converge = time.Since(start)
-	floodWG.Wait()
-	close(stop)
-	legitWG.Wait()
-	if err != nil {
-		return p, fmt.Errorf("burst: %w", err)
-	}
-	if metrics, err = d.Scrape(); err != nil {
-		return p, err
-	}
-	p.reviews = hubReviews(metrics) - reviewsBefore
-	reached, err := floodReached(m)
-	if err != nil {
-		return p, err
-	}
-	p.reached = reached - reachedBefore
-	slices.Sort(p.lat)
-	// The fleet as it was, for the next run.
-	if err := parallel(len(names), 16, func(i int) error { return hub.DeleteCluster(ctx, names[i]) }); err != nil {
-		return p, err
-	}
-	return p, waitProfiles(ctx, hub, 0)
+	p.reviews = after.reviews - before.reviews
+	p.reached = after.reached - before.reached
+	p.sharedDials = after.sharedDials - before.sharedDials
+	return nil
 }
 
-// flood sends the forged tokens from floodConns connections of their own
-// (HTTP/1.1 keep-alive, from floodAttacker), and returns its wall time and
-// the answers' codes (0: no answer).
-func flood(ctx context.Context, addr string, roots *x509.CertPool, tokens []string) (time.Duration, map[int]int) {
-	codes := map[int]int{}
-	var mu sync.Mutex
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range floodConns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, MaxConnsPerHost: 1,
-				DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(floodAttacker)}}).DialContext}
-			defer tr.CloseIdleConnections()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(tokens) {
-					return
-				}
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/"+floodCluster+gatewaySmallPath, nil)
-				req.Header.Set("Authorization", "Bearer "+tokens[i])
-				req.Header.Set("User-Agent", floodAgent)
-				code := 0
-				if resp, err := tr.RoundTrip(req); err == nil {
-					code = resp.StatusCode
-					_, _ = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-				}
-				mu.Lock()
-				codes[code]++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return time.Since(start), codes
-}
-
-// forgedTokens are n new tokens: half opaque strings, half JWTs for the
-// cluster's issuer signed with keys of the forger's own (each with a key
-// id of its own, so that each names a key nobody knows).
-func forgedTokens(n int, issuer string) ([]string, error) {
+// forgedTokens are n new tokens: half opaque strings (none with
+// jwtOnly), half JWTs for the cluster's issuer signed with keys of the
+// forger's own (each with a key id of its own, so that each names a key
+// nobody knows).
+func forgedTokens(n int, issuer string, jwtOnly bool) ([]string, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]string, n)
 	for i := range out {
-		if i%2 == 0 {
+		if i%2 == 0 && !jwtOnly {
 			out[i] = rand.Text() + rand.Text()
 			continue
 		}
@@ -516,13 +567,17 @@ func hubsyncIdentity(ctx context.Context, cp *controlplane.ControlPlane) (*rest.
 	return cfg, nil
 }
 
-func (p floodPhase) print() {
+func (p floodPhase) print(kinds []floodKind) {
 	kind := "quiet  "
 	flood := ""
 	if p.flooded {
 		kind = "flooded"
-		flood = fmt.Sprintf("; flood in %s: %s, %.0f hub TokenReviews, %d reached the cluster",
-			p.took.Round(time.Millisecond), codeList(p.codes), p.reviews, p.reached)
+		settle := "not within " + floodSettleGoal.String()
+		if p.settle >= 0 {
+			settle = p.settle.Round(100 * time.Millisecond).String()
+		}
+		flood = fmt.Sprintf("; flood (%s) in %s: %s, %.0f hub TokenReviews, %d reached the cluster, %.0f shared connections dialed, goroutines and files back %s after it",
+			kinds[p.kind].name, p.took.Round(time.Millisecond), codeList(p.codes), p.reviews, p.reached, p.sharedDials, settle)
 	}
 	if p.firstErr != nil {
 		flood += fmt.Sprintf("; the first error: %v", p.firstErr)
@@ -545,35 +600,60 @@ func codeList(codes map[int]int) string {
 }
 
 // printFloodSummary compares each flooded run with the quiet run next to
-// it, and prints the medians and ranges against the goals.
-func printFloodSummary(phases []floodPhase) {
-	var cost, burst, p99Quiet, p99Flood []float64
-	errs := 0
-	met := 0
-	for i := 0; i+1 < len(phases); i += 2 {
-		q, f := phases[i], phases[i+1]
-		if q.flooded {
-			q, f = f, q
+// it, and prints, per flood, the medians and ranges against the goals.
+func printFloodSummary(phases []floodPhase, kinds []floodKind) {
+	for k, kind := range kinds {
+		var pairs [][2]floodPhase
+		for i := 0; i+1 < len(phases); i += 2 {
+			q, f := phases[i], phases[i+1]
+			if q.flooded {
+				q, f = f, q
+			}
+			if f.kind == k {
+				pairs = append(pairs, [2]floodPhase{q, f})
+			}
 		}
-		cost = append(cost, 100*(f.reviews+float64(f.reached))/float64(floodRequests))
+		fmt.Printf("-- %d × %s\n", kind.requests, kind.name)
+		printFloodPairs(pairs, kind.requests)
+	}
+}
+
+// printFloodPairs prints one flood's figures over its (quiet, flooded)
+// pairs.
+func printFloodPairs(pairs [][2]floodPhase, requests int) {
+	var cost, burst, p99Quiet, p99Flood, dials, settle []float64
+	errs, met := 0, 0
+	for _, pair := range pairs {
+		q, f := pair[0], pair[1]
+		cost = append(cost, 100*(f.reviews+float64(f.reached))/float64(requests))
 		burst = append(burst, f.converge.Seconds()/q.converge.Seconds())
 		pq, pf := floodPct(q.lat, 99), floodPct(f.lat, 99)
 		p99Quiet = append(p99Quiet, float64(pq)/float64(time.Millisecond))
 		p99Flood = append(p99Flood, float64(pf)/float64(time.Millisecond))
+		dials = append(dials, f.sharedDials)
+		s := floodSettleGoal.Seconds() + 1 // not within the goal
+		if f.settle >= 0 {
+			s = f.settle.Seconds()
+		}
+		settle = append(settle, s)
 		errs += f.errs + q.errs
 		if pf <= max(3*pq, pq+50*time.Millisecond) {
 			met++
 		}
 	}
-	fmt.Printf("flood cost (hub TokenReviews + requests reaching the cluster, per forged request): %s; goal <= %.0f%%: %s\n",
+	fmt.Printf("   cost (hub TokenReviews + requests reaching the cluster, per request of the flood): %s; goal <= %.0f%%: %s\n",
 		floatSpread(cost, "%.1f%%"), 100*floodCostGoal, gatewayGoal(cost, func(v float64) bool { return v <= 100*floodCostGoal }))
 	verdict := "met"
 	if errs > 0 || met < len(p99Flood) {
 		verdict = "NOT MET"
 	}
-	fmt.Printf("legitimate client on the same cluster: %d errors in all runs; p99 quiet %s ms, flooded %s ms; goal 0 errors and p99 <= max(3x, +50 ms) of the quiet run next to it: %s (%d of %d pairs)\n",
+	fmt.Printf("   legitimate client on the same cluster: %d errors; p99 quiet %s ms, flooded %s ms; goal 0 errors and p99 <= max(3x, +50 ms) of the quiet run next to it: %s (%d of %d pairs)\n",
 		errs, floatSpread(p99Quiet, "%.1f"), floatSpread(p99Flood, "%.1f"), verdict, met, len(p99Flood))
-	fmt.Printf("syncer burst (%d profiles) convergence, flooded / quiet: %sx; goal <= %.1fx: %s\n",
+	fmt.Printf("   shared connections dialed during the flood (a cluster's GOAWAY): %s; goal 0: %s\n",
+		floatSpread(dials, "%.0f"), gatewayGoal(dials, func(v float64) bool { return v == 0 }))
+	fmt.Printf("   hubsync's goroutines and open files back within %d of before, after the flood's end: %s s; goal <= %s: %s\n",
+		floodSlack, floatSpread(settle, "%.1f"), floodSettleGoal, gatewayGoal(settle, func(v float64) bool { return v <= floodSettleGoal.Seconds() }))
+	fmt.Printf("   syncer burst (%d profiles) convergence, flooded / quiet: %sx; goal <= %.1fx: %s\n",
 		floodBurst*floodNamespaces, floatSpread(burst, "%.2f"), floodBurstGoal, gatewayGoal(burst, func(v float64) bool { return v <= floodBurstGoal }))
 }
 

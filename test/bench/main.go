@@ -32,13 +32,17 @@
 //     TokenReview: a small GET's p50/p99 at concurrency 1, 32 and 128 and
 //     a large list's throughput through the gateway, directly, and through
 //     a gateway whose pool dials the API server without konnectivity;
-//   - strangers: a flood of forged tokens (half opaque, half self-signed
-//     JWTs) at the gateway of the real daemon, run as its ServiceAccount
-//     under the shipped flow control, while a legitimate client reads the
-//     same cluster through it and the syncer converges a burst: the hub
-//     TokenReviews and requests reaching the cluster per forged request,
-//     the client's errors and p99, and the burst's convergence, against
-//     quiet runs alternating with the flooded ones;
+//   - strangers: five floods at the gateway of the real daemon, run as
+//     its ServiceAccount under the shipped flow control (forged tokens; one
+//     token accepted for a cluster sent to made-up cluster names; JWTs of
+//     unknown keys for a served cluster whose keys cannot be fetched;
+//     refused requests announcing 1 MiB bodies sent at 1 byte/s; tokens
+//     the cluster signed but refuses), each while a legitimate client
+//     reads the same cluster through it and the syncer converges a burst:
+//     the hub TokenReviews and requests reaching the cluster per request
+//     of the flood, the shared connections redialed, how soon hubsync's
+//     goroutines and open files come back, the client's errors and p99,
+//     and the burst's convergence, against quiet runs beside each;
 //   - replicas: the tunnel pool runs on every replica; with the real
 //     binary, proxy-server, agent and one managed kube-apiserver behind
 //     every simulated cluster, a new standby's time from process start to
@@ -143,9 +147,9 @@ func main() {
 	flag.IntVar(&gatewayHotSeconds, "gateway-hot-seconds", 30, "how long --gateway-hot loads the gateway")
 	flag.IntVar(&gatewayLists, "gateway-lists", 24, "large lists per gateway throughput measurement (a multiple of 4)")
 	flag.StringVar(&gatewayCPUProfile, "gateway-cpuprofile", "", "directory for CPU profiles of the hubsync process during the gateway measurements (small GETs at concurrency 32, large LISTs)")
-	flag.BoolVar(&floodOnly, "flood-only", false, "print only the strangers figures: a flood of forged tokens at the gateway beside a legitimate client and a syncer burst")
-	flag.IntVar(&floodRepeats, "flood-repeats", 3, "pairs of runs without and with the flood")
-	flag.IntVar(&floodRequests, "flood-requests", 2000, "forged requests per flood")
+	flag.BoolVar(&floodOnly, "flood-only", false, "print only the strangers figures: five floods at the gateway, each beside a legitimate client and a syncer burst")
+	flag.IntVar(&floodRepeats, "flood-repeats", 3, "pairs of runs without and with each flood")
+	flag.IntVar(&floodRequests, "flood-requests", 2000, "requests of the forged-token flood")
 	flag.IntVar(&floodConns, "flood-conns", 50, "connections the flood comes over")
 	flag.IntVar(&floodBurst, "flood-burst", 250, "clusters of the syncer's burst during each run (x2 namespaces)")
 	flag.BoolVar(&replicasOnly, "replicas-only", false, "print only the replica figures: a standby's time to ready and RSS with the pool warm, and on demand at a larger fleet")
