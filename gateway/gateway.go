@@ -373,10 +373,21 @@ func (g *Gateway) decide(ctx context.Context, addr string, tg target, token stri
 	case ref == nil && d.mode == modePassThrough && !g.accepted(pk, now):
 		// The cluster may still refuse it (another audience, a deleted
 		// ServiceAccount): the admission is given back, and the token
-		// known, once the cluster has accepted it (answer).
-		if !known {
-			d.release = release
+		// known, once the cluster has accepted it (answer). Asking the
+		// cluster costs it a connection of its own besides the request:
+		// it holds two tokens.
+		if known {
+			return d, nil
 		}
+		more, wait, ok := g.strangers.admit(addr)
+		if !ok {
+			release()
+			ref := refuse(http.StatusTooManyRequests, "rate_limited",
+				"too many refused requests from this address; try again later")
+			ref.retryAfter = wait
+			return decision{}, ref
+		}
+		d.release = func() { release(); more() }
 		return d, nil
 	case ref == nil:
 		release()

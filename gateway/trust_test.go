@@ -243,7 +243,7 @@ func TestClusterRefusalEndsTheExemption(t *testing.T) {
 		return &http.Response{StatusCode: http.StatusUnauthorized, Header: http.Header{}, Body: http.NoBody, Request: r}
 	}
 	g, err := New(configured(Options{Pool: pool, Reviewer: w.reviewer(), HubKeys: w.hubKeys(), PassThrough: true,
-		RefusalsPerSecond: 0.0001, RefusalBurst: 1, Now: func() time.Time { return now }}))
+		RefusalsPerSecond: 0.0001, RefusalBurst: 2, Now: func() time.Time { return now }})) // a trial holds 2
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,9 +268,11 @@ func TestClusterRefusalEndsTheExemption(t *testing.T) {
 }
 
 // TestTrialsHoldTheirAdmission: a token the cluster signed but has not
-// accepted yet holds its address's admission until the cluster answers:
-// a stranger with many such tokens has at most its bucket's worth at the
-// cluster at once, and the rest get 429 without reaching it.
+// accepted yet holds two tokens of its address's bucket (the check, and
+// the connection of its own it costs the cluster) until the cluster
+// answers: a stranger with many such tokens has at most half its
+// bucket's worth at the cluster at once, and the rest get 429 without
+// reaching it.
 func TestTrialsHoldTheirAdmission(t *testing.T) {
 	w := newWorld(t)
 	pool := w.pool()
@@ -282,7 +284,7 @@ func TestTrialsHoldTheirAdmission(t *testing.T) {
 		return &http.Response{StatusCode: http.StatusUnauthorized, Header: http.Header{}, Body: http.NoBody, Request: r}
 	}
 	g, err := New(configured(Options{Pool: pool, Reviewer: w.reviewer(), HubKeys: w.hubKeys(), PassThrough: true,
-		RefusalsPerSecond: 0.0001, RefusalBurst: 5}))
+		RefusalsPerSecond: 0.0001, RefusalBurst: 10}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +314,7 @@ func TestTrialsHoldTheirAdmission(t *testing.T) {
 		}
 	}
 	if limited != 15 {
-		t.Fatalf("%d of 20 requests limited; want 15, while 5 trials hold the bucket", limited)
+		t.Fatalf("%d of 20 requests limited; want 15, while 5 trials hold the bucket of 10", limited)
 	}
 	close(gate)
 	for range 5 {

@@ -88,10 +88,9 @@ type floodPhase struct {
 	// sharedDials are the pool's dials of shared connections during the
 	// run: a cluster that closed its connection (GOAWAY) is redialed.
 	sharedDials float64
-	// settle is how long after the flood's end hubsync's goroutines and
-	// open files took to come back to where they were before the run
-	// (within floodSlack); -1 when they did not within floodSettleGoal.
-	settle time.Duration
+	// trace is hubsync's goroutines and open files from the flood's end
+	// (a quiet run's: from floodQuietOffset) for floodSettleGoal.
+	trace []resourceSample
 }
 
 // floodSlack is how far above where they were before a run hubsync's
@@ -298,12 +297,19 @@ func floodRun(ctx context.Context, side floodSide, get func(context.Context) (ti
 	}
 	stop := make(chan struct{})
 	legitDone := legitimateClient(ctx, get, stop, &p)
-	floodDone := make(chan time.Time, 1)
+	floodDone := make(chan struct{})
 	go func() {
+		defer close(floodDone)
 		if send != nil {
 			p.took, p.codes = send(ctx)
+		} else {
+			// The quiet run is read from about when a flood ends.
+			select {
+			case <-ctx.Done():
+			case <-time.After(floodQuietOffset):
+			}
 		}
-		floodDone <- time.Now()
+		p.trace = resourceTrace(ctx, side)
 	}()
 	start := time.Now()
 	names := make([]string, floodBurst)
@@ -318,13 +324,13 @@ func floodRun(ctx context.Context, side floodSide, get func(context.Context) (ti
 		err = waitProfiles(ctx, hub, floodBurst)
 	}
 	p.converge = time.Since(start)
-	ended := <-floodDone
+	<-floodDone
 	close(stop)
 	<-legitDone
 	if err != nil {
 		return p, fmt.Errorf("burst: %w", err)
 	}
-	if err := p.measure(ctx, side, before, ended); err != nil {
+	if err := p.measure(side, before); err != nil {
 		return p, err
 	}
 	slices.Sort(p.lat)
@@ -369,11 +375,11 @@ func legitimateClient(ctx context.Context, get func(context.Context) (time.Durat
 }
 
 // floodCount is what a run's cost is read from: the hub TokenReviews and
-// the shared connections the daemon made, the requests the cluster's
-// audit log holds, and hubsync's goroutines and open files.
+// the shared connections the daemon made, and the requests the cluster's
+// audit log holds.
 type floodCount struct {
-	reviews, sharedDials, goroutines float64
-	reached, files                   int
+	reviews, sharedDials float64
+	reached              int
 }
 
 func floodCounts(side floodSide) (floodCount, error) {
@@ -384,31 +390,67 @@ func floodCounts(side floodSide) (floodCount, error) {
 	}
 	c.reviews = hubReviews(m)
 	c.sharedDials = m.Value("hubsync_tunnel_dials_total", testutil.Labels{"result": "ok"})
-	c.goroutines = m.Value("go_goroutines", nil)
-	if c.files, err = side.d.OpenFiles(); err != nil {
-		return c, err
-	}
 	c.reached, err = floodReached(side.m)
 	return c, err
 }
 
-// measure reads the run's cost against before, waiting up to
-// floodSettleGoal after the flood ended (at ended) for the goroutines and
-// open files to come back.
-func (p *floodPhase) measure(ctx context.Context, side floodSide, before floodCount, ended time.Time) error {
-	var after floodCount
-	p.settle = -1
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Until(ended.Add(floodSettleGoal)), true, func(context.Context) (bool, error) {
-		var err error
-		if after, err = floodCounts(side); err != nil {
-			return false, err
+// floodQuietOffset is when a quiet run's resources are read from, about
+// when a flood ends.
+const floodQuietOffset = 700 * time.Millisecond
+
+// resourceSample is hubsync's goroutines and open files at one moment.
+type resourceSample struct {
+	goroutines float64
+	files      int
+}
+
+// resourceTrace reads hubsync's goroutines and open files every 100 ms for
+// floodSettleGoal, while the burst goes on.
+func resourceTrace(ctx context.Context, side floodSide) []resourceSample {
+	var out []resourceSample
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	end := time.After(floodSettleGoal)
+	for {
+		var r resourceSample
+		if m, err := side.d.Scrape(); err == nil {
+			r.goroutines = m.Value("go_goroutines", nil)
 		}
-		return after.goroutines <= before.goroutines+floodSlack && after.files <= before.files+floodSlack, nil
-	})
-	if err == nil {
-		p.settle = max(0, time.Since(ended))
-	} else if ctx.Err() != nil {
-		return ctx.Err()
+		r.files, _ = side.d.OpenFiles()
+		out = append(out, r)
+		select {
+		case <-ctx.Done():
+			return out
+		case <-end:
+			return out
+		case <-tick.C:
+		}
+	}
+}
+
+// settle is how long after the flood's end hubsync's goroutines and open
+// files came back within floodSlack of the quiet run's at the same
+// moment of its burst, -1 if not within floodSettleGoal; and where they
+// were at the flood's end.
+func settle(quiet, flooded []resourceSample) (time.Duration, string) {
+	if len(quiet) == 0 || len(flooded) == 0 {
+		return -1, "not read"
+	}
+	at := fmt.Sprintf("goroutines %.0f (quiet %.0f), files %d (quiet %d) at the flood's end",
+		flooded[0].goroutines, quiet[0].goroutines, flooded[0].files, quiet[0].files)
+	for i := range min(len(quiet), len(flooded)) {
+		if flooded[i].goroutines <= quiet[i].goroutines+floodSlack && flooded[i].files <= quiet[i].files+floodSlack {
+			return time.Duration(i) * 100 * time.Millisecond, at
+		}
+	}
+	return -1, at
+}
+
+// measure reads the run's cost against before.
+func (p *floodPhase) measure(side floodSide, before floodCount) error {
+	after, err := floodCounts(side)
+	if err != nil {
+		return err
 	}
 	p.reviews = after.reviews - before.reviews
 	p.reached = after.reached - before.reached
@@ -572,12 +614,8 @@ func (p floodPhase) print(kinds []floodKind) {
 	flood := ""
 	if p.flooded {
 		kind = "flooded"
-		settle := "not within " + floodSettleGoal.String()
-		if p.settle >= 0 {
-			settle = p.settle.Round(100 * time.Millisecond).String()
-		}
-		flood = fmt.Sprintf("; flood (%s) in %s: %s, %.0f hub TokenReviews, %d reached the cluster, %.0f shared connections dialed, goroutines and files back %s after it",
-			kinds[p.kind].name, p.took.Round(time.Millisecond), codeList(p.codes), p.reviews, p.reached, p.sharedDials, settle)
+		flood = fmt.Sprintf("; flood (%s) in %s: %s, %.0f hub TokenReviews, %d reached the cluster, %.0f shared connections dialed",
+			kinds[p.kind].name, p.took.Round(time.Millisecond), codeList(p.codes), p.reviews, p.reached, p.sharedDials)
 	}
 	if p.firstErr != nil {
 		flood += fmt.Sprintf("; the first error: %v", p.firstErr)
@@ -621,7 +659,8 @@ func printFloodSummary(phases []floodPhase, kinds []floodKind) {
 // printFloodPairs prints one flood's figures over its (quiet, flooded)
 // pairs.
 func printFloodPairs(pairs [][2]floodPhase, requests int) {
-	var cost, burst, p99Quiet, p99Flood, dials, settle []float64
+	var cost, burst, p99Quiet, p99Flood, dials, settled []float64
+	var ats []string
 	errs, met := 0, 0
 	for _, pair := range pairs {
 		q, f := pair[0], pair[1]
@@ -631,11 +670,13 @@ func printFloodPairs(pairs [][2]floodPhase, requests int) {
 		p99Quiet = append(p99Quiet, float64(pq)/float64(time.Millisecond))
 		p99Flood = append(p99Flood, float64(pf)/float64(time.Millisecond))
 		dials = append(dials, f.sharedDials)
+		d, at := settle(q.trace, f.trace)
 		s := floodSettleGoal.Seconds() + 1 // not within the goal
-		if f.settle >= 0 {
-			s = f.settle.Seconds()
+		if d >= 0 {
+			s = d.Seconds()
 		}
-		settle = append(settle, s)
+		settled = append(settled, s)
+		ats = append(ats, at)
 		errs += f.errs + q.errs
 		if pf <= max(3*pq, pq+50*time.Millisecond) {
 			met++
@@ -651,8 +692,8 @@ func printFloodPairs(pairs [][2]floodPhase, requests int) {
 		errs, floatSpread(p99Quiet, "%.1f"), floatSpread(p99Flood, "%.1f"), verdict, met, len(p99Flood))
 	fmt.Printf("   shared connections dialed during the flood (a cluster's GOAWAY): %s; goal 0: %s\n",
 		floatSpread(dials, "%.0f"), gatewayGoal(dials, func(v float64) bool { return v == 0 }))
-	fmt.Printf("   hubsync's goroutines and open files back within %d of before, after the flood's end: %s s; goal <= %s: %s\n",
-		floodSlack, floatSpread(settle, "%.1f"), floodSettleGoal, gatewayGoal(settle, func(v float64) bool { return v <= floodSettleGoal.Seconds() }))
+	fmt.Printf("   hubsync's goroutines and open files back within %d of the quiet run's at the same moment of its burst, after the flood's end: %s s (%s); goal <= %s: %s\n",
+		floodSlack, floatSpread(settled, "%.1f"), strings.Join(ats, "; "), floodSettleGoal, gatewayGoal(settled, func(v float64) bool { return v <= floodSettleGoal.Seconds() }))
 	fmt.Printf("   syncer burst (%d profiles) convergence, flooded / quiet: %sx; goal <= %.1fx: %s\n",
 		floodBurst*floodNamespaces, floatSpread(burst, "%.2f"), floodBurstGoal, gatewayGoal(burst, func(v float64) bool { return v <= floodBurstGoal }))
 }
