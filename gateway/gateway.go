@@ -460,7 +460,7 @@ func (g *Gateway) signed(tg target, t *jwt, from origin, token string, key token
 	switch {
 	case from == fromCluster && t.claims.expired(now):
 		return decision{}, refuse(http.StatusUnauthorized, "token_expired", "the token has expired"), true
-	case from == fromCluster && g.impersonator(tg.cluster, token):
+	case from == fromCluster && g.impersonator(tg.cluster, token, t):
 		g.log.Warn("a client sent the gateway's impersonating credential of a cluster; refused", "cluster", tg.cluster)
 		return decision{}, refuse(http.StatusUnauthorized, "impersonator_token", fmt.Sprintf(
 			"this token may not pass through to cluster %q", tg.cluster)), true
@@ -479,12 +479,21 @@ func (g *Gateway) signed(tg target, t *jwt, from origin, token string, key token
 	return decision{}, nil, false
 }
 
-// impersonator reports token being the cluster's ManagedServiceAccount
-// token, with which the gateway impersonates: it never acts as itself
-// through the gateway.
-func (g *Gateway) impersonator(cluster, token string) bool {
+// impersonator reports token being the cluster's ManagedServiceAccount's,
+// with which the gateway impersonates: that very token, or another one of
+// the same ServiceAccount (t is verified: its subject is the cluster's
+// word). That identity never acts as itself through the gateway.
+func (g *Gateway) impersonator(cluster, token string, t *jwt) bool {
 	auth, err := g.opts.Pool.Authorization(cluster)
-	return err == nil && subtle.ConstantTimeCompare([]byte(auth), []byte("Bearer "+token)) == 1
+	if err != nil {
+		return false
+	}
+	own := strings.TrimPrefix(auth, "Bearer ")
+	if subtle.ConstantTimeCompare([]byte(own), []byte(token)) == 1 {
+		return true
+	}
+	o := parseJWT(own) // hubsync's own credential, from the hub
+	return o != nil && o.claims.Subject != "" && o.claims.Subject == t.claims.Subject
 }
 
 // unauthenticated is the refusal of a token the hub does not recognise.

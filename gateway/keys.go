@@ -216,6 +216,7 @@ type jwt struct {
 
 type jwtClaims struct {
 	Issuer    string   `json:"iss"`
+	Subject   string   `json:"sub"`
 	Expiry    *float64 `json:"exp"`
 	NotBefore *float64 `json:"nbf"`
 }

@@ -39,9 +39,15 @@ func TestImpersonatorTokenNeverPassesThrough(t *testing.T) {
 	if n := len(pool.requests()); n != 0 {
 		t.Fatalf("%d requests reached the cluster", n)
 	}
-	// Another cluster's own token still passes.
-	if rec := serve(g, http.MethodGet, "/c2/api", bearer(w.c2Token)); rec.Code != http.StatusOK {
-		t.Fatalf("c2's own token: %d %s", rec.Code, rec.Body)
+	// Nor does another token of the same ServiceAccount.
+	sibling := w.c1.token(t, map[string]any{"iss": "https://kubernetes.default.svc", "sub": "system:serviceaccount:ocm:msa", "exp": 1 << 41})
+	if rec := serve(g, http.MethodGet, "/c1/api", bearer(sibling)); rec.Code != http.StatusUnauthorized {
+		t.Fatalf("another token of the impersonator: %d %s; want 401", rec.Code, rec.Body)
+	}
+	// Another ServiceAccount's token of the cluster still passes.
+	app := w.c1.token(t, map[string]any{"iss": "https://kubernetes.default.svc", "sub": "system:serviceaccount:apps:app", "exp": 1 << 40})
+	if rec := serve(g, http.MethodGet, "/c1/api", bearer(app)); rec.Code != http.StatusOK {
+		t.Fatalf("another ServiceAccount's token: %d %s", rec.Code, rec.Body)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/hubsync/hubsync/test/controlplane"
+	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/leak"
 	"github.com/hubsync/hubsync/test/pki"
 	"github.com/hubsync/hubsync/test/testutil"
@@ -379,5 +380,74 @@ func TestSignedButRefusedTokensTravelAlone(t *testing.T) {
 	}
 	if n := s.metric(t, "hubsync_gateway_refused_total", testutil.Labels{"reason": "cluster_refused_token"}); n < 10 {
 		t.Errorf("%v requests answered from memory as refused by the cluster; want the second round's 10", n)
+	}
+}
+
+// TestImpersonatorNeverActsAsItself: a token of the ServiceAccount the
+// gateway impersonates with (a new one from the cluster's TokenRequest,
+// not the very token the hub holds) is refused: that identity never acts
+// as itself through the gateway, and the cluster sees nothing of it.
+func TestImpersonatorNeverActsAsItself(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s := start(t, ctx)
+	// A cluster's own token first: the gateway reads the cluster's keys
+	// through the pool once.
+	own, err := env.managed.ServiceAccountToken(ctx, "apps", "own", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.h.NoteToken(own)
+	if code, body := s.get(t, "/"+cluster+"/api/v1/namespaces/apps/configmaps", "Bearer "+own, nil); code != http.StatusForbidden {
+		t.Fatalf("a cluster's own token: %d %s; want the cluster's 403", code, body)
+	}
+	tok, err := env.managed.ServiceAccountToken(ctx, msaNamespace, msaName, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.h.NoteToken(tok)
+	requests := s.metric(t, "hubsync_tunnel_requests_total", nil)
+	code, body := s.get(t, "/"+cluster+"/api/v1/namespaces", "Bearer "+tok, nil)
+	if code != http.StatusUnauthorized || !strings.Contains(body, "may not pass through") {
+		t.Fatalf("the impersonator's own identity: %d %s; want 401", code, body)
+	}
+	if n := s.metric(t, "hubsync_tunnel_requests_total", nil) - requests; n != 0 {
+		t.Errorf("%v requests reached the cluster", n)
+	}
+}
+
+// TestUnfetchableKeysTellNothingE2E: a served cluster whose keys cannot be
+// fetched (its agent never connected, the hub holds no token for it)
+// answers a stranger's JWT exactly as a cluster that does not exist.
+func TestUnfetchableKeysTellNothingE2E(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s := start(t, ctx)
+	dark := runPrefix() + "dark"
+	if err := s.h.Namespace(ctx, dark); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.h.CreateCluster(ctx, fleet.ClusterSpec{Name: dark,
+		Labels: fleet.ExclusiveSetLabels(consumerSet, map[string]string{"gateway-test": "yes"})}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.h.DeleteCluster(context.Background(), dark) })
+	testutil.Eventually(t, time.Minute, 100*time.Millisecond, func() error {
+		if v := s.metric(t, "hubsync_tunnel_entries", testutil.Labels{"state": "failing"}); v < 1 {
+			return fmt.Errorf("no failing entry yet (%v)", v)
+		}
+		return nil
+	})
+	forged := selfSignedJWT(t, "https://"+env.managed.Address, "system:serviceaccount:kube-system:admin")
+	var bodies []string
+	for _, c := range []string{dark, "no-such-cluster"} {
+		code, body := s.get(t, "/"+c+"/api/v1/namespaces", "Bearer "+forged, nil)
+		if code != http.StatusUnauthorized {
+			t.Fatalf("%s: %d %s; want 401", c, code, body)
+		}
+		bodies = append(bodies, strings.ReplaceAll(body, c, "<cluster>"))
+	}
+	if bodies[0] != bodies[1] {
+		t.Errorf("the answers tell a served cluster without keys from one that does not exist:\n%s\n%s", bodies[0], bodies[1])
 	}
 }
