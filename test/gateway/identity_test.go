@@ -222,16 +222,7 @@ func TestSelfSignedTokensCostNothing(t *testing.T) {
 	defer cancel()
 	s := start(t, ctx)
 	forged := selfSignedJWT(t, "https://"+env.managed.Address, "system:serviceaccount:kube-system:admin")
-	// A cluster's own token first: the gateway reads the cluster's keys
-	// through the pool once.
-	own, err := env.managed.ServiceAccountToken(ctx, "apps", "own", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.h.NoteToken(own)
-	if code, body := s.get(t, "/"+cluster+"/api/v1/namespaces/apps/configmaps", "Bearer "+own, nil); code != http.StatusForbidden {
-		t.Fatalf("a cluster's own token: %d %s; want the cluster's 403 for what it may not read", code, body)
-	}
+	s.readClusterKeys(t, ctx)
 	requests := s.metric(t, "hubsync_tunnel_requests_total", nil)
 	dials := s.metric(t, "hubsync_tunnel_upgrade_dials_total", nil)
 	addr := strings.TrimPrefix(s.url, "https://")
@@ -391,16 +382,7 @@ func TestImpersonatorNeverActsAsItself(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s := start(t, ctx)
-	// A cluster's own token first: the gateway reads the cluster's keys
-	// through the pool once.
-	own, err := env.managed.ServiceAccountToken(ctx, "apps", "own", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.h.NoteToken(own)
-	if code, body := s.get(t, "/"+cluster+"/api/v1/namespaces/apps/configmaps", "Bearer "+own, nil); code != http.StatusForbidden {
-		t.Fatalf("a cluster's own token: %d %s; want the cluster's 403", code, body)
-	}
+	s.readClusterKeys(t, ctx)
 	tok, err := env.managed.ServiceAccountToken(ctx, msaNamespace, msaName, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -449,5 +431,20 @@ func TestUnfetchableKeysTellNothingE2E(t *testing.T) {
 	}
 	if bodies[0] != bodies[1] {
 		t.Errorf("the answers tell a served cluster without keys from one that does not exist:\n%s\n%s", bodies[0], bodies[1])
+	}
+}
+
+// readClusterKeys sends a cluster's own token through the gateway, which
+// reads the cluster's keys through the pool once: a test counting the
+// pool's requests starts after it.
+func (s *setup) readClusterKeys(t *testing.T, ctx context.Context) {
+	t.Helper()
+	own, err := env.managed.ServiceAccountToken(ctx, "apps", "own", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.h.NoteToken(own)
+	if code, body := s.get(t, "/"+cluster+"/api/v1/namespaces/apps/configmaps", "Bearer "+own, nil); code != http.StatusForbidden {
+		t.Fatalf("a cluster's own token: %d %s; want the cluster's 403 for what it may not read", code, body)
 	}
 }
