@@ -299,7 +299,7 @@ func (g *Gateway) serve(w *recorder, r *http.Request, rq *request) {
 		g.refuse(w, rq, ref)
 		return
 	}
-	rq.mode, rq.release = d.mode, d.release
+	rq.mode, rq.release, rq.trial = d.mode, d.release, d.trial
 	if d.mode == modeImpersonate {
 		rq.user = d.id.Username
 	}
@@ -362,10 +362,7 @@ func (g *Gateway) decide(ctx context.Context, addr string, tg target, token stri
 		var wait time.Duration
 		var ok bool
 		if release, wait, ok = g.strangers.admit(addr); !ok {
-			ref := refuse(http.StatusTooManyRequests, "rate_limited",
-				"too many refused requests from this address; try again later")
-			ref.retryAfter = wait
-			return decision{}, ref
+			return decision{}, rateLimited(wait)
 		}
 	}
 	d, ref := g.check(ctx, tg, token, key, now)
@@ -376,16 +373,14 @@ func (g *Gateway) decide(ctx context.Context, addr string, tg target, token stri
 		// known, once the cluster has accepted it (answer). Asking the
 		// cluster costs it a connection of its own besides the request:
 		// it holds two tokens.
+		d.trial = true
 		if known {
 			return d, nil
 		}
 		more, wait, ok := g.strangers.admit(addr)
 		if !ok {
 			release()
-			ref := refuse(http.StatusTooManyRequests, "rate_limited",
-				"too many refused requests from this address; try again later")
-			ref.retryAfter = wait
-			return decision{}, ref
+			return decision{}, rateLimited(wait)
 		}
 		d.release = func() { release(); more() }
 		return d, nil
@@ -399,6 +394,14 @@ func (g *Gateway) decide(ctx context.Context, addr string, tg target, token stri
 	}
 	ref.paid = !known // admit charged it
 	return d, ref
+}
+
+// rateLimited is the answer to an address that has spent its refusals.
+func rateLimited(wait time.Duration) *refusal {
+	ref := refuse(http.StatusTooManyRequests, "rate_limited",
+		"too many refused requests from this address; try again later")
+	ref.retryAfter = wait
+	return ref
 }
 
 // accepted reports a token passed through that the cluster has accepted
@@ -655,14 +658,6 @@ func (g *Gateway) forward(w *recorder, r *http.Request, rq *request, route Route
 		return
 	}
 	rq.upgrade = isUpgrade(r)
-	if d.mode == modePassThrough && !rq.upgrade {
-		// A token the cluster signed may still be refused by it (another
-		// audience, a deleted ServiceAccount); kube-apiserver answers 401
-		// and closes the connection, which every client of the cluster
-		// shares. Until the cluster has accepted it once, it goes on a
-		// connection of its own.
-		rq.trial = !g.accepted(rq.pass, g.opts.Now())
-	}
 	rq.watch = strings.Contains(route.Path, "/watch/")
 	if r.URL.RawQuery != "" {
 		q := r.URL.Query()
@@ -680,6 +675,11 @@ func (g *Gateway) forward(w *recorder, r *http.Request, rq *request, route Route
 		}
 	}
 	proxy := &httputil.ReverseProxy{
+		// A token the cluster signed may still be refused by it (another
+		// audience, a deleted ServiceAccount); kube-apiserver answers 401
+		// and closes the connection, which every client of the cluster
+		// shares. Until the cluster has accepted it once (a trial), it
+		// goes on a connection of its own.
 		Transport: g.transportFor(route.Cluster, want, rq.upgrade || rq.trial),
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// Go's proxy has removed the hop-by-hop headers (and with
@@ -754,7 +754,7 @@ func (g *Gateway) answer(w *recorder, rq *request, resp *http.Response) error {
 		} else {
 			g.strangers.charge(rq.addr)
 		}
-	case rq.mode == modePassThrough && (rq.trial || rq.release != nil):
+	case rq.trial:
 		// Accepted: from now on it shares the cluster's connection, and
 		// its client's address is not limited for it (finish gives the
 		// admission back).

@@ -36,9 +36,10 @@ type decision struct {
 	// token is the token verified against the cluster's keys
 	// (modePassThrough).
 	token string
-	// release gives back the admission a token the cluster has not
-	// accepted yet holds until it does (Gateway.decide); nil when none is
-	// held.
+	// trial: a token passed through that the cluster has not accepted
+	// yet; release gives back the admission it holds until the cluster
+	// does (Gateway.decide), nil when none is held.
+	trial   bool
 	release func()
 }
 

@@ -25,13 +25,9 @@ func checkConfigCommand(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
-	}
-	cfg, err := config.Load(fs.Arg(0))
+	cfg, err := loadConfigArg(fs)
 	if err != nil {
-		return fmt.Errorf("%s: %w", fs.Arg(0), err)
+		return err
 	}
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintf(stderr, "%s: warning: %s\n", fs.Arg(0), w)
@@ -72,4 +68,18 @@ func checkBus(ctx context.Context, cfg config.Bus, stdout io.Writer) error {
 		return errors.New("the external NATS does not hold the bus's accounts (see above; hubsync bus-accounts prints them)")
 	}
 	return nil
+}
+
+// loadConfigArg loads the configuration file that is fs's one argument,
+// after its flags were parsed.
+func loadConfigArg(fs *flag.FlagSet) (*config.Config, error) {
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return nil, errUsage
+	}
+	cfg, err := config.Load(fs.Arg(0))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fs.Arg(0), err)
+	}
+	return cfg, nil
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/hubsync/hubsync/bus"
-	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/sinks"
 )
 
@@ -77,13 +76,9 @@ func busAccountsCommand(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
-	}
-	cfg, err := config.Load(fs.Arg(0))
+	cfg, err := loadConfigArg(fs)
 	if err != nil {
-		return fmt.Errorf("%s: %w", fs.Arg(0), err)
+		return err
 	}
 	out, err := bus.AccountsConfig(cfg.Bus)
 	if err != nil {
