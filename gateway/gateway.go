@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -243,9 +244,11 @@ type request struct {
 	// pass is the request's token for its cluster; trial: a token passed
 	// through that the cluster has not accepted yet, sent on a
 	// connection of its own; release gives back the admission it holds
-	// until then (finish).
+	// until then (finish); tried: what the cluster said to a trial
+	// (trialAccepted, trialRefused), empty when it did not answer.
 	pass    passKey
 	trial   bool
+	tried   string
 	release func()
 	watch   bool
 	// flight is the request as Serve tracks it, so that a drain can end
@@ -701,6 +704,13 @@ func (g *Gateway) forward(w *recorder, r *http.Request, rq *request, route Route
 	proxy.ServeHTTP(w, r)
 }
 
+// What the cluster said to a trial (hubsync_gateway_trials_total).
+const (
+	trialAccepted = "accepted"
+	trialRefused  = "refused"
+	trialError    = "error"
+)
+
 // answer decides what of the cluster's answer the client gets. These are
 // the proxy's edges, each decided as apimachinery's UpgradeAwareHandler
 // names them:
@@ -749,6 +759,7 @@ func (g *Gateway) answer(w *recorder, rq *request, resp *http.Response) error {
 		g.known.remove(rq.pass)
 		g.refusals.put(rq.pass, *refuse(http.StatusUnauthorized, "cluster_refused_token",
 			fmt.Sprintf("cluster %q refuses this token", rq.cluster)), now.Add(g.opts.RefusalCacheTTL))
+		rq.tried = trialRefused
 		if rq.release != nil {
 			rq.release = nil // the admission it held is the charge
 		} else {
@@ -761,6 +772,7 @@ func (g *Gateway) answer(w *recorder, rq *request, resp *http.Response) error {
 		until := g.opts.Now().Add(knownFor)
 		g.confirmed.put(rq.pass, struct{}{}, until)
 		g.known.put(rq.pass, struct{}{}, until)
+		rq.tried = trialAccepted
 	}
 	w.buffered = !rq.watch && finished(resp)
 	if rq.watch && code == http.StatusOK {
@@ -902,6 +914,9 @@ func (g *Gateway) finish(w *recorder, r *http.Request, rq *request) {
 	}
 	if kind := rq.flight.endedBy(); kind != "" {
 		g.m.drained.WithLabelValues(kind).Inc()
+	}
+	if rq.trial {
+		g.m.trials.WithLabelValues(cmp.Or(rq.tried, trialError)).Inc()
 	}
 	elapsed := time.Since(rq.start)
 	if !rq.upgrade && !rq.watch {

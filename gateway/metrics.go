@@ -19,6 +19,9 @@ type metrics struct {
 	drained       *prometheus.CounterVec
 	// tunnelWait observes how long requests waited for a connecting entry.
 	tunnelWait prometheus.Histogram
+	// trials counts tokens passed through on a connection of their own
+	// until their cluster accepted them, by result.
+	trials *prometheus.CounterVec
 }
 
 // keyFetch counts the fetches of one kind of key set (hub, cluster).
@@ -82,6 +85,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time requests waited for a cluster's tunnel that was still connecting (a replica warming up, a cluster that just joined, an entry dialed on demand), bounded by gateway.tunnelWait.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
+		trials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hubsync_gateway_trials_total",
+			Help: "Requests with a token passed through that its cluster had not yet accepted, each sent on a connection of its own (a dial) so that a refusal cannot close the connection the cluster's other clients share, by result: accepted (the token shares the connection from then on), refused (the cluster answered 401; remembered), error (no answer).",
+		}, []string{"result"}),
 	}
 	// The fixed label values have their series from the start, so that
 	// rate() and the alerts on them see 0 rather than nothing before the
@@ -95,10 +102,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, k := range []string{endedWatch, endedUpgrade, endedForced} {
 		m.drained.WithLabelValues(k)
 	}
+	for _, r := range []string{trialAccepted, trialRefused, trialError} {
+		m.trials.WithLabelValues(r)
+	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.refused, m.duration, m.reviews, m.reviewSeconds, m.hits, m.upgraded, m.fetches, m.drained, m.tunnelWait} {
+	for _, c := range []prometheus.Collector{m.requests, m.refused, m.duration, m.reviews, m.reviewSeconds, m.hits, m.upgraded, m.fetches, m.drained, m.tunnelWait, m.trials} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

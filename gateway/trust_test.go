@@ -12,6 +12,8 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // These tests hold the gateway to what a token proved: a token it
@@ -218,7 +220,8 @@ func TestFirstPassThroughGoesAlone(t *testing.T) {
 		}
 		return &http.Response{StatusCode: code, Header: http.Header{"Content-Type": {"application/json"}}, Body: http.NoBody, Request: r}
 	}
-	g, err := New(configured(Options{Pool: pool, Reviewer: w.reviewer(), HubKeys: w.hubKeys(), PassThrough: true}))
+	reg := prometheus.NewRegistry()
+	g, err := New(configured(Options{Pool: pool, Reviewer: w.reviewer(), HubKeys: w.hubKeys(), PassThrough: true, Registerer: reg}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,6 +237,11 @@ func TestFirstPassThroughGoesAlone(t *testing.T) {
 	serve(g, http.MethodGet, "/c1/api", bearer(w.hubToken))
 	if got, want := pool.sentAlone(), []bool{true, false, false, true, false}; !slices.Equal(got, want) {
 		t.Fatalf("sent alone: %v; want %v (c1's token alone once, then shared; the refused token alone once, then not at all; the hub identity shared)", got, want)
+	}
+	for result, want := range map[string]float64{trialAccepted: 1, trialRefused: 1, trialError: 0} {
+		if got := testutil.ToFloat64(g.m.trials.WithLabelValues(result)); got != want {
+			t.Errorf("hubsync_gateway_trials_total{result=%q} = %v; want %v", result, got, want)
+		}
 	}
 }
 

@@ -220,21 +220,7 @@ func benchFlood(ctx context.Context, cp *controlplane.ControlPlane, binary strin
 	legit := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}
 	defer legit.CloseIdleConnections()
 	url := "https://" + addr + "/" + floodCluster + gatewaySmallPath
-	get := func(ctx context.Context) (time.Duration, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		req.Header.Set("Authorization", "Bearer "+userToken)
-		start := time.Now()
-		resp, err := legit.RoundTrip(req)
-		if err != nil {
-			return 0, err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return 0, fmt.Errorf("%s", resp.Status)
-		}
-		return time.Since(start), nil
-	}
+	get := func(ctx context.Context) (time.Duration, error) { return timedGet(ctx, legit, url, userToken) }
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := get(ctx)
 		return err == nil, nil
@@ -246,7 +232,97 @@ func benchFlood(ctx context.Context, cp *controlplane.ControlPlane, binary strin
 	if err != nil {
 		return err
 	}
-	return floodRuns(ctx, floodSide{hub: hub, d: d, m: m}, floodKinds(floodTarget{addr: addr, roots: roots, m: m}, known), get)
+	side := floodSide{hub: hub, d: d, m: m}
+	if err := floodRuns(ctx, side, floodKinds(floodTarget{addr: addr, roots: roots, m: m}, known), get); err != nil {
+		return err
+	}
+	return firstRequests(ctx, side, legit, url)
+}
+
+// timedGet GETs url through tr with token, and says how long the answer
+// took; an answer other than 200 is an error.
+func timedGet(ctx context.Context, tr http.RoundTripper, url, token string) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	start := time.Now()
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s", resp.Status)
+	}
+	return time.Since(start), nil
+}
+
+// firstRequestTokens is how many new tokens each repeat of firstRequests
+// sends.
+const firstRequestTokens = 30
+
+// firstRequests measures what the trials cost a legitimate client: the
+// first request with a token the cluster has not accepted yet goes on a
+// connection of its own (a dial through konnectivity), the next ones on
+// the connection the cluster's clients share. Each new token (of a
+// ServiceAccount the cluster lets read) is sent twice in a row, over the
+// client's open connection to the gateway; the figures are the first
+// request's latency against the second's, and the dials per first
+// request.
+func firstRequests(ctx context.Context, side floodSide, client http.RoundTripper, url string) error {
+	fmt.Printf("-- a legitimate client's first request with a new pass-through token (a trial, on a connection of its own), against its second (the shared connection): %d new tokens per repeat, %d repeats\n",
+		firstRequestTokens, floodRepeats)
+	var firstP50, secondP50, ratio, extra, dialsPer []float64
+	for range floodRepeats {
+		tokens := make([]string, firstRequestTokens)
+		if err := parallel(len(tokens), 8, func(i int) (err error) {
+			tokens[i], err = side.m.ServiceAccountToken(ctx, gatewayNS, "direct-reader", time.Hour)
+			return err
+		}); err != nil {
+			return err
+		}
+		before, err := side.d.Scrape()
+		if err != nil {
+			return err
+		}
+		var first, second, added []time.Duration
+		for _, tok := range tokens {
+			f, err := timedGet(ctx, client, url, tok)
+			if err != nil {
+				return fmt.Errorf("a new token's first request: %w", err)
+			}
+			s, err := timedGet(ctx, client, url, tok)
+			if err != nil {
+				return fmt.Errorf("a new token's second request: %w", err)
+			}
+			first, second, added = append(first, f), append(second, s), append(added, f-s)
+		}
+		after, err := side.d.Scrape()
+		if err != nil {
+			return err
+		}
+		delta := func(name string, l testutil.Labels) float64 { return after.Value(name, l) - before.Value(name, l) }
+		if n := delta("hubsync_gateway_trials_total", testutil.Labels{"result": "accepted"}); n != firstRequestTokens {
+			return fmt.Errorf("%.0f trials accepted; want %d (one per new token)", n, firstRequestTokens)
+		}
+		slices.Sort(first)
+		slices.Sort(second)
+		slices.Sort(added)
+		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+		firstP50 = append(firstP50, ms(median(first)))
+		secondP50 = append(secondP50, ms(median(second)))
+		ratio = append(ratio, float64(median(first))/float64(median(second)))
+		extra = append(extra, ms(median(added)))
+		dialsPer = append(dialsPer, delta("hubsync_tunnel_upgrade_dials_total", testutil.Labels{"result": "ok"})/firstRequestTokens)
+		fmt.Printf("   first p50 %.1f ms p90 %.1f ms; second p50 %.1f ms p90 %.1f ms\n",
+			ms(median(first)), ms(percentile(first, 90)), ms(median(second)), ms(percentile(second, 90)))
+	}
+	fmt.Printf("   first request p50: %s ms; second: %s ms; first / second: %sx; added by the trial (per token, p50): %s ms; dials per first request: %s\n",
+		floatSpread(firstP50, "%.1f"), floatSpread(secondP50, "%.1f"), floatSpread(ratio, "%.2f"), floatSpread(extra, "%.1f"), floatSpread(dialsPer, "%.2f"))
+	return nil
 }
 
 // floodRuns runs every flood beside a quiet run, floodRepeats times, the

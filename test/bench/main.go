@@ -42,7 +42,9 @@
 //     the hub TokenReviews and requests reaching the cluster per request
 //     of the flood, the shared connections redialed, how soon hubsync's
 //     goroutines and open files come back, the client's errors and p99,
-//     and the burst's convergence, against quiet runs beside each;
+//     and the burst's convergence, against quiet runs beside each; then
+//     what the trials cost a legitimate client: a new token's first
+//     request (on a connection of its own) against its second;
 //   - replicas: the tunnel pool runs on every replica; with the real
 //     binary, proxy-server, agent and one managed kube-apiserver behind
 //     every simulated cluster, a new standby's time from process start to

@@ -398,6 +398,50 @@ func TestImpersonatorNeverActsAsItself(t *testing.T) {
 	}
 }
 
+// TestReRegisteredClusterForgetsItsKeys: a cluster deleted and
+// registered again under the same name, now another API server (a new
+// uid, address and CA), does not accept the old cluster's tokens through
+// the gateway: its key set is dropped with the old identity, so the old
+// token is a stranger's (401 from the gateway) and never reaches the new
+// cluster as a trial.
+func TestReRegisteredClusterForgetsItsKeys(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s := start(t, ctx)
+	name := runPrefix() + "again"
+	s.join(t, ctx, name, env.managed2)
+	t.Cleanup(func() { _ = s.h.DeleteCluster(context.Background(), name) })
+	s.waitServed(t, name)
+	old, err := env.managed2.ServiceAccountToken(ctx, "apps", "own", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.h.NoteToken(old)
+	path := "/" + name + "/api/v1/namespaces/apps/configmaps"
+	if code, body := s.get(t, path, "Bearer "+old, nil); code != http.StatusForbidden || !strings.Contains(body, ownUser) {
+		t.Fatalf("the first cluster's own token: %d %s; want the cluster's 403 to it", code, body)
+	}
+
+	if err := s.h.DeleteCluster(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, 50*time.Millisecond, func() error {
+		if code, _ := s.get(t, path, "Bearer "+s.userToken, nil); code == http.StatusOK {
+			return fmt.Errorf("%s is still served", name)
+		}
+		return nil
+	})
+	s.join(t, ctx, name, env.managed)
+	s.waitServed(t, name)
+	trials := s.metric(t, "hubsync_gateway_trials_total", nil)
+	if code, body := s.get(t, path, "Bearer "+old, nil); code != http.StatusUnauthorized {
+		t.Fatalf("the old cluster's token after the name was registered again: %d %s; want 401", code, body)
+	}
+	if n := s.metric(t, "hubsync_gateway_trials_total", nil) - trials; n != 0 {
+		t.Errorf("the old cluster's token reached the new cluster (%v trials): its key set was kept", n)
+	}
+}
+
 // TestUnfetchableKeysTellNothingE2E: a served cluster whose keys cannot be
 // fetched (its agent never connected, the hub holds no token for it)
 // answers a stranger's JWT exactly as a cluster that does not exist.
