@@ -17,8 +17,13 @@ export GOTOOLCHAIN := $(GO_TOOLCHAIN)
 # beside the GOFLAGS already set.
 export GOFLAGS := $(strip $(filter-out -tags=http2legacy,$(shell GOTOOLCHAIN=$(GO_TOOLCHAIN) $(GO) env GOFLAGS)) -tags=http2legacy)
 BIN       ?= bin
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -s -w -X main.version=$(VERSION)
+# A release's tag (vMAJOR.MINOR.PATCH, docs/releases.md); between
+# releases, git describe's vX.Y.Z-N-gCOMMIT.
+VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.0.0-$$(git rev-parse --short HEAD 2>/dev/null || echo unknown))
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# The commit's time, not the clock's: one commit builds one binary.
+DATE      ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo unknown)
+LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 # Prints the directory holding kube-apiserver and etcd, building them first
 # when the cache (~/.cache/hubsync by default) does not have this version.
 ASSETS    := bash test/tools/build-kube-binaries.sh

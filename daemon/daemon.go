@@ -56,9 +56,9 @@ type Options struct {
 	// Override applies the command line's flags to a reloaded
 	// configuration, as they were applied to the first.
 	Override func(*config.Config)
-	// Version is the build's version, for logs and the hub clients' user
-	// agent.
-	Version string
+	// Version is the build's version, for logs, the hub clients' user
+	// agent and hubsync_build_info; Commit, the commit it was built from.
+	Version, Commit string
 	// Sinks are the sink types the daemon can run, by configuration type;
 	// nil: every built-in type (Sinks()).
 	Sinks map[string]sinks.Factory
@@ -120,7 +120,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 	if o.Sinks == nil {
 		o.Sinks = Sinks()
 	}
-	d := &daemon{cfg: cfg, opts: o, log: o.Log, reg: newRegistry(), failed: make(chan error, 1)}
+	d := &daemon{cfg: cfg, opts: o, log: o.Log, reg: newRegistry(o.Version, o.Commit), failed: make(chan error, 1)}
 	defer d.shutdown()
 	steps := []func(context.Context) error{
 		d.connect,        // hub clients, event recorder

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -23,9 +24,15 @@ import (
 )
 
 // newRegistry is the daemon's metrics registry, with the Go runtime's and
-// the process's collectors.
-func newRegistry() *prometheus.Registry {
+// the process's collectors, and hubsync_build_info for the build.
+func newRegistry(version, commit string) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "hubsync_build_info",
+		Help: "Always 1; its labels name the running build: version, commit and goversion (the Go toolchain it was built with).",
+	}, []string{"version", "commit", "goversion"})
+	info.WithLabelValues(version, commit, runtime.Version()).Set(1)
+	reg.MustRegister(info)
 	reg.MustRegister(collectors.NewGoCollector(
 		// go_gc_heap_live_bytes, the heap the last GC kept: what the
 		// daemon holds, where RSS also counts the garbage the next GC

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/syncer"
@@ -149,5 +151,18 @@ func TestWriteContested(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBuildInfoMetric: the registry names the running build.
+func TestBuildInfoMetric(t *testing.T) {
+	reg := newRegistry("v1.2.3", "0123abc")
+	want := fmt.Sprintf(`
+# HELP hubsync_build_info Always 1; its labels name the running build: version, commit and goversion (the Go toolchain it was built with).
+# TYPE hubsync_build_info gauge
+hubsync_build_info{commit="0123abc",goversion=%q,version="v1.2.3"} 1
+`, runtime.Version())
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "hubsync_build_info"); err != nil {
+		t.Error(err)
 	}
 }

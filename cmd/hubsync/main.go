@@ -14,7 +14,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -22,9 +21,6 @@ import (
 
 	"github.com/hubsync/hubsync/daemon"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = ""
 
 const usage = `hubsync keeps an Open Cluster Management hub's ClusterProfiles in step with its fleet.
 
@@ -39,7 +35,7 @@ Usage:
   hubsync nkey --seed-file FILE                     make the NKey of an application that reads the bus
   hubsync bus-accounts FILE                         print the accounts an external NATS needs for FILE's bus
   hubsync status [--address HOST:PORT] [-o json]    sum up a running daemon: leader, consumers, sinks, tunnels, gateway
-  hubsync version                                   print the version
+  hubsync version [-o json]                         print the version, commit, build date and Go version
 
 Run "hubsync COMMAND -h" for a command's flags.
 `
@@ -79,7 +75,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "bus-accounts":
 		err = busAccountsCommand(args[1:], stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, "hubsync", buildVersion())
+		err = versionCommand(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:
@@ -121,16 +117,6 @@ func describe(err error) string {
 }
 
 var errUsage = errors.New("usage")
-
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
-}
 
 // parseFlags parses a subcommand's flags: -h is help, any other flag error
 // is a usage error (the flag package has already printed it).

@@ -43,7 +43,9 @@ func TestMainCommands(t *testing.T) {
 	}{
 		{name: "no command", args: nil, wantCode: 2, wantStderr: []string{"Usage:"}},
 		{name: "unknown command", args: []string{"frobnicate"}, wantCode: 2, wantStderr: []string{`unknown command "frobnicate"`}},
-		{name: "version", args: []string{"version"}, wantCode: 0, wantStdout: []string{"hubsync "}},
+		{name: "version", args: []string{"version"}, wantCode: 0, wantStdout: []string{"hubsync ", "commit:", "built:", "go:       go1.", "platform:"}},
+		{name: "version json", args: []string{"version", "-o", "json"}, wantCode: 0, wantStdout: []string{`"gitVersion": "`, `"gitCommit": "`, `"buildDate": "`, `"goVersion": "go1.`, `"platform": "`}},
+		{name: "version, bad output", args: []string{"version", "-o", "yaml"}, wantCode: 2, wantStderr: []string{"usage: hubsync version"}},
 		{name: "status: unknown output format", args: []string{"status", "-o", "yaml"}, wantCode: 2, wantStderr: []string{"usage: hubsync status"}},
 		{name: "status: nothing listens", args: []string{"status", "--address", "127.0.0.1:1"}, wantCode: 1,
 			wantStderr: []string{"no answer from http://127.0.0.1:1/metrics", "kubectl port-forward"}},
@@ -99,5 +101,22 @@ func TestMainCommands(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBuildInfo: the linker's values win; without them, what the Go
+// toolchain recorded, and never an empty field.
+func TestBuildInfo(t *testing.T) {
+	defer func(v, c, d string) { version, commit, date = v, c, d }(version, commit, date)
+	version, commit, date = "v1.2.3", "0123abc", "2026-11-29T00:00:00Z"
+	if b := build(); b.Version != "v1.2.3" || b.Commit != "0123abc" || b.BuildDate != "2026-11-29T00:00:00Z" {
+		t.Errorf("with the linker's values: %+v", b)
+	}
+	version, commit, date = "", "", ""
+	b := build()
+	for name, v := range map[string]string{"version": b.Version, "commit": b.Commit, "date": b.BuildDate, "go": b.GoVersion, "platform": b.Platform} {
+		if v == "" {
+			t.Errorf("%s is empty without the linker's values: %+v", name, b)
+		}
 	}
 }

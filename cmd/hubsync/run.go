@@ -51,7 +51,7 @@ func runCommand(ctx context.Context, args []string, stderr io.Writer, run runFun
 	for _, w := range cfg.Warnings() {
 		log.Warn("configuration: " + w)
 	}
-	return run(ctx, cfg, daemon.Options{Log: log, ConfigPath: *configPath, Override: override, Version: buildVersion()})
+	return run(ctx, cfg, daemon.Options{Log: log, ConfigPath: *configPath, Override: override, Version: buildVersion(), Commit: build().Commit})
 }
 
 func newLogger(c config.Logging, w io.Writer) *slog.Logger {
