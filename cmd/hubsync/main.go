@@ -35,6 +35,7 @@ Usage:
   hubsync nkey --seed-file FILE                     make the NKey of an application that reads the bus
   hubsync bus-accounts FILE                         print the accounts an external NATS needs for FILE's bus
   hubsync status [--address HOST:PORT] [-o json]    sum up a running daemon: leader, consumers, sinks, tunnels, gateway
+  hubsync install DIR                               copy this binary to DIR (an init container's way to hand the plugin to a consumer)
   hubsync version [-o json]                         print the version, commit, build date and Go version
 
 Run "hubsync COMMAND -h" for a command's flags.
@@ -74,6 +75,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = nkeyCommand(args[1:], stdout, stderr)
 	case "bus-accounts":
 		err = busAccountsCommand(args[1:], stdout, stderr)
+	case "install":
+		err = installCommand(args[1:], stdout, stderr)
 	case "version", "--version":
 		err = versionCommand(args[1:], stdout, stderr)
 	case "help", "-h", "--help":

@@ -76,7 +76,7 @@ func (l *syncLog) String() string {
 // own again.
 func (p *proof) integration(t *testing.T) {
 	ctx := t.Context()
-	bin := testutil.Hubsync(t)
+	bin := testutil.Plugin(t)
 	reg := prometheus.NewRegistry()
 	logs := &syncLog{}
 	log := slog.New(slog.NewTextHandler(logs, nil))

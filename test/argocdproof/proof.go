@@ -215,7 +215,7 @@ func (p *proof) noTokens(t *testing.T, sec *corev1.Secret) {
 // exec: the default, for every Argo CD release. Argo CD runs `hubsync
 // creds` with the cluster in its arguments.
 func (p *proof) exec(t *testing.T) {
-	bin := testutil.Hubsync(t)
+	bin := testutil.Plugin(t)
 	ctx := t.Context()
 	s := p.h.newSink(t, "proof", "argocd", func(a *config.ArgoCDSink) {
 		a.Exec = config.ExecAuth{Command: bin, InstallHint: "hubsync must be in Argo CD's image"}
@@ -279,7 +279,7 @@ func (p *proof) token(t *testing.T) {
 // one that lacks it (3.2), the plugin is handed no cluster and says what
 // to do, which is why the switch is off by default.
 func (p *proof) clusterInfo(t *testing.T) {
-	bin := testutil.Hubsync(t)
+	bin := testutil.Plugin(t)
 	s := p.h.newSink(t, "proof-info", "argocd-info", func(a *config.ArgoCDSink) {
 		a.ProvideClusterInfo = true
 		a.Exec = config.ExecAuth{Command: bin}

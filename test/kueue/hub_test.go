@@ -32,6 +32,9 @@ const (
 type hubFixture struct {
 	*fleet.Hub
 	bin string
+	// plugin is hubsync as `hubsync install` puts it in Kueue's pod
+	// (docs/consumers.md).
+	plugin string
 	// kubeconfig is an admin kubeconfig of the hub, for hubsync creds.
 	kubeconfig string
 }
@@ -42,7 +45,7 @@ func newHubFixture(t *testing.T) *hubFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &hubFixture{Hub: h, bin: testutil.Hubsync(t), kubeconfig: filepath.Join(t.TempDir(), "hub.kubeconfig")}
+	f := &hubFixture{Hub: h, bin: testutil.Hubsync(t), plugin: testutil.Plugin(t), kubeconfig: filepath.Join(t.TempDir(), "hub.kubeconfig")}
 	if err := fleet.WriteKubeconfig(suite.hub.Config, f.kubeconfig); err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func TestKueueMultiKueue(t *testing.T) {
 		// cache makes client-go pick a rotated token up within seconds.
 		ExecConfig: clientcmdapi.ExecConfig{
 			APIVersion: "client.authentication.k8s.io/v1",
-			Command:    f.bin,
+			Command:    f.plugin,
 			Args:       []string{"creds", "--managed-serviceaccount=" + msa, "--max-cache-duration=5s"},
 			Env: []clientcmdapi.ExecEnvVar{
 				{Name: "NAMESPACE", Value: kueueNS},
@@ -335,7 +335,7 @@ func proveFiles(t *testing.T, f *hubFixture, k *kueueController) {
 	sinks := []config.Sink{
 		sink("files-token", config.KubeconfigSink{Auth: config.AuthToken}),
 		sink("files-kueue", config.KubeconfigSink{Consumer: config.ConsumerKueue}),
-		sink("files-exec", config.KubeconfigSink{Exec: config.ExecAuth{Command: f.bin}}),
+		sink("files-exec", config.KubeconfigSink{Exec: config.ExecAuth{Command: f.plugin}}),
 	}
 	f.daemon(t, sinks, toks.list)
 	must(t, f.Bind(ctx, ns, set, true))

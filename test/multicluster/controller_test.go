@@ -45,7 +45,7 @@ func providerFile(t *testing.T, dir, namespace, hubKubeconfig string) string {
 		"name": providerName,
 		"execConfig": map[string]any{
 			"apiVersion":         "client.authentication.k8s.io/v1",
-			"command":            env.hubsync,
+			"command":            env.plugin,
 			"args":               []string{"creds", "--managed-serviceaccount=" + msaName},
 			"provideClusterInfo": true,
 			"env": []map[string]string{

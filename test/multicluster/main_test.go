@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/go-logr/logr/funcr"
@@ -28,6 +29,9 @@ var env struct {
 	hub     *controlplane.ControlPlane
 	managed []*controlplane.Managed
 	hubsync string
+	// plugin is hubsync as `hubsync install` puts it where the
+	// controller runs it (docs/consumers.md).
+	plugin string
 	// ctrlLogs holds what controller-runtime, multicluster-runtime and
 	// the provider log; it is printed when a test fails and checked for
 	// tokens.
@@ -60,6 +64,9 @@ func boot(ctx context.Context, s *controlplane.Suite) error {
 	var err error
 	if env.hubsync, err = testutil.HubsyncPath(); err != nil {
 		return fmt.Errorf("hubsync: %w", err)
+	}
+	if env.plugin, err = testutil.InstallPlugin(filepath.Join(s.Dir, "plugins")); err != nil {
+		return err
 	}
 	for i, ip := range managedIPs {
 		m, err := controlplane.StartManaged(ctx, s.Hub.EtcdURL(), clusterNames[i], ip)

@@ -167,3 +167,31 @@ func Main(m *testing.M) int {
 	defer RemoveBinaries()
 	return m.Run()
 }
+
+// InstallPlugin is what every recipe of docs/consumers.md does in a
+// consumer's pod, into dir instead of the pod's /plugins: it runs
+// `hubsync install dir` with the binary to test, and returns the plugin's
+// path in dir, for the consumer's own code to run.
+func InstallPlugin(dir string) (string, error) {
+	bin, err := HubsyncPath()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if out, err := exec.Command(bin, "install", dir).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("hubsync install %s: %w: %s", dir, err, out)
+	}
+	return filepath.Join(dir, "hubsync"), nil
+}
+
+// Plugin is InstallPlugin into a directory of t's, failing t on an error.
+func Plugin(t testing.TB) string {
+	t.Helper()
+	p, err := InstallPlugin(filepath.Join(t.TempDir(), "plugins"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
