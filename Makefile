@@ -17,7 +17,7 @@ export GOTOOLCHAIN := $(GO_TOOLCHAIN)
 # beside the GOFLAGS already set.
 export GOFLAGS := $(strip $(filter-out -tags=http2legacy,$(shell GOTOOLCHAIN=$(GO_TOOLCHAIN) $(GO) env GOFLAGS)) -tags=http2legacy)
 BIN       ?= bin
-# A release's tag (vMAJOR.MINOR.PATCH, docs/releases.md); between
+# A release's tag (vMAJOR.MINOR.PATCH, CHANGELOG.md); between
 # releases, git describe's vX.Y.Z-N-gCOMMIT.
 VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.0.0-$$(git rev-parse --short HEAD 2>/dev/null || echo unknown))
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
