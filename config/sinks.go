@@ -452,7 +452,8 @@ func validateWebhook(p *field.Path, w *WebhookSink) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("timeout"), w.Timeout.Duration.String(), "must be 0 to 5m"))
 	}
 	if w.FailingAfter.Duration < 0 || w.FailingAfter.Duration > 24*time.Hour {
-		errs = append(errs, field.Invalid(p.Child("failingAfter"), w.FailingAfter.Duration.String(), "must be 0 (the default) to 24h"))
+		errs = append(errs, field.Invalid(p.Child("failingAfter"), w.FailingAfter.Duration.String(),
+			fmt.Sprintf("must be at most 24h (unset: %s)", DefaultWebhookFailingAfter)))
 	}
 	errs = append(errs, between(p.Child("concurrency"), w.Concurrency, 1, MaxWebhookConcurrency)...)
 	if w.Spool.MaxBytes < 1<<20 {

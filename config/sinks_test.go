@@ -2,6 +2,7 @@ package config
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -122,5 +123,15 @@ func TestRestartNeeded(t *testing.T) {
 				t.Errorf("RestartNeeded = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestWebhookFailingAfterMessage: the refusal names the default that an
+// unset failingAfter takes.
+func TestWebhookFailingAfterMessage(t *testing.T) {
+	secrets := writeFile(t, "whsec", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n")
+	_, err := Parse([]byte("sinks:\n- name: h\n  type: webhook\n  webhook: {url: 'https://x/', secretsFile: " + secrets + ", failingAfter: 25h}\n"))
+	if err == nil || !strings.Contains(err.Error(), "must be at most 24h (unset: "+DefaultWebhookFailingAfter.String()+")") {
+		t.Fatalf("Parse: %v; want the bound and the default", err)
 	}
 }

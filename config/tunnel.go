@@ -172,11 +172,14 @@ func (c *Config) validateTunnel() field.ErrorList {
 		} else if _, _, err := net.SplitHostPort(t.Konnectivity.Address); err != nil {
 			errs = append(errs, field.Invalid(k.Child("address"), t.Konnectivity.Address, err.Error()))
 		}
-		if (t.Konnectivity.CertFile == "") != (t.Konnectivity.KeyFile == "") {
-			errs = append(errs, field.Invalid(k.Child("keyFile"), t.Konnectivity.KeyFile, "certFile and keyFile go together"))
-		}
-		if t.Konnectivity.CAFile == "" || t.Konnectivity.CertFile == "" {
-			errs = append(errs, field.Required(k.Child("caFile"), "the proxy-server requires mutual TLS: set caFile, certFile and keyFile"))
+		// The proxy-server requires mutual TLS: each missing file is
+		// named at its own key.
+		for _, f := range []struct{ key, value string }{
+			{"caFile", t.Konnectivity.CAFile}, {"certFile", t.Konnectivity.CertFile}, {"keyFile", t.Konnectivity.KeyFile},
+		} {
+			if f.value == "" {
+				errs = append(errs, field.Required(k.Child(f.key), "the proxy-server requires mutual TLS: set caFile, certFile and keyFile"))
+			}
 		}
 	default:
 		errs = append(errs, field.NotSupported(p.Child("transport"), t.Transport, TunnelTransports))
