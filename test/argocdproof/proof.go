@@ -310,7 +310,9 @@ func (p *proof) clusterInfo(t *testing.T) {
 // which refuses and says what is missing.
 func expectNoClusterInfo(t *testing.T, version string, sec *corev1.Secret, c *Cluster) {
 	t.Helper()
-	if bytes.Contains(c.Config, []byte("provideClusterInfo")) || !bytes.Contains(sec.Data["config"], []byte("provideClusterInfo")) {
+	// The JSON key, quoted: the plugin's path may hold the words.
+	key := []byte(`"provideClusterInfo"`)
+	if bytes.Contains(c.Config, key) || !bytes.Contains(sec.Data["config"], key) {
 		t.Errorf("Argo CD %s encodes the config as\n%s\nwant it without the sink's provideClusterInfo", version, c.Config)
 	}
 	if c.REST.ExecProvider == nil || c.REST.ExecProvider.ProvideClusterInfo || c.REST.ExecProvider.Config != nil {
