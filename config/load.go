@@ -50,7 +50,9 @@ func parse(data []byte, checkFiles bool) (*Config, error) {
 		// the first, while still decoding the rest for validation.
 		strict, err := sigsjson.UnmarshalStrict(js, c, sigsjson.DisallowUnknownFields)
 		if err != nil {
-			return nil, fmt.Errorf("parse config: %w", err)
+			// Go's decoder stops at the first wrong type: every one, each
+			// with its path, from the schema.
+			return nil, fmt.Errorf("parse config: %w", decodeErrors(js, err).ToAggregate())
 		}
 		for _, e := range strict {
 			errs = append(errs, strictError(e))

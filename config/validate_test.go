@@ -105,3 +105,32 @@ func TestValidateReadsNoFile(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeErrorsAll: values of the wrong type and durations Go cannot
+// parse are all reported, each at its field path and saying what is
+// allowed, not only the first, and never with the decoder's bare words.
+func TestDecodeErrorsAll(t *testing.T) {
+	doc := `
+hub: {qps: "fast", burst: 3}
+resyncPeriod: 5 minutes
+workers: {topology: [1]}
+sinks:
+- {name: h, type: webhook, webhook: {url: 'https://x/', timeout: forever}}
+tunnel: {bogus: 1}
+`
+	_, err := Decode([]byte(doc))
+	if err == nil {
+		t.Fatal("Decode accepted it")
+	}
+	for _, want := range []string{
+		`hub.qps: Invalid value: "fast": must be number, not string`,
+		`resyncPeriod: Invalid value: "5 minutes": must be a duration such as 30s, 1m30s or 2h`,
+		`sinks[0].webhook.timeout: Invalid value: "forever": must be a duration`,
+		`workers.topology: Invalid value: [1]: must be integer, not array`,
+		`tunnel.bogus: Forbidden: unknown field`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q:\n%v", want, err)
+		}
+	}
+}
