@@ -512,3 +512,19 @@ func TestAnonymousClientsOffThisHostAreRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestEmbeddedDataDirUnusable: a data directory hubsync cannot make (the
+// default under /var/lib, run outside a pod) is refused at once, naming
+// the key and what to do, instead of a server that never becomes ready.
+func TestEmbeddedDataDirUnusable(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := busConfig(t)
+	cfg.Embedded.DataDir = filepath.Join(file, "nats")
+	_, _, err := startEmbedded(cfg, nil, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "bus.embedded.dataDir") || !strings.Contains(err.Error(), "set bus.embedded.dataDir to a directory this user may write") {
+		t.Fatalf("startEmbedded: %v; want the key and the fix", err)
+	}
+}

@@ -23,6 +23,11 @@ import (
 // bus.embedded.listen for consumers (port 0 picks a free port), and
 // returns it with the URL a local client can use. auth decides who its
 // clients are, what they may do and in which account.
+// dataDirHint says what to do about a data directory hubsync cannot use,
+// which is what a first run outside a pod meets (the default is under
+// /var/lib).
+const dataDirHint = "; set bus.embedded.dataDir to a directory this user may write (outside a pod, for example one under your home directory)"
+
 func startEmbedded(bus config.Bus, auth *embeddedAuth, log *slog.Logger) (*server.Server, string, error) {
 	cfg := bus.Embedded
 	if cfg.DataDir == "" {
@@ -31,11 +36,11 @@ func startEmbedded(bus config.Bus, auth *embeddedAuth, log *slog.Logger) (*serve
 	// nats-server only logs a data directory it cannot use, and then never
 	// becomes ready: check it first for a clear, immediate error.
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return nil, "", fmt.Errorf("embedded NATS data directory: %w", err)
+		return nil, "", fmt.Errorf("embedded NATS data directory (bus.embedded.dataDir): %w%s", err, dataDirHint)
 	}
 	probe, err := os.CreateTemp(cfg.DataDir, ".hubsync-probe-*")
 	if err != nil {
-		return nil, "", fmt.Errorf("embedded NATS data directory is not writable: %w", err)
+		return nil, "", fmt.Errorf("embedded NATS data directory (bus.embedded.dataDir) is not writable: %w%s", err, dataDirHint)
 	}
 	_ = probe.Close()
 	_ = os.Remove(probe.Name())

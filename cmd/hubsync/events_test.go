@@ -690,3 +690,25 @@ func follow(t *testing.T, args []string, want string, publish func(minute int)) 
 	}
 	return stdout.String()
 }
+
+// TestBusConfigReadsOnlyTheBus: `hubsync events --config` on a machine
+// that has none of the daemon's files (a laptop) takes the bus section,
+// whatever else the file names; an invalid file is still refused.
+func TestBusConfigReadsOnlyTheBus(t *testing.T) {
+	dir := t.TempDir()
+	daemonOnly := writeFile(t, dir, "daemon.yaml", "bus: {urls: ['nats://bus.example:4222'], stream: {name: MY_EVENTS}}\n"+
+		"tunnel: {enabled: true, transport: direct, managedServiceAccount: gw}\n"+
+		"gateway: {enabled: true, listen: ':8443', url: 'https://gw.example:8443', tls: {certFile: /nonexistent/tls.crt, keyFile: /nonexistent/tls.key}}\n")
+	b := busFlags{configFile: daemonOnly}
+	bc, err := b.busConfig()
+	if err != nil {
+		t.Fatalf("busConfig: %v", err)
+	}
+	if bc.Stream.Name != "MY_EVENTS" || len(bc.URLs) != 1 {
+		t.Errorf("bus section %+v", bc)
+	}
+	b = busFlags{configFile: writeFile(t, dir, "bad.yaml", "bus: {urls: 3}\n")}
+	if _, err := b.busConfig(); err == nil || !strings.Contains(err.Error(), "bus.urls") {
+		t.Errorf("an invalid file: %v; want its problem at bus.urls", err)
+	}
+}
