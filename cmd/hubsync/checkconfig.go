@@ -22,7 +22,7 @@ func checkConfigCommand(ctx context.Context, args []string, stdout, stderr io.Wr
 		fmt.Fprintln(stderr, "Usage: hubsync check-config [--print] [--connect] FILE")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg, err := loadConfigArg(fs)

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	cpclient "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
+
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/hub"
 	"github.com/hubsync/hubsync/sinks"
@@ -37,12 +39,18 @@ import (
 
 type kubeconfigOptions struct {
 	cluster, gatewayURL, caFile, configFile string
-	sa, saNamespace                         string
-	hubKubeconfig, hubContext               string
-	output, command                         string
+	// fromProfile: the namespace whose ClusterProfile of the cluster names
+	// the gateway (the server and CA of its --provider access provider).
+	fromProfile, provider string
+	// server and caData are what the profile named.
+	server                    string
+	caData                    []byte
+	sa, saNamespace           string
+	hubKubeconfig, hubContext string
+	output, command           string
 }
 
-func kubeconfigCommand(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func kubeconfigCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := &kubeconfigOptions{}
 	fs := flag.NewFlagSet("kubeconfig", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -50,6 +58,8 @@ func kubeconfigCommand(_ context.Context, args []string, stdout, stderr io.Write
 	fs.StringVar(&o.gatewayURL, "gateway", "", "the gateway's URL (default: gateway.url of --config)")
 	fs.StringVar(&o.caFile, "ca-file", "", "PEM bundle that verifies the gateway (default: gateway.tls.caFile of --config; none: the system's roots)")
 	fs.StringVar(&o.configFile, "config", "", "hubsync's configuration file, for the gateway's URL and CA")
+	fs.StringVar(&o.fromProfile, "from-profile", "", "read the gateway's URL and CA from the cluster's ClusterProfile in this namespace of the hub (its --provider access provider)")
+	fs.StringVar(&o.provider, "provider", "hubsync-gateway", "with --from-profile: the name of the gateway's access provider")
 	fs.StringVar(&o.sa, "sa", "", "act as this ManagedServiceAccount of the cluster instead of your hub identity")
 	fs.StringVar(&o.saNamespace, "namespace", "", "with --sa: the namespace holding the token copy <cluster>-<sa> (default: hubsync creds' default)")
 	fs.StringVar(&o.hubKubeconfig, "hub-kubeconfig", "", "the hub kubeconfig whose identity to use (default: $KUBECONFIG or ~/.kube/config)")
@@ -70,6 +80,11 @@ func kubeconfigCommand(_ context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "hubsync kubeconfig: %v\n", err)
 		fs.Usage()
 		return errUsage
+	}
+	if o.fromProfile != "" {
+		if err := o.readProfile(ctx); err != nil {
+			return err
+		}
 	}
 	data, err := o.build()
 	if err != nil {
@@ -122,12 +137,18 @@ func (o *kubeconfigOptions) complete(fs *flag.FlagSet) error {
 			o.caFile = cfg.Gateway.TLS.CAFile
 		}
 	}
-	if o.gatewayURL == "" {
-		return errors.New("the gateway's URL: --gateway, or --config with gateway.url")
-	}
-	u, err := url.Parse(o.gatewayURL)
-	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return fmt.Errorf("--gateway %q must be an https:// URL", o.gatewayURL)
+	var err error
+	switch {
+	case o.fromProfile != "" && (o.gatewayURL != "" || o.caFile != "" || o.configFile != ""):
+		return errors.New("--from-profile reads the gateway's URL and CA from the profile: not with --gateway, --ca-file or --config")
+	case o.fromProfile != "":
+	case o.gatewayURL == "":
+		return errors.New("the gateway's URL: --gateway, --config with gateway.url, or --from-profile NAMESPACE")
+	default:
+		u, err := url.Parse(o.gatewayURL)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			return fmt.Errorf("--gateway %q must be an https:// URL", o.gatewayURL)
+		}
 	}
 	if o.output == "" {
 		o.output = o.cluster + ".kubeconfig"
@@ -154,9 +175,47 @@ func (o *kubeconfigOptions) complete(fs *flag.FlagSet) error {
 	return nil
 }
 
+// readProfile reads the cluster's ClusterProfile in o.fromProfile with the
+// hub identity, and takes the server and CA of its o.provider access
+// provider: the gateway's, as hubsync publishes them to every consumer
+// namespace (the CA follows the gateway's certificate).
+func (o *kubeconfigOptions) readProfile(ctx context.Context) error {
+	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: o.hubKubeconfig}
+	if o.hubKubeconfig == "" {
+		rules = clientcmd.NewDefaultClientConfigLoadingRules()
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.hubContext}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("--from-profile: the hub kubeconfig: %w", err)
+	}
+	cs, err := cpclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	p, err := cs.ApisV1alpha1().ClusterProfiles(o.fromProfile).Get(ctx, o.cluster, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("--from-profile: ClusterProfile %s/%s: %w", o.fromProfile, o.cluster, err)
+	}
+	var names []string
+	for _, ap := range p.Status.AccessProviders {
+		if ap.Name == o.provider {
+			if ap.Cluster.Server == "" {
+				return fmt.Errorf("--from-profile: access provider %q of %s/%s has no server", o.provider, o.fromProfile, o.cluster)
+			}
+			o.server, o.caData = ap.Cluster.Server, ap.Cluster.CertificateAuthorityData
+			return nil
+		}
+		names = append(names, ap.Name)
+	}
+	return fmt.Errorf("--from-profile: ClusterProfile %s/%s has no access provider %q (it has %v); --provider names it", o.fromProfile, o.cluster, o.provider, names)
+}
+
 // build makes the kubeconfig.
 func (o *kubeconfigOptions) build() ([]byte, error) {
 	cluster := &clientcmdapi.Cluster{Server: strings.TrimRight(o.gatewayURL, "/") + "/" + o.cluster}
+	if o.server != "" {
+		cluster.Server, cluster.CertificateAuthorityData = o.server, o.caData
+	}
 	if o.caFile != "" {
 		ca, err := os.ReadFile(o.caFile)
 		if err != nil {

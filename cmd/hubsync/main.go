@@ -17,6 +17,10 @@ import (
 	"strings"
 	"syscall"
 
+	// The Mozilla roots, used only where the system has none: the image
+	// is built from scratch (no base image, no CA bundle), and a webhook
+	// sink or an external NATS may still be verified by a public CA.
+	_ "golang.org/x/crypto/x509roots/fallback"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	"github.com/hubsync/hubsync/daemon"
@@ -25,16 +29,17 @@ import (
 const usage = `hubsync keeps an Open Cluster Management hub's ClusterProfiles in step with its fleet.
 
 Usage:
-  hubsync run [--config FILE] [--kubeconfig FILE]   run the daemon
+  hubsync run [--config FILE] [--kubeconfig FILE]   run the daemon (--log-level, --log-format override the file)
   hubsync check-config [--connect] FILE             validate a configuration file (and an external NATS's accounts)
   hubsync creds --managed-serviceaccount=NAME       exec credential plugin (cp-creds compatible)
-  hubsync kubeconfig --cluster=C [--sa=NAME]        write a kubeconfig reaching C through the gateway
+  hubsync kubeconfig --cluster=C [--sa=NAME]        write a kubeconfig reaching C through the gateway (--from-profile NS: its URL and CA from C's profile)
   hubsync hub-token [--kubeconfig FILE]             exec plugin: your hub identity's token, for the gateway
   hubsync events [--since 10m] [--namespace NS]     print cluster-access events from the NATS bus
   hubsync state [--namespace NS]                    print the current access records from the NATS bus
   hubsync nkey --seed-file FILE                     make the NKey of an application that reads the bus
   hubsync bus-accounts FILE                         print the accounts an external NATS needs for FILE's bus
   hubsync status [--address HOST:PORT] [-o json]    sum up a running daemon: leader, consumers, sinks, tunnels, gateway
+  hubsync completion bash|zsh|fish                   print a shell completion script
   hubsync install DIR                               copy this binary to DIR (an init container's way to hand the plugin to a consumer)
   hubsync version [-o json]                         print the version, commit, build date and Go version
 
@@ -75,6 +80,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = nkeyCommand(args[1:], stdout, stderr)
 	case "bus-accounts":
 		err = busAccountsCommand(args[1:], stdout, stderr)
+	case "completion":
+		err = completionCommand(args[1:], stdout, stderr)
 	case "install":
 		err = installCommand(args[1:], stdout, stderr)
 	case "version", "--version":

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
@@ -24,12 +26,25 @@ func runCommand(ctx context.Context, args []string, stderr io.Writer, run runFun
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "configuration file (defaults apply when empty)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the hub; overrides hub.kubeconfig (default: in-cluster)")
-	if err := fs.Parse(args); err != nil {
+	logLevel := fs.String("log-level", "", "log level, overriding logging.level: "+strings.Join(config.LogLevels, ", "))
+	logFormat := fs.String("log-format", "", "log format, overriding logging.format: "+strings.Join(config.LogFormats, ", "))
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		fmt.Fprintf(stderr, "hubsync run: unexpected arguments %v\n", fs.Args())
 		return errUsage
+	}
+	for _, f := range []struct {
+		name, value string
+		allowed     []string
+	}{
+		{"--log-level", *logLevel, config.LogLevels}, {"--log-format", *logFormat, config.LogFormats},
+	} {
+		if f.value != "" && !slices.Contains(f.allowed, f.value) {
+			fmt.Fprintf(stderr, "hubsync run: %s %q: want one of %s\n", f.name, f.value, strings.Join(f.allowed, ", "))
+			return errUsage
+		}
 	}
 	cfg := config.Default()
 	if *configPath != "" {
@@ -42,6 +57,12 @@ func runCommand(ctx context.Context, args []string, stderr io.Writer, run runFun
 	override := func(c *config.Config) {
 		if *kubeconfig != "" {
 			c.Hub.Kubeconfig = *kubeconfig
+		}
+		if *logLevel != "" {
+			c.Logging.Level = *logLevel
+		}
+		if *logFormat != "" {
+			c.Logging.Format = *logFormat
 		}
 	}
 	override(cfg)
