@@ -38,7 +38,7 @@ PROMTOOL  := bash test/tools/build-promtool.sh
 # offline database into the same cache (about 1 minute).
 VULNCHECK := cd test/tools/vulncheck && $(GO) run .
 
-.PHONY: all build generate schema dashboard manifests dashboard-check chart-test alerts-test fuzz vulncheck vulncheck-test deps-report test unit e2e argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
+.PHONY: all build release release-test generate crds helm-binaries schema dashboard manifests dashboard-check chart-test alerts-test fuzz vulncheck vulncheck-test deps-report test unit e2e argocd-proof multicluster-proof kueue-proof demo bench bench-rebuilds kube-binaries konnectivity-binaries fmt vet check clean
 
 all: build
 
@@ -61,7 +61,14 @@ vet:
 check: fmt vet
 
 # Everything generated from the sources, to commit with them.
-generate: schema dashboard manifests
+generate: schema dashboard manifests crds
+
+# The ClusterProfile CRD the chart installs (charts/hubsync/crds/: Helm
+# installs it when absent, never upgrades or deletes it; --skip-crds
+# skips it), as the cluster-inventory-api version go.mod pins ships it.
+crds:
+	cp "$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/cluster-inventory-api)/config/crd/bases/multicluster.x-k8s.io_clusterprofiles.yaml" charts/hubsync/crds/
+	chmod 644 charts/hubsync/crds/*.yaml
 
 # The configuration's JSON Schema, derived from package config's types and
 # doc comments, written into charts/hubsync/values.schema.json as
@@ -134,8 +141,14 @@ alerts-test:
 # on a real kube-apiserver with hubsync run from the rendered
 # configuration as the chart's ServiceAccount. A module of its own (Helm
 # needs newer Kubernetes libraries).
-chart-test: kube-binaries
-	cd test/chart && $(GO) vet ./... && KUBEBUILDER_ASSETS=$$(bash ../tools/build-kube-binaries.sh 2>/dev/null) $(GO) test -count=1 -p 1 -timeout 20m ./...
+chart-test: kube-binaries helm-binaries
+	cd test/chart && $(GO) vet ./... && KUBEBUILDER_ASSETS=$$(bash ../tools/build-kube-binaries.sh 2>/dev/null) $(GO) test -count=1 -p 1 -timeout 30m ./...
+
+# The helm CLI, v3 and v4, built from pinned modules (test/tools/helm3,
+# test/tools/helm4) for the chart's lifecycle test; cached like the others.
+helm-binaries:
+	bash test/tools/build-helm.sh 3 >/dev/null
+	bash test/tools/build-helm.sh 4 >/dev/null
 
 # The vulnerability gate: govulncheck scans the shipped binary's packages
 # (./cmd/hubsync) against the Go vulnerability database as the pinned
@@ -150,13 +163,27 @@ vulncheck:
 vulncheck-test:
 	cd test/tools/vulncheck && $(GO) vet ./... && $(GO) test -count=1 ./...
 
+# The release artefacts of this commit in $(DIST): binaries for linux and
+# darwin on amd64 and arm64, each with its SBOM, the image as an OCI
+# layout (built without a Docker daemon), the chart carrying the image's
+# digest, and SHA256SUMS (test/tools/release).
+DIST ?= dist/$(VERSION)
+release:
+	cd test/tools/release && $(GO) run . -root ../../.. -out $(abspath $(DIST)) -version $(VERSION) -commit $(COMMIT) -date $(DATE)
+
+# A release of this checkout built twice and checked as its user would:
+# checksums, versions, SBOMs, the chart and the image read from its OCI
+# layout.
+release-test:
+	cd test/tools/release && $(GO) vet ./... && $(GO) test -count=1 -timeout 20m ./...
+
 # Each direct dependency of hubsync beside the newest version the module
 # proxy serves (where it lists them), with the vulnerabilities known in
 # the version required, called or not.
 deps-report:
 	@$(VULNCHECK) deps -C ../../..
 
-test: check unit fuzz vulncheck vulncheck-test alerts-test dashboard-check chart-test e2e argocd-proof multicluster-proof kueue-proof
+test: check unit fuzz vulncheck vulncheck-test release-test alerts-test dashboard-check chart-test e2e argocd-proof multicluster-proof kueue-proof
 
 # The gateway's identity invariant (the cluster sees exactly the identity
 # the gateway decided, or nothing) under fuzzed requests: raw HTTP/1.1,

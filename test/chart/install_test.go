@@ -14,7 +14,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -162,7 +161,7 @@ func TestInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	asHubsync := serviceAccountConfig(ctx, t, hub, admin)
+	asHubsync := serviceAccountConfigIn(ctx, t, hub, chart.Namespace)
 	consumer, set := "chart-consumer", "chart-set"
 	clusters := []string{"chart-a", "chart-b"}
 	if err := hub.Namespace(ctx, consumer); err != nil {
@@ -278,21 +277,6 @@ config:
 			a.apply(ctx, t, render(t, ch, v.values, v.namespace), true)
 		})
 	}
-}
-
-// serviceAccountConfig returns a client configuration that authenticates
-// as the chart's ServiceAccount, with a token the API server issues for
-// it, as the pod's projected token would.
-func serviceAccountConfig(ctx context.Context, t *testing.T, hub *fleet.Hub, admin *rest.Config) *rest.Config {
-	t.Helper()
-	expiry := int64(600)
-	tr, err := hub.Kube.CoreV1().ServiceAccounts(chart.Namespace).CreateToken(ctx, "hubsync", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("a token of the chart's ServiceAccount: %v", err)
-	}
-	return &rest.Config{Host: admin.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData}}
 }
 
 // replica is one hubsync process standing in for a pod of the chart's

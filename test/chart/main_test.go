@@ -73,11 +73,15 @@ func (o object) String() string {
 }
 
 // untyped are the kinds the chart renders that have no Go types in any
-// module served here: OCM's ClusterPermission (its rules are compared with
-// deploy/gateway/managed-cluster-rbac.yaml's instead, and the API server
-// checks it wherever the cluster-permission addon runs).
+// module hubsync requires: OCM's ClusterPermission (its rules are compared
+// with deploy/gateway/managed-cluster-rbac.yaml's instead, and the API
+// server checks it wherever the cluster-permission addon runs),
+// cert-manager's Certificate and OpenShift's Route (their fields are
+// checked as YAML in TestChartValues).
 var untyped = map[schema.GroupKind]bool{
 	{Group: "rbac.open-cluster-management.io", Kind: "ClusterPermission"}: true,
+	{Group: "cert-manager.io", Kind: "Certificate"}:                       true,
+	{Group: "route.openshift.io", Kind: "Route"}:                          true,
 }
 
 // scheme knows every other kind the chart renders: Kubernetes' own, the

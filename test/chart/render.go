@@ -59,6 +59,15 @@ func Load(dir string) (*chart.Chart, error) {
 	return ch, nil
 }
 
+// LoadCheckout loads charts/hubsync from the hubsync checkout.
+func LoadCheckout() (*chart.Chart, error) {
+	dir, err := Dir()
+	if err != nil {
+		return nil, err
+	}
+	return Load(dir)
+}
+
 // Render renders ch as `helm template --namespace namespace` does:
 // values merged over the chart's values.yaml and checked against its
 // values.schema.json, then every template executed. It returns each

@@ -35,7 +35,7 @@ var baseObjects = []string{
 	"ClusterRole/hubsync-credentials", "ClusterRoleBinding/hubsync-credentials",
 	"ClusterRole/hubsync-kueue", "ClusterRoleBinding/hubsync-kueue",
 	"ConfigMap/hubsync-config", "StatefulSet/hubsync", "NetworkPolicy/hubsync",
-	"PodDisruptionBudget/hubsync", "Role/hubsync-leader-election", "RoleBinding/hubsync-leader-election",
+	"PodDisruptionBudget/hubsync", "Lease/hubsync", "Role/hubsync-leader-election", "RoleBinding/hubsync-leader-election",
 	"ServiceAccount/hubsync", "ValidatingAdmissionPolicy/hubsync-secret-writes",
 	"ValidatingAdmissionPolicyBinding/hubsync-secret-writes",
 	"Service/hubsync-bus", "Service/hubsync-nats", "Secret/hubsync-bus-tls", "ConfigMap/hubsync-bus-ca",
@@ -130,7 +130,7 @@ func TestRender(t *testing.T) {
 						*d.Spec.Replicas, d.Spec.ServiceName, d.Spec.PodManagementPolicy, d.Spec.UpdateStrategy)
 				}
 				checkClusteredBus(t, objs, chart.Namespace, 3)
-				if c := d.Spec.Template.Spec.Containers[0]; c.Image != "hubsync:latest" || c.Resources.Limits.Memory().String() != "256Mi" {
+				if c := d.Spec.Template.Spec.Containers[0]; c.Image != "ghcr.io/hubsync/hubsync:v0.1.0" || c.Resources.Limits.Memory().String() != "256Mi" {
 					t.Errorf("container image %s, memory limit %s", c.Image, c.Resources.Limits.Memory())
 				}
 				if len(d.Spec.Template.Spec.TopologySpreadConstraints) != 2 {
@@ -336,7 +336,7 @@ config:
 			values: `{replicas: 1, rbac: {kueue: false}, admissionPolicy: {enabled: false}, networkPolicy: {enabled: false}, podDisruptionBudget: {enabled: false}, config: {leaderElection: {enabled: false}, bus: {enabled: false}}}`,
 			want: without(baseObjects, "ClusterRole/hubsync-kueue", "ClusterRoleBinding/hubsync-kueue", "ValidatingAdmissionPolicy/hubsync-secret-writes",
 				"ValidatingAdmissionPolicyBinding/hubsync-secret-writes", "NetworkPolicy/hubsync", "PodDisruptionBudget/hubsync",
-				"Role/hubsync-leader-election", "RoleBinding/hubsync-leader-election", "Service/hubsync-bus", "Service/hubsync-nats",
+				"Lease/hubsync", "Role/hubsync-leader-election", "RoleBinding/hubsync-leader-election", "Service/hubsync-bus", "Service/hubsync-nats",
 				"Secret/hubsync-bus-tls", "ConfigMap/hubsync-bus-ca"),
 		},
 		{
@@ -756,4 +756,106 @@ func checkClusteredBus(t *testing.T, objs []object, ns string, n int) {
 	if !routeRule || !busOpen {
 		t.Errorf("network policy %+v: want nats-route from hubsync's pods only and nats open", np.Spec.Ingress)
 	}
+}
+
+// TestChartValues: the values a platform team sets to install on a real
+// hub reach the objects: the image (by tag from appVersion, or by
+// digest), the pods' priority, security contexts, environment and
+// arguments, and the gateway's exposure (Service type, Route,
+// cert-manager Certificate).
+func TestChartValues(t *testing.T) {
+	ch := loadChart(t)
+	const gateway = `
+config:
+  gateway: {enabled: true, url: "https://gw.example.com:8443"}
+  tunnel: {enabled: true, managedServiceAccount: hubsync-gateway}
+`
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	tests := []struct {
+		name, values string
+		check        func(t *testing.T, objs []object)
+	}{
+		{"defaults", `{}`, func(t *testing.T, objs []object) {
+			c := find[*appsv1.StatefulSet](objs, "hubsync").Spec.Template.Spec
+			if img := c.Containers[0].Image; img != "ghcr.io/hubsync/hubsync:v"+ch.Metadata.AppVersion {
+				t.Errorf("image %s; want the chart's appVersion", img)
+			}
+			if sc := c.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 65532 || c.PriorityClassName != "" {
+				t.Errorf("pod securityContext %+v, priorityClassName %q", sc, c.PriorityClassName)
+			}
+			if sc := c.Containers[0].SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Errorf("container securityContext %+v", sc)
+			}
+		}},
+		{"image by digest", `image: {repository: registry.example.com/hubsync, tag: v9.9.9, digest: "` + digest + `"}`, func(t *testing.T, objs []object) {
+			if img := find[*appsv1.StatefulSet](objs, "hubsync").Spec.Template.Spec.Containers[0].Image; img != "registry.example.com/hubsync:v9.9.9@"+digest {
+				t.Errorf("image %s", img)
+			}
+		}},
+		{"pod settings", `
+priorityClassName: system-cluster-critical
+podSecurityContext: {runAsUser: null, runAsGroup: null, fsGroup: null}
+extraEnv: [{name: HTTPS_PROXY, value: "http://proxy:3128"}]
+extraArgs: ["--log-level", "debug"]
+`, func(t *testing.T, objs []object) {
+			spec := find[*appsv1.StatefulSet](objs, "hubsync").Spec.Template.Spec
+			c := spec.Containers[0]
+			if spec.PriorityClassName != "system-cluster-critical" {
+				t.Errorf("priorityClassName %q", spec.PriorityClassName)
+			}
+			if sc := spec.SecurityContext; sc == nil || sc.RunAsUser != nil || sc.FSGroup != nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+				t.Errorf("pod securityContext %+v: want runAsUser, runAsGroup and fsGroup removed, runAsNonRoot kept", sc)
+			}
+			if !slices.Equal(c.Args, []string{"run", "--config", "/etc/hubsync/config.yaml", "--log-level", "debug"}) {
+				t.Errorf("args %v", c.Args)
+			}
+			if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "HTTPS_PROXY" }) ||
+				!slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "GOMEMLIMIT" }) {
+				t.Errorf("env %v", c.Env)
+			}
+		}},
+		{"gateway behind a load balancer", gateway + `
+gatewayService: {type: LoadBalancer, annotations: {service.beta.kubernetes.io/aws-load-balancer-type: nlb}, externalTrafficPolicy: Local, loadBalancerSourceRanges: [10.0.0.0/8]}
+`, func(t *testing.T, objs []object) {
+			svc := find[*corev1.Service](objs, "hubsync-gateway")
+			if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal ||
+				!slices.Equal(svc.Spec.LoadBalancerSourceRanges, []string{"10.0.0.0/8"}) || svc.Annotations["service.beta.kubernetes.io/aws-load-balancer-type"] != "nlb" {
+				t.Errorf("Service %+v %v", svc.Spec, svc.Annotations)
+			}
+		}},
+		{"gateway on OpenShift with cert-manager", gateway + `
+gatewayRoute: {enabled: true, host: gw.apps.example.com}
+gatewayCertificate: {enabled: true, issuerRef: {name: hub-ca, kind: ClusterIssuer}, dnsNames: [gw.apps.example.com]}
+`, func(t *testing.T, objs []object) {
+			route, cert := untypedYAML(t, objs, "Route"), untypedYAML(t, objs, "Certificate")
+			for _, want := range []string{"host: gw.apps.example.com", "termination: passthrough", "name: hubsync-gateway"} {
+				if !strings.Contains(route, want) {
+					t.Errorf("Route lacks %q:\n%s", want, route)
+				}
+			}
+			for _, want := range []string{"secretName: hubsync-gateway-tls", "kind: ClusterIssuer", "name: hub-ca",
+				"- hubsync-gateway." + chart.Namespace + ".svc", "- gw.example.com", "- gw.apps.example.com", "server auth"} {
+				if !strings.Contains(cert, want) {
+					t.Errorf("Certificate lacks %q:\n%s", want, cert)
+				}
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.check(t, render(t, ch, tt.values, chart.Namespace))
+		})
+	}
+}
+
+// untypedYAML is the rendered YAML of the one object of kind.
+func untypedYAML(t *testing.T, objs []object, kind string) string {
+	t.Helper()
+	for _, o := range objs {
+		if o.gvk.Kind == kind {
+			return string(o.yaml)
+		}
+	}
+	t.Fatalf("no %s rendered (%v)", kind, kinds(objs))
+	return ""
 }

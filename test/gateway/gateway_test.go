@@ -793,3 +793,45 @@ func TestStreamingThroughGateway(t *testing.T) {
 		t.Errorf("exec in a namespace not granted: %q %v\n%s", res, err, errOut)
 	}
 }
+
+// TestKubeconfigFromProfile: `hubsync kubeconfig --from-profile NS` needs
+// neither the gateway's URL nor its CA: it reads both from the cluster's
+// ClusterProfile in a namespace the user may read (the gateway's access
+// provider, which hubsync keeps current), and kubectl reaches the cluster
+// through the gateway with the file.
+func TestKubeconfigFromProfile(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s := start(t, ctx)
+	// The hub identity may read its namespace's profiles, as a consumer's.
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "profile-reader", Namespace: consumerNS}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"multicluster.x-k8s.io"}, Resources: []string{"clusterprofiles"}, Verbs: []string{"get"}},
+	}}
+	if _, err := s.hubKube.RbacV1().Roles(consumerNS).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "profile-reader", Namespace: consumerNS},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "profile-reader"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: hubSA, Namespace: hubNS}}}
+	if _, err := s.hubKube.RbacV1().RoleBindings(consumerNS).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	hubUser, err := controlplane.WriteKubeconfig(s.dir, "hub-user-verified.kubeconfig",
+		&rest.Config{Host: env.hub.Config.Host, BearerToken: s.userToken, TLSClientConfig: rest.TLSClientConfig{CAData: env.hub.Config.CAData}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(s.dir, "from-profile.kubeconfig")
+	testutil.Eventually(t, time.Minute, 200*time.Millisecond, func() error {
+		out, err := exec.CommandContext(ctx, env.hubsync, "kubeconfig", "--cluster", cluster, "--from-profile", consumerNS,
+			"--hub-kubeconfig", hubUser, "-o", kc).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}, "hubsync kubeconfig --from-profile")
+	out, errOut, err := kubectl(ctx, kc, "get", "configmaps", "-n", "apps", "-o", "name")
+	if err != nil || !strings.Contains(out, "configmap/cm-0") {
+		t.Fatalf("kubectl through the profile's gateway: %v\n%s%s", err, out, errOut)
+	}
+}

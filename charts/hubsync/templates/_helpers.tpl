@@ -128,3 +128,13 @@ loopback (bus.expose) or its nodes form a cluster.
 {{- if not $port }}{{ fail (printf "%q has no port" .) }}{{ end -}}
 {{- $port -}}
 {{- end }}
+
+{{/* The image: repository:tag, and @digest when one is set. */}}
+{{- define "hubsync.image" -}}
+{{- $tag := .Values.image.tag | default (printf "v%s" .Chart.AppVersion) -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}

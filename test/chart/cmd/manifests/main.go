@@ -28,11 +28,7 @@ func run() error {
 	}
 	out := flag.String("deploy", filepath.Join(root, "deploy"), "the directory to write the manifests into")
 	flag.Parse()
-	dir, err := chart.Dir()
-	if err != nil {
-		return err
-	}
-	ch, err := chart.Load(dir)
+	ch, err := chart.LoadCheckout()
 	if err != nil {
 		return err
 	}
