@@ -91,6 +91,7 @@ type deployObjects struct {
 	roles               []*rbacv1.Role
 	roleBindings        []*rbacv1.RoleBinding
 	configMaps          []*corev1.ConfigMap
+	leases              []*coordinationv1.Lease
 	other               []runtime.Object
 }
 
@@ -123,6 +124,8 @@ func loadDeploy(t *testing.T, names ...string) *deployObjects {
 				out.roleBindings = append(out.roleBindings, o)
 			case *corev1.ConfigMap:
 				out.configMaps = append(out.configMaps, o)
+			case *coordinationv1.Lease:
+				out.leases = append(out.leases, o)
 			default:
 				out.other = append(out.other, o)
 			}
@@ -269,6 +272,11 @@ func TestRBACManifest(t *testing.T) {
 	d := loadDeploy(t, "rbac.yaml", "serviceaccount.yaml")
 	if len(d.other) > 0 || len(d.configMaps) > 0 {
 		t.Fatalf("unexpected kinds in rbac.yaml or serviceaccount.yaml: %d", len(d.other)+len(d.configMaps))
+	}
+	// The leader election's Lease, made with the RBAC so that removing
+	// the manifests removes it; hubsync only takes and renews it.
+	if len(d.leases) != 1 || d.leases[0].Namespace != hubNamespace || d.leases[0].Spec.HolderIdentity != nil {
+		t.Fatalf("rbac.yaml must hold exactly the leader election's Lease in %s, with no holder: %+v", hubNamespace, d.leases)
 	}
 	if len(d.serviceAccounts) != 1 || d.serviceAccounts[0].Name != hubServiceAccount || d.serviceAccounts[0].Namespace != hubNamespace {
 		t.Fatalf("serviceaccount.yaml must define exactly %s/%s", hubNamespace, hubServiceAccount)
