@@ -18,16 +18,16 @@ import (
 	"github.com/hubsync/hubsync/config"
 )
 
-// startEmbedded runs an in-process nats-server with JetStream on
-// bus.embedded.dataDir, with the accounts of bus's layout, listening on
-// bus.embedded.listen for consumers (port 0 picks a free port), and
-// returns it with the URL a local client can use. auth decides who its
-// clients are, what they may do and in which account.
 // dataDirHint says what to do about a data directory hubsync cannot use,
 // which is what a first run outside a pod meets (the default is under
 // /var/lib).
 const dataDirHint = "; set bus.embedded.dataDir to a directory this user may write (outside a pod, for example one under your home directory)"
 
+// startEmbedded runs an in-process nats-server with JetStream on
+// bus.embedded.dataDir, with the accounts of bus's layout, listening on
+// bus.embedded.listen for consumers (port 0 picks a free port), and
+// returns it with the URL a local client can use. auth decides who its
+// clients are, what they may do and in which account.
 func startEmbedded(bus config.Bus, auth *embeddedAuth, log *slog.Logger) (*server.Server, string, error) {
 	cfg := bus.Embedded
 	if cfg.DataDir == "" {

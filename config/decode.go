@@ -24,8 +24,8 @@ func decodeErrors(js []byte, decodeErr error) field.ErrorList {
 	errs, err := schemaErrors(js)
 	if err != nil || len(errs) == 0 {
 		// The schema saw nothing wrong (or could not run): the decoder's
-		// own words, with the field it names when it names one.
-		return field.ErrorList{field.Invalid(decoderPath(decodeErr), nil, decodeErr.Error())}
+		// own words, which name the field where they can.
+		return field.ErrorList{field.Invalid(field.NewPath(""), nil, decodeErr.Error())}
 	}
 	return errs
 }
@@ -135,15 +135,6 @@ func valueAt(inst any, loc []string) any {
 		}
 	}
 	return inst
-}
-
-// decoderPath is the field Go's decoder names in a type error, if any.
-func decoderPath(err error) *field.Path {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
-		return field.NewPath(te.Field)
-	}
-	return field.NewPath("")
 }
 
 // dedupe drops repeated errors (one value can fail the same way under

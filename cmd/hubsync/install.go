@@ -9,10 +9,10 @@ import (
 	"strings"
 )
 
-// PluginDir is where every recipe puts the plugin in a consumer's pod: an
+// pluginDir is where every recipe puts the plugin in a consumer's pod: an
 // emptyDir mounted there, filled by an init container of hubsync's image
 // running `hubsync install /plugins`.
-const PluginDir = "/plugins"
+const pluginDir = "/plugins"
 
 // installCommand copies this binary into a directory: hubsync's image has
 // no shell and no cp, so an init container of it hands `hubsync creds` to
@@ -24,7 +24,7 @@ func installCommand(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	name := fs.String("name", "hubsync", "the file's name in DIR")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: hubsync install [--name hubsync] DIR\n\nCopies this binary to DIR/NAME (mode 0755), for an exec plugin in another pod; recipes use DIR %s.\n", PluginDir)
+		fmt.Fprintf(stderr, "usage: hubsync install [--name hubsync] DIR\n\nCopies this binary to DIR/NAME (mode 0755), for an exec plugin in another pod; recipes use DIR %s.\n", pluginDir)
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {

@@ -180,18 +180,16 @@ func (o *kubeconfigOptions) complete(fs *flag.FlagSet) error {
 // provider: the gateway's, as hubsync publishes them to every consumer
 // namespace (the CA follows the gateway's certificate).
 func (o *kubeconfigOptions) readProfile(ctx context.Context) error {
-	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: o.hubKubeconfig}
-	if o.hubKubeconfig == "" {
-		rules = clientcmd.NewDefaultClientConfigLoadingRules()
-	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.hubContext}).ClientConfig()
+	cfg, err := hubConfig(o.hubKubeconfig, o.hubContext)
 	if err != nil {
-		return fmt.Errorf("--from-profile: the hub kubeconfig: %w", err)
+		return fmt.Errorf("--from-profile: %w", err)
 	}
 	cs, err := cpclient.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, hubRequestTimeout)
+	defer cancel()
 	p, err := cs.ApisV1alpha1().ClusterProfiles(o.fromProfile).Get(ctx, o.cluster, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("--from-profile: ClusterProfile %s/%s: %w", o.fromProfile, o.cluster, err)
@@ -251,6 +249,21 @@ func (o *kubeconfigOptions) build() ([]byte, error) {
 	return clientcmd.Write(*kc)
 }
 
+// hubConfig is the client configuration of a hub kubeconfig: the file
+// given, else $KUBECONFIG or ~/.kube/config; the context given, else the
+// current one.
+func hubConfig(kubeconfig, kcontext string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kcontext}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("hub kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
 // hubsync hub-token is the exec plugin of kubeconfigs written by hubsync
 // kubeconfig for a hub identity: it prints an ExecCredential holding the
 // bearer token the hub kubeconfig authenticates with (a token, a token
@@ -264,13 +277,9 @@ func hubTokenCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if *kubeconfig != "" {
-		rules.ExplicitPath = *kubeconfig
-	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *kcontext}).ClientConfig()
+	cfg, err := hubConfig(*kubeconfig, *kcontext)
 	if err != nil {
-		return fmt.Errorf("hub kubeconfig: %w", err)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, hubRequestTimeout)
 	defer cancel()

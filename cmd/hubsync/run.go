@@ -72,7 +72,8 @@ func runCommand(ctx context.Context, args []string, stderr io.Writer, run runFun
 	for _, w := range cfg.Warnings() {
 		log.Warn("configuration: " + w)
 	}
-	return run(ctx, cfg, daemon.Options{Log: log, ConfigPath: *configPath, Override: override, Version: buildVersion(), Commit: build().Commit})
+	b := build()
+	return run(ctx, cfg, daemon.Options{Log: log, ConfigPath: *configPath, Override: override, Version: b.Version, Commit: b.Commit})
 }
 
 func newLogger(c config.Logging, w io.Writer) *slog.Logger {

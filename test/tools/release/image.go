@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
+
+var errNoLinux = errors.New("no linux binary to put in the image")
 
 // The image's user: distroless's nonroot, numeric so that Kubernetes'
 // runAsNonRoot can check it without a passwd lookup.

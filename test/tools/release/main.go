@@ -22,7 +22,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,13 +36,11 @@ import (
 
 // release is one run's settings.
 type release struct {
-	root, out              string
-	version, commit, date  string
-	repository             string
-	created                time.Time
-	platforms              []platform
-	stdout, stderr         io.Writer
-	goCommand, sbomCommand []string
+	root, out             string
+	version, commit, date string
+	repository            string
+	created               time.Time
+	stdout                io.Writer
 }
 
 // platform is one binary's GOOS/GOARCH.
@@ -81,9 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func parse(args []string, stdout, stderr io.Writer) (*release, error) {
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	r := &release{stdout: stdout, stderr: stderr, platforms: platforms,
-		goCommand:   []string{"go"},
-		sbomCommand: []string{"go", "tool", "cyclonedx-gomod"}}
+	r := &release{stdout: stdout}
 	fs.StringVar(&r.root, "root", "../../..", "the hubsync checkout to build")
 	fs.StringVar(&r.out, "out", "", "the directory to write the artefacts to (created; must be empty)")
 	fs.StringVar(&r.version, "version", "", "the version (vMAJOR.MINOR.PATCH, or git describe's form)")
@@ -132,7 +127,7 @@ func (r *release) build(ctx context.Context) error {
 	}
 	var files []string
 	linux := map[string]string{}
-	for _, p := range r.platforms {
+	for _, p := range platforms {
 		bin := filepath.Join(r.out, p.binary())
 		if err := r.compile(ctx, p, bin); err != nil {
 			return err
@@ -172,8 +167,7 @@ func (r *release) build(ctx context.Context) error {
 // compile builds one platform's binary as the Makefile builds hubsync.
 func (r *release) compile(ctx context.Context, p platform, out string) error {
 	ldflags := fmt.Sprintf("-s -w -X main.version=%s -X main.commit=%s -X main.date=%s", r.version, r.commit, r.date)
-	args := append(slices.Clone(r.goCommand[1:]), "build", "-trimpath", "-tags", "http2legacy", "-ldflags", ldflags, "-o", out, "./cmd/hubsync")
-	cmd := exec.CommandContext(ctx, r.goCommand[0], args...)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-tags", "http2legacy", "-ldflags", ldflags, "-o", out, "./cmd/hubsync")
 	cmd.Dir = r.root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.os, "GOARCH="+p.arch, "GOFLAGS=-buildvcs=false")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -186,8 +180,7 @@ func (r *release) compile(ctx context.Context, p platform, out string) error {
 // image's digest (test/chart/cmd/package, in the module that has Helm)
 // and returns the archive's path.
 func (r *release) chart(ctx context.Context, digest string) (string, error) {
-	args := append(slices.Clone(r.goCommand[1:]), "run", "./cmd/package", "-out", r.out, "-version", r.version, "-digest", digest, "-date", r.date)
-	cmd := exec.CommandContext(ctx, r.goCommand[0], args...)
+	cmd := exec.CommandContext(ctx, "go", "run", "./cmd/package", "-out", r.out, "-version", r.version, "-digest", digest, "-date", r.date)
 	cmd.Dir = filepath.Join(r.root, "test", "chart")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -201,8 +194,8 @@ func (r *release) chart(ctx context.Context, digest string) (string, error) {
 // sbom writes bin's SBOM, without a serial number or a timestamp, so
 // that one commit's SBOM is the same every time.
 func (r *release) sbom(ctx context.Context, bin, out string) error {
-	args := append(slices.Clone(r.sbomCommand[1:]), "bin", "-json", "-noserial", "-notimestamp", "-version", r.version, "-output", out, bin)
-	cmd := exec.CommandContext(ctx, r.sbomCommand[0], args...)
+	// cyclonedx-gomod is this module's tool (go.mod), at its pinned version.
+	cmd := exec.CommandContext(ctx, "go", "tool", "cyclonedx-gomod", "bin", "-json", "-noserial", "-notimestamp", "-version", r.version, "-output", out, bin)
 	if o, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("SBOM of %s: %w\n%s", filepath.Base(bin), err, o)
 	}
@@ -235,5 +228,3 @@ func fileSum(path string) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
-
-var errNoLinux = errors.New("no linux binary to put in the image")
