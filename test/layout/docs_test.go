@@ -2,6 +2,7 @@ package layout
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -12,31 +13,7 @@ import (
 // in docs/operations.md's reference, or when the reference names a hubsync
 // metric the code no longer defines, so the reference cannot drift.
 func TestMetricsDocumented(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/operations.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := regexp.MustCompile(`hubsync_[a-z0-9_]+`)
-	documented := map[string]bool{}
-	inRenames := false
-	for _, line := range strings.Split(string(doc), "\n") {
-		switch {
-		case strings.HasPrefix(line, "| old | new |"):
-			inRenames = true
-			continue
-		case !strings.HasPrefix(line, "|"):
-			inRenames = false
-		case inRenames:
-			// The old names of a rename table are history, not metrics:
-			// only the new column counts.
-			if cells := strings.Split(line, "|"); len(cells) > 2 {
-				line = strings.Join(cells[2:], "|")
-			}
-		}
-		for _, m := range name.FindAllString(line, -1) {
-			documented[m] = true
-		}
-	}
+	documented := docMetrics(t, "../../docs/operations.md")
 	defined := map[string]bool{}
 	for _, d := range metricDefs(t) {
 		defined[d.name] = true
@@ -46,12 +23,86 @@ func TestMetricsDocumented(t *testing.T) {
 	}
 	var stale []string
 	for m := range documented {
-		if !defined[m] {
+		if !defined[m] && !strings.HasSuffix(m, "_") {
 			stale = append(stale, m)
 		}
 	}
 	slices.Sort(stale)
 	for _, m := range stale {
 		t.Errorf("docs/operations.md names %s, which no product code defines", m)
+	}
+}
+
+// docMetric is a metric name as the docs write it: hubsync_ and the rest,
+// ending where a prefix ends ("hubsync_consumer_*") or a sample's suffix
+// starts.
+var docMetric = regexp.MustCompile(`hubsync_[a-z0-9_]*`)
+
+// docMetrics returns the metric names a Markdown file names, leaving out the
+// old column of a rename table ("| old | new |"): old names are history.
+// A name ending in "_" is a prefix ("hubsync_consumer_*").
+func docMetrics(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	inRenames := false
+	for _, line := range strings.Split(string(doc), "\n") {
+		switch {
+		case strings.HasPrefix(line, "| old | new |"):
+			inRenames = true
+			continue
+		case !strings.HasPrefix(line, "|"):
+			inRenames = false
+		case inRenames:
+			if cells := strings.Split(line, "|"); len(cells) > 2 {
+				line = strings.Join(cells[2:], "|")
+			}
+		}
+		for _, m := range docMetric.FindAllString(line, -1) {
+			names[m] = true
+		}
+	}
+	return names
+}
+
+// TestDocsNameMetrics fails when any document (the README, the changelog,
+// docs/) names a metric no product code defines: a histogram's samples
+// (_bucket, _sum, _count) count as their histogram, and a prefix such as
+// hubsync_consumer_* must start at least one metric.
+func TestDocsNameMetrics(t *testing.T) {
+	defined := map[string]bool{}
+	for _, d := range metricDefs(t) {
+		defined[d.name] = true
+	}
+	exists := func(m string) bool {
+		if strings.HasSuffix(m, "_") {
+			for d := range defined {
+				if strings.HasPrefix(d, m) && d != m {
+					return true
+				}
+			}
+			return false
+		}
+		for _, s := range []string{"", "_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(m, s); ok && defined[base] {
+				return true
+			}
+		}
+		return false
+	}
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, "../../README.md", "../../CHANGELOG.md")
+	for _, path := range docs {
+		for m := range docMetrics(t, path) {
+			if m != "hubsync_" && !exists(m) {
+				t.Errorf("%s names the metric %s, which no product code defines", strings.TrimPrefix(path, "../../"), m)
+			}
+		}
 	}
 }
