@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -102,6 +103,67 @@ func TestDocsNameMetrics(t *testing.T) {
 		for m := range docMetrics(t, path) {
 			if m != "hubsync_" && !exists(m) {
 				t.Errorf("%s names the metric %s, which no product code defines", strings.TrimPrefix(path, "../../"), m)
+			}
+		}
+	}
+}
+
+// mdLink is a Markdown link to a file of the repository, with an optional
+// fragment: [text](path#fragment).
+var mdLink = regexp.MustCompile(`\]\(([^)\s:]*?)(#[^)\s]*)?\)`)
+
+// TestDocsLinks fails when a document links to a file that does not exist or
+// to a heading its target does not have, so moving a section cannot leave a
+// reader at the top of the wrong page.
+func TestDocsLinks(t *testing.T) {
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, "../../README.md", "../../CHANGELOG.md")
+	headings := map[string]map[string]bool{}
+	headingsOf := func(path string) map[string]bool {
+		if h, ok := headings[path]; ok {
+			return h
+		}
+		h := map[string]bool{}
+		if b, err := os.ReadFile(path); err == nil {
+			fenced := false
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(line, "```") {
+					fenced = !fenced
+				}
+				if fenced || !strings.HasPrefix(line, "#") {
+					continue
+				}
+				a := anchor(strings.TrimLeft(line, "#"))
+				for n := 1; h[a]; n++ {
+					a = strings.TrimSuffix(a, fmt.Sprintf("-%d", n-1)) + fmt.Sprintf("-%d", n)
+				}
+				h[a] = true
+			}
+		}
+		headings[path] = h
+		return h
+	}
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(doc, "../../")
+		for _, m := range mdLink.FindAllStringSubmatch(string(b), -1) {
+			target, fragment := m[1], strings.TrimPrefix(m[2], "#")
+			path := doc
+			if target != "" {
+				path = filepath.Join(filepath.Dir(doc), target)
+				if _, err := os.Stat(path); err != nil {
+					t.Errorf("%s links to %s, which does not exist", name, target)
+					continue
+				}
+			}
+			if fragment != "" && strings.HasSuffix(path, ".md") && !headingsOf(path)[fragment] {
+				t.Errorf("%s links to %s#%s, a heading %s does not have", name, target, fragment, strings.TrimPrefix(path, "../../"))
 			}
 		}
 	}
