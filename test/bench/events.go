@@ -95,6 +95,13 @@ func newEventCounter() *eventCounter {
 	return &eventCounter{waiters: map[string]chan time.Time{}}
 }
 
+// close ends the subscription, once its daemon has stopped.
+func (c *eventCounter) close() {
+	if c.nc != nil {
+		c.nc.Close()
+	}
+}
+
 // attach connects to the daemon's NATS once it accepts connections and
 // follows hubsync.> from then on.
 func (c *eventCounter) attach(d *fleet.Daemon) error {

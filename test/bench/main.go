@@ -101,6 +101,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -108,6 +109,7 @@ import (
 	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	cpinformers "sigs.k8s.io/cluster-inventory-api/client/informers/externalversions"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/test/controlplane"
@@ -210,6 +212,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: --initial-pairs must be at least 1, --sink-pairs at least 1 (0 only with --initial-only, and 0 with --hubsync-b)")
 		os.Exit(2)
 	}
+	// envtest logs through controller-runtime's logger, which would
+	// otherwise print a stack trace of its first use, unset.
+	ctrllog.SetLogger(logr.Discard())
 	// Interrupted, it still stops hubsync, kube-apiserver and etcd.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -427,6 +432,11 @@ func run(ctx context.Context, binary string, nClusters, nNamespaces, nChanges, f
 		if i > 0 {
 			if err := d.Stop(); err != nil {
 				return fmt.Errorf("stop hubsync: %w", err)
+			}
+			if sub != nil {
+				// Its server is gone: left open, its consumer would
+				// report missed heartbeats for the rest of the run.
+				sub.close()
 			}
 			if rig != nil {
 				if err := rig.close(ctx); err != nil {

@@ -324,6 +324,7 @@ func sinkRotations(ctx context.Context, cp *controlplane.ControlPlane, hub *flee
 	if err := sub.attach(d); err != nil {
 		return err
 	}
+	defer sub.close()
 	if err := d.WaitReady(ctx, 2*time.Minute); err != nil {
 		return err
 	}

@@ -271,3 +271,40 @@ COMP_WORDS=(` + tc.words + `); COMP_CWORD=$((${#COMP_WORDS[@]}-1)); _hubsync; ec
 		}
 	}
 }
+
+// TestDocsNameBenchFlags: every flag the documents pass to the bench
+// (`make bench BENCH_FLAGS=...`) is one test/bench defines.
+func TestDocsNameBenchFlags(t *testing.T) {
+	files, err := filepath.Glob("../bench/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := map[string]bool{}
+	def := regexp.MustCompile(`flag\.[A-Za-z]+\((?:&[A-Za-z.]+, )?"([a-z0-9-]+)"`)
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range def.FindAllStringSubmatch(string(src), -1) {
+			defined[m[1]] = true
+		}
+	}
+	if len(defined) < 20 {
+		t.Fatalf("found only %d bench flags: the scan is broken", len(defined))
+	}
+	use := regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
+	for name, doc := range docFiles(t) {
+		for _, span := range codeSpans(doc) {
+			_, flags, ok := strings.Cut(span, "BENCH_FLAGS=")
+			if !ok {
+				continue
+			}
+			for _, m := range use.FindAllStringSubmatch(flags, -1) {
+				if !defined[m[1]] {
+					t.Errorf("%s passes --%s to the bench, which test/bench does not define", name, m[1])
+				}
+			}
+		}
+	}
+}

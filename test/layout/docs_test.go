@@ -48,9 +48,14 @@ func docMetrics(t *testing.T, path string) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return docMetricsIn(string(doc))
+}
+
+// docMetricsIn is docMetrics on a document's text.
+func docMetricsIn(doc string) map[string]bool {
 	names := map[string]bool{}
 	inRenames := false
-	for _, line := range strings.Split(string(doc), "\n") {
+	for _, line := range strings.Split(doc, "\n") {
 		switch {
 		case strings.HasPrefix(line, "| old | new |"):
 			inRenames = true
@@ -94,15 +99,10 @@ func TestDocsNameMetrics(t *testing.T) {
 		}
 		return false
 	}
-	docs, err := filepath.Glob("../../docs/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs = append(docs, "../../README.md", "../../CHANGELOG.md")
-	for _, path := range docs {
-		for m := range docMetrics(t, path) {
+	for name, doc := range docFiles(t) {
+		for m := range docMetricsIn(doc) {
 			if m != "hubsync_" && !exists(m) {
-				t.Errorf("%s names the metric %s, which no product code defines", strings.TrimPrefix(path, "../../"), m)
+				t.Errorf("%s names the metric %s, which no product code defines", name, m)
 			}
 		}
 	}
@@ -116,11 +116,6 @@ var mdLink = regexp.MustCompile(`\]\(([^)\s:]*?)(#[^)\s]*)?\)`)
 // to a heading its target does not have, so moving a section cannot leave a
 // reader at the top of the wrong page.
 func TestDocsLinks(t *testing.T) {
-	docs, err := filepath.Glob("../../docs/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs = append(docs, "../../README.md", "../../CHANGELOG.md")
 	headings := map[string]map[string]bool{}
 	headingsOf := func(path string) map[string]bool {
 		if h, ok := headings[path]; ok {
@@ -146,13 +141,9 @@ func TestDocsLinks(t *testing.T) {
 		headings[path] = h
 		return h
 	}
-	for _, doc := range docs {
-		b, err := os.ReadFile(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		name := strings.TrimPrefix(doc, "../../")
-		for _, m := range mdLink.FindAllStringSubmatch(string(b), -1) {
+	for name, text := range docFiles(t) {
+		doc := "../../" + name
+		for _, m := range mdLink.FindAllStringSubmatch(text, -1) {
 			target, fragment := m[1], strings.TrimPrefix(m[2], "#")
 			path := doc
 			if target != "" {
@@ -167,4 +158,51 @@ func TestDocsLinks(t *testing.T) {
 			}
 		}
 	}
+}
+
+// docPath is a path of the repository in a document's inline code: one of its
+// top-level directories, then the rest.
+var docPath = regexp.MustCompile("`((?:access|bus|charts|cmd|config|daemon|deploy|docs|events|gateway|hub|sinks|status|stream|syncer|test|tunnel)/[^` :#]*)")
+
+// TestDocsNamePaths fails when a document names a file or directory of the
+// repository that is not there (test/e2e/TestName counts when the directory
+// holds that test), so a reader sent to a file finds it.
+func TestDocsNamePaths(t *testing.T) {
+	// Paths in other modules the documents name as theirs.
+	elsewhere := map[string]bool{"cmd/indexdb": true}
+	for name, doc := range docFiles(t) {
+		for _, m := range docPath.FindAllStringSubmatch(doc, -1) {
+			p := m[1]
+			if elsewhere[p] || strings.ContainsAny(p, "*<{$") || strings.Contains(p, "...") {
+				continue
+			}
+			if _, err := os.Stat("../../" + p); err == nil {
+				continue
+			}
+			if dir, test := filepath.Split(p); strings.HasPrefix(test, "Test") {
+				if found, _ := definesTest("../../"+dir, test); found {
+					continue
+				}
+			}
+			t.Errorf("%s names %s, which is not in the repository", name, p)
+		}
+	}
+}
+
+// definesTest reports whether a test file in dir defines the function name.
+func definesTest(dir, name string) (bool, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	if err != nil {
+		return false, err
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false, err
+		}
+		if strings.Contains(string(b), "func "+name+"(") {
+			return true, nil
+		}
+	}
+	return false, nil
 }
