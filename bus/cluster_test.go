@@ -305,10 +305,16 @@ func TestClosingNodeHandsOverItsStreams(t *testing.T) {
 	}, "the stream led by another node than the publisher's")
 	victim := streamLeader()
 	i := map[string]int{"hubsync-1": 1, "hubsync-2": 2}[victim]
+	stopping := time.Now()
 	if err := nodes[i].Close(); err != nil {
 		t.Fatal(err)
 	}
 	closed := time.Now()
+	// The hand-over waits for the new leader; a wait that hangs on a
+	// question asked during the election runs out its whole bound.
+	if took := closed.Sub(stopping); took >= handOverTimeout {
+		t.Errorf("the node took %s to stop: its hand-over ran out its %s bound", took.Round(time.Millisecond), handOverTimeout)
+	}
 	testutil.Eventually(t, 2*time.Second, 20*time.Millisecond, func() error {
 		if l := streamLeader(); l == "" || l == victim {
 			return fmt.Errorf("led by %q", l)

@@ -578,7 +578,13 @@ func (b *Bus) stepDown(ctx context.Context, nc *nats.Conn, js jetstream.JetStrea
 		return false
 	}
 	for ctx.Err() == nil {
-		if info, err := s.Info(ctx); err == nil && info.Cluster != nil && info.Cluster.Leader != "" && info.Cluster.Leader != was && info.Cluster.Leader != me {
+		// Only a stream's leader answers its info: asked during the
+		// election, nobody does, and a request bounded by ctx alone would
+		// spend the whole hand-over waiting for an answer that never comes.
+		pctx, cancel := context.WithTimeout(ctx, handOverPoll)
+		info, err := s.Info(pctx)
+		cancel()
+		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && info.Cluster.Leader != was && info.Cluster.Leader != me {
 			return true
 		}
 		select {
@@ -589,5 +595,10 @@ func (b *Bus) stepDown(ctx context.Context, nc *nats.Conn, js jetstream.JetStrea
 	return false
 }
 
-// handOverTimeout bounds handOver.
-const handOverTimeout = 5 * time.Second
+const (
+	// handOverTimeout bounds handOver.
+	handOverTimeout = 5 * time.Second
+	// handOverPoll bounds each question of handOver's wait for a new
+	// leader.
+	handOverPoll = 250 * time.Millisecond
+)
