@@ -14,7 +14,7 @@ import (
 // in docs/operations.md's reference, or when the reference names a hubsync
 // metric the code no longer defines, so the reference cannot drift.
 func TestMetricsDocumented(t *testing.T) {
-	documented := docMetrics(t, "../../docs/operations.md")
+	documented := docMetricsIn(docFiles(t)["docs/operations.md"])
 	defined := map[string]bool{}
 	for _, d := range metricDefs(t) {
 		defined[d.name] = true
@@ -39,19 +39,9 @@ func TestMetricsDocumented(t *testing.T) {
 // starts.
 var docMetric = regexp.MustCompile(`hubsync_[a-z0-9_]*`)
 
-// docMetrics returns the metric names a Markdown file names, leaving out the
-// old column of a rename table ("| old | new |"): old names are history.
-// A name ending in "_" is a prefix ("hubsync_consumer_*").
-func docMetrics(t *testing.T, path string) map[string]bool {
-	t.Helper()
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return docMetricsIn(string(doc))
-}
-
-// docMetricsIn is docMetrics on a document's text.
+// docMetricsIn returns the metric names a Markdown document names, leaving
+// out the old column of a rename table ("| old | new |"): old names are
+// history. A name ending in "_" is a prefix ("hubsync_consumer_*").
 func docMetricsIn(doc string) map[string]bool {
 	names := map[string]bool{}
 	inRenames := false
@@ -131,9 +121,10 @@ func TestDocsLinks(t *testing.T) {
 				if fenced || !strings.HasPrefix(line, "#") {
 					continue
 				}
-				a := anchor(strings.TrimLeft(line, "#"))
+				base := anchor(strings.TrimLeft(line, "#"))
+				a := base
 				for n := 1; h[a]; n++ {
-					a = strings.TrimSuffix(a, fmt.Sprintf("-%d", n-1)) + fmt.Sprintf("-%d", n)
+					a = fmt.Sprintf("%s-%d", base, n)
 				}
 				h[a] = true
 			}
@@ -160,16 +151,36 @@ func TestDocsLinks(t *testing.T) {
 	}
 }
 
-// docPath is a path of the repository in a document's inline code: one of its
-// top-level directories, then the rest.
-var docPath = regexp.MustCompile("`((?:access|bus|charts|cmd|config|daemon|deploy|docs|events|gateway|hub|sinks|status|stream|syncer|test|tunnel)/[^` :#]*)")
-
 // TestDocsNamePaths fails when a document names a file or directory of the
 // repository that is not there (test/e2e/TestName counts when the directory
 // holds that test), so a reader sent to a file finds it.
 func TestDocsNamePaths(t *testing.T) {
 	// Paths in other modules the documents name as theirs.
 	elsewhere := map[string]bool{"cmd/indexdb": true}
+	// A path of the repository in inline code: one of its top-level
+	// directories, then the rest. Build outputs (.gitignore's /dir/) are
+	// not the repository's.
+	ignore, err := os.ReadFile("../../.gitignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	built := map[string]bool{}
+	for _, line := range strings.Fields(string(ignore)) {
+		if d, ok := strings.CutPrefix(line, "/"); ok && strings.HasSuffix(d, "/") {
+			built[strings.TrimSuffix(d, "/")] = true
+		}
+	}
+	top, err := os.ReadDir("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, e := range top {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && !built[e.Name()] {
+			dirs = append(dirs, regexp.QuoteMeta(e.Name()))
+		}
+	}
+	docPath := regexp.MustCompile("`((?:" + strings.Join(dirs, "|") + ")/[^` :#]*)")
 	for name, doc := range docFiles(t) {
 		for _, m := range docPath.FindAllStringSubmatch(doc, -1) {
 			p := m[1]
