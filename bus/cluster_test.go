@@ -3,9 +3,11 @@ package bus
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,16 +22,23 @@ import (
 	"github.com/hubsync/hubsync/test/testutil"
 )
 
-// freePorts returns n TCP ports free on loopback a moment ago.
+// freePorts returns n TCP ports free on loopback a moment ago, below
+// Linux's ephemeral range (32768 up): a node restarted on its port must
+// not find it taken by an outgoing connection, its peers' routes
+// included, which the kernel gives ports from that range.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
 	var out []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	for tries := 0; len(out) < n; tries++ {
+		if tries == 1000 {
+			t.Fatalf("no free port below 32768 after %d tries", tries)
 		}
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
+		p := 20000 + rand.IntN(12768)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil || slices.Contains(out, p) {
+			continue
+		}
+		out = append(out, p)
 		defer l.Close()
 	}
 	return out
