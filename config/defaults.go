@@ -137,6 +137,8 @@ const (
 	DefaultTunnelMaxDials      = 32
 	DefaultTunnelUpgradeDials  = 16
 	DefaultTunnelMaxConns      = 4
+	// DefaultTunnelProxyConns is tunnel.konnectivity.connections.
+	DefaultTunnelProxyConns = 4
 	// MaxTunnelDials bounds maxConcurrentDials and maxConcurrentUpgradeDials;
 	// MaxTunnelConnsPerCluster bounds maxConnectionsPerCluster.
 	MaxTunnelDials             = 10000
@@ -302,6 +304,7 @@ func (t *Tunnel) setDefaults() {
 	setStr(&t.Transport, TunnelKonnectivity)
 	setStr(&t.ProbePath, DefaultTunnelProbePath)
 	setStr(&t.Konnectivity.DialAddress, DefaultTunnelDialAddress)
+	setNum(&t.Konnectivity.Connections, DefaultTunnelProxyConns)
 	setDur(&t.ProbeInterval, DefaultTunnelProbeInterval)
 	setDur(&t.ProbeTimeout, DefaultTunnelProbeTimeout)
 	setDur(&t.DialTimeout, DefaultTunnelDialTimeout)

@@ -116,7 +116,22 @@ type Konnectivity struct {
 	// (host:port of the ManagedCluster's API server URL) and
 	// .ServerHostname.
 	DialAddress string `json:"dialAddress,omitempty"`
+	// Connections is how many gRPC connections each replica keeps to the
+	// proxy-server address: every cluster's tunnel is a stream on one of
+	// them (default 4, at most 64). Behind a Service that spreads
+	// connections over several proxy-servers, more connections reach
+	// more of them; a dial that finds no agent on the ones reached tries
+	// new connections.
+	Connections int `json:"connections,omitempty"`
+	// SingleUse gives each cluster's tunnel a gRPC connection of its own
+	// instead (konnectivity-client's single-use tunnel: a TCP connection
+	// and TLS handshake per cluster). hubsync also turns to it by itself
+	// when the proxy-server refuses several tunnels on one connection.
+	SingleUse bool `json:"singleUse,omitempty"`
 }
+
+// MaxProxyConnections bounds tunnel.konnectivity.connections.
+const MaxProxyConnections = 64
 
 // ImpersonatingMSA is the name of the ManagedServiceAccount whose token
 // the tunnel pool and the gateway use on every managed cluster, "" while
@@ -183,6 +198,9 @@ func (c *Config) validateTunnel() field.ErrorList {
 		}
 	default:
 		errs = append(errs, field.NotSupported(p.Child("transport"), t.Transport, TunnelTransports))
+	}
+	if n := t.Konnectivity.Connections; n < 1 || n > MaxProxyConnections {
+		errs = append(errs, field.Invalid(k.Child("connections"), n, fmt.Sprintf("must be 1 to %d", MaxProxyConnections)))
 	}
 	if err := checkDialAddress(t.Konnectivity.DialAddress); err != nil {
 		errs = append(errs, field.Invalid(k.Child("dialAddress"), t.Konnectivity.DialAddress, err.Error()))

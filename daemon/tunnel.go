@@ -30,6 +30,7 @@ func newTunnelPool(cfg *config.Config, clusters clusterclient.Interface, kube ku
 		k := tc.Konnectivity
 		d, err := tunnel.NewKonnectivityDialer(tunnel.KonnectivityConfig{
 			Address: k.Address, CAFile: k.CAFile, CertFile: k.CertFile, KeyFile: k.KeyFile, ServerName: k.ServerName,
+			Connections: k.Connections, SingleUse: k.SingleUse, Log: log, Registerer: reg,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("tunnel: %w", err)

@@ -4,13 +4,17 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	konnectivity "sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
@@ -57,6 +61,16 @@ type KonnectivityConfig struct {
 	// ServerName is the name in the proxy-server's certificate; default
 	// the host of Address.
 	ServerName string
+	// Connections is how many gRPC connections tunnels share
+	// (config.DefaultTunnelProxyConns if 0).
+	Connections int
+	// SingleUse gives every tunnel a gRPC connection of its own, as
+	// konnectivity-client's single-use tunnels do.
+	SingleUse bool
+	// Log receives the dialer's lines (a change of transport); nil: none.
+	Log *slog.Logger
+	// Registerer registers the dialer's metrics; nil registers none.
+	Registerer prometheus.Registerer
 }
 
 // tunnelWindow is each tunnel's HTTP/2 flow-control window (stream and
@@ -76,15 +90,21 @@ const tunnelWindow = 4 << 20
 // tunnelReadBuffer is the gRPC read buffer of each tunnel.
 const tunnelReadBuffer = 8 << 10
 
-// KonnectivityDialer opens one single-use konnectivity tunnel per
-// connection: a gRPC connection to the proxy-server and one DIAL_REQ that
-// the agent registered for the address's host answers (a dial that finds
-// no agent on the proxy-server it reached tries another connection; see
-// noAgentAttempts). The pool runs one long-lived
-// HTTP/2 connection over each such tunnel, so one tunnel per cluster
-// serves every request to it.
+// KonnectivityDialer opens konnectivity tunnels: a DIAL_REQ that the
+// agent registered for the address's host answers. Tunnels share a few
+// gRPC connections to the proxy-server, one stream each (see
+// sharedTransport); a proxy-server that refuses several streams on one
+// connection, or SingleUse, gives each tunnel a connection of its own
+// (konnectivity-client's single-use tunnel). A dial that finds no agent on
+// the proxy-server(s) it reached tries new connections (see
+// noAgentAttempts). The pool runs one long-lived HTTP/2 connection over
+// each tunnel, so one tunnel per cluster serves every request to it.
 type KonnectivityDialer struct {
-	cfg KonnectivityConfig
+	cfg    KonnectivityConfig
+	log    *slog.Logger
+	shared *sharedTransport // nil with SingleUse
+	// singleUse counts the open single-use tunnels (each a connection).
+	singleUse atomic.Int64
 
 	mu     sync.Mutex
 	loaded *tlsFiles
@@ -101,11 +121,73 @@ func NewKonnectivityDialer(cfg KonnectivityConfig) (*KonnectivityDialer, error) 
 	if _, _, err := net.SplitHostPort(cfg.Address); err != nil {
 		return nil, fmt.Errorf("konnectivity address %q: %w", cfg.Address, err)
 	}
-	d := &KonnectivityDialer{cfg: cfg}
+	d := &KonnectivityDialer{cfg: cfg, log: cfg.Log}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if !cfg.SingleUse {
+		d.shared = newSharedTransport(cfg.Address, cfg.Connections)
+	}
 	if _, err := d.tlsConfig(); err != nil {
 		return nil, err
 	}
+	if err := d.register(cfg.Registerer); err != nil {
+		return nil, err
+	}
 	return d, nil
+}
+
+// register adds the dialer's gauges: the gRPC connections it holds to
+// the proxy-server and whether tunnels share them.
+func (d *KonnectivityDialer) register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "hubsync_tunnel_proxy_connections",
+			Help: "gRPC connections this replica holds to the konnectivity proxy-server address: the shared ones, plus one per single-use tunnel.",
+		}, func() float64 { return float64(d.Connections()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "hubsync_tunnel_proxy_shared",
+			Help: "1 while tunnels share their gRPC connections to the proxy-server, 0 once each has its own (configured, or the proxy-server refused several streams on one connection).",
+		}, func() float64 {
+			if d.Sharing() {
+				return 1
+			}
+			return 0
+		}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Connections is how many gRPC connections the dialer holds to the
+// proxy-server address now.
+func (d *KonnectivityDialer) Connections() int {
+	n := int(d.singleUse.Load())
+	if d.shared != nil {
+		n += d.shared.connections()
+	}
+	return n
+}
+
+// Sharing reports whether new tunnels share connections.
+func (d *KonnectivityDialer) Sharing() bool {
+	return d.shared != nil && !d.shared.singleUse.Load()
+}
+
+// Close ends every shared connection, and with them their tunnels at
+// once (the pool closes its dialer when it stops). Single-use tunnels
+// end with their own connections.
+func (d *KonnectivityDialer) Close() error {
+	if d.shared != nil {
+		d.shared.close()
+	}
+	return nil
 }
 
 // tlsConfig returns the mutual-TLS configuration for the proxy-server,
@@ -180,15 +262,48 @@ const noAgentAttempts = 4
 const noAgentMessage = "No agent available"
 
 // Dial opens a tunnel to address through the proxy-server. The returned
-// connection owns the tunnel: closing it ends the tunnel and its gRPC
-// connection. A dial that finds no agent for the address on the
-// proxy-server it reached is tried again on a new connection, up to
-// noAgentAttempts connections in all; any other error ends the dial.
+// connection owns the tunnel: closing it ends the tunnel (and a
+// single-use tunnel's gRPC connection). A dial that finds no agent for
+// the address on the proxy-server(s) it reached is tried again on new
+// connections, up to noAgentAttempts in all; any other error ends the
+// dial.
 func (d *KonnectivityDialer) Dial(ctx context.Context, _, address string) (net.Conn, error) {
 	tc, err := d.tlsConfig()
 	if err != nil {
 		return nil, err
 	}
+	if !d.Sharing() {
+		return d.dialSingleUse(ctx, tc, address, 0)
+	}
+	c, tried, err := d.shared.dial(ctx, tc, address)
+	switch {
+	case err == nil:
+		return newTunnelConn(c, nil), nil
+	case errors.Is(err, errStreamRefused):
+		// Perhaps a proxy-server (or a proxy before it) that allows one
+		// stream per connection: this tunnel gets its own, and sharing
+		// stops after refusalsToSingleUse such dials in a row.
+		c, serr := d.dialSingleUse(ctx, tc, address, 0)
+		if d.shared.refused(serr == nil) {
+			d.log.Warn("tunnel: the konnectivity proxy-server ended tunnels that shared a connection before answering them, and answered them on connections of their own: every tunnel now opens its own connection",
+				"address", d.cfg.Address, "err", err)
+		}
+		return c, serr
+	case isNoAgent(err):
+		// Every shared connection reached a proxy-server without the
+		// cluster's agent: a new connection may reach another (at least
+		// one, up to noAgentAttempts connections in all).
+		return d.dialSingleUse(ctx, tc, address, tried)
+	}
+	return nil, err
+}
+
+// dialSingleUse opens a tunnel on a gRPC connection of its own, trying
+// new connections while the proxy-server reached has no agent for the
+// address: up to noAgentAttempts connections counting the shared ones
+// that had none, and at least one.
+func (d *KonnectivityDialer) dialSingleUse(ctx context.Context, tc *tls.Config, address string, shared int) (net.Conn, error) {
+	attempts := max(1, noAgentAttempts-shared)
 	for attempt := 1; ; attempt++ {
 		t, cancel, err := d.open(ctx, tc)
 		if err != nil {
@@ -196,15 +311,20 @@ func (d *KonnectivityDialer) Dial(ctx context.Context, _, address string) (net.C
 		}
 		c, err := t.DialContext(ctx, "tcp", address)
 		if err == nil {
-			return newTunnelConn(c, cancel), nil
+			d.singleUse.Add(1)
+			var once sync.Once
+			return newTunnelConn(c, func() {
+				cancel()
+				once.Do(func() { d.singleUse.Add(-1) })
+			}), nil
 		}
 		cancel()
 		if !isNoAgent(err) {
 			return nil, fmt.Errorf("konnectivity: %w", err)
 		}
-		if attempt == noAgentAttempts || ctx.Err() != nil {
+		if attempt >= attempts || ctx.Err() != nil {
 			return nil, fmt.Errorf("konnectivity: no agent for this cluster on the proxy-server(s) reached at %s (%d connections tried): %w",
-				d.cfg.Address, attempt, err)
+				d.cfg.Address, shared+attempt, err)
 		}
 	}
 }
@@ -215,6 +335,9 @@ func (d *KonnectivityDialer) Dial(ctx context.Context, _, address string) (net.C
 // covers an agent that could not reach the address, so the message tells
 // the two apart.
 func isNoAgent(err error) bool {
+	if isSharedNoAgent(err) {
+		return true
+	}
 	ok, reason := konnectivity.GetDialFailureReason(err)
 	return ok && reason == konnmetrics.DialFailureEndpoint && strings.Contains(err.Error(), noAgentMessage)
 }
@@ -246,8 +369,10 @@ func (d *KonnectivityDialer) open(ctx context.Context, tc *tls.Config) (konnecti
 // dead agent never sends); then the tunnel's context ends it.
 const closeGrace = 2 * time.Second
 
-// tunnelConn ends its tunnel's context on Close, so that no goroutine or
-// gRPC connection of a single-use tunnel outlives the connection.
+// tunnelConn ends a single-use tunnel's context on Close (cancel; nil
+// for a shared connection's tunnel, which closes itself), so that no
+// goroutine or gRPC connection of a single-use tunnel outlives the
+// connection.
 //
 // Its writes run on a writer goroutine of their own. A write to a tunnel
 // goes deep (konnectivity-client, gRPC's encoder and framer), and the HTTP/2
@@ -320,6 +445,9 @@ func (c *tunnelConn) writer() {
 }
 
 func (c *tunnelConn) Close() error {
+	if c.cancel == nil {
+		return c.Conn.Close()
+	}
 	var err error
 	c.once.Do(func() {
 		t := time.AfterFunc(closeGrace, c.cancel)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hubsync/hubsync/config"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -172,8 +173,10 @@ func TestKonnectivityDialerTriesAnotherServer(t *testing.T) {
 	}{
 		{name: "agent on the first server", answers: []string{""}, wantConns: 1},
 		{name: "agent on the third server", answers: []string{noAgent, noAgent, ""}, wantConns: 3},
-		{name: "agent on no server", answers: []string{noAgent}, wantConns: noAgentAttempts,
-			wantErr: []string{"konnectivity: no agent for this cluster on the proxy-server(s) reached at 127.0.0.1:", "(4 connections tried): No agent available"}},
+		// The shared connections (as many as allowed, each may reach
+		// another server), then one new connection of its own.
+		{name: "agent on no server", answers: []string{noAgent}, wantConns: config.DefaultTunnelProxyConns + 1,
+			wantErr: []string{"konnectivity: no agent for this cluster on the proxy-server(s) reached at 127.0.0.1:", "(5 connections tried): No agent available"}},
 		{name: "agent cannot reach the API server", answers: []string{"dial tcp 10.0.0.1:443: connect: connection refused"}, wantConns: 1,
 			wantErr: []string{"konnectivity: dial tcp 10.0.0.1:443: connect: connection refused"}},
 		{name: "dial cancelled", answers: []string{noAgent}, cancel: true, wantConns: 1, wantErr: []string{"konnectivity"}},

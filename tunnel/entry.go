@@ -391,6 +391,11 @@ func (e *entry) retire(old *http2.ClientConn) {
 	go func() {
 		defer e.p.wg.Done()
 		defer e.p.own(old, nil)
+		if e.ctx.Err() != nil {
+			// The entry stopped: no GOAWAY for a server that is left.
+			_ = old.Close()
+			return
+		}
 		ctx, cancel := context.WithTimeout(e.ctx, e.p.opts.RetireGrace)
 		defer cancel()
 		// Shutdown waits for open streams; a stopped entry (ctx done)

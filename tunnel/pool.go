@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -366,8 +367,15 @@ func (p *Pool) Start(ctx context.Context) {
 }
 
 // Close stops every entry and closes every connection, waiting until they
-// are gone.
+// are gone. A dialer that is an io.Closer (the konnectivity dialer's
+// shared connections) is closed first, so that every tunnel ends at once
+// rather than each with its own goodbye (an HTTP/2 GOAWAY, a TLS
+// close_notify and a CLOSE_REQ, each answered through the agent that
+// serves thousands of them).
 func (p *Pool) Close() {
+	if c, ok := p.opts.Dialer.(io.Closer); ok {
+		_ = c.Close()
+	}
 	p.mu.Lock()
 	p.closed = true
 	for c, e := range p.entries {

@@ -129,9 +129,10 @@ func (ms *multiServer) waitAgents(ctx context.Context, t *testing.T) {
 // a round-robin balancer over two proxy-servers. Cluster 1's agent is
 // connected to both, cluster 2's to server A only: both clusters become
 // ready at their first dial and serve requests, and every dial to
-// cluster 2 succeeds although every other connection lands on server B,
-// which answers "No agent available". A cluster whose agent reaches no
-// server is failing, with a reason that says so.
+// cluster 2 succeeds although some of the connections the tunnels share
+// landed on server B, which answers "No agent available" (the dial moves
+// to another one). A cluster whose agent reaches no server is failing,
+// with a reason that says so.
 func TestPoolThroughSeveralProxyServers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -172,16 +173,15 @@ func TestPoolThroughSeveralProxyServers(t *testing.T) {
 		}
 	}
 
-	t.Log("--- every dial to cluster 2 succeeds, though the balancer alternates servers")
-	beforeB := ms.front.Routed(ms.b.ClientAddress)
+	t.Log("--- every dial to cluster 2 succeeds, though some of the shared connections reached server B")
+	if n := ms.front.Routed(ms.b.ClientAddress); n == 0 {
+		t.Fatal("no connection went to server B: the balancer does not alternate")
+	}
 	const dials = 6
 	for i := range dials {
 		if err := dialOnce(ctx, kd, env.managed[1].Address); err != nil {
 			t.Fatalf("dial %d of cluster 2 through the balancer: %v", i+1, err)
 		}
-	}
-	if n := ms.front.Routed(ms.b.ClientAddress) - beforeB; n == 0 {
-		t.Fatalf("none of %d dials went to server B: the balancer does not alternate", dials)
 	}
 
 	t.Log("--- a cluster whose agent reaches no server fails, saying so")
@@ -202,7 +202,7 @@ func TestPoolThroughSeveralProxyServers(t *testing.T) {
 	}
 	waitState(t, pool, c3, tunnel.StateFailing, 30*time.Second)
 	st, _ := pool.Status(c3)
-	want := "no agent for this cluster on the proxy-server(s) reached at " + ms.front.Addr() + " (4 connections tried): No agent available"
+	want := "no agent for this cluster on the proxy-server(s) reached at " + ms.front.Addr() + fmt.Sprintf(" (%d connections tried): No agent available", config.DefaultTunnelProxyConns+1)
 	if !strings.Contains(st.Reason, want) {
 		t.Fatalf("failing reason %q, want it to contain %q", st.Reason, want)
 	}
