@@ -40,6 +40,7 @@ var (
 	replicaIdle      time.Duration
 	replicaSettle    time.Duration
 	replicaFleetConc int
+	replicaProfiles  string
 )
 
 const (
@@ -355,6 +356,9 @@ func (r *replicaRig) startTimed(ctx context.Context, conf config.Config, n int) 
 		_ = d.Stop()
 		return nil, run, err
 	}
+	if replicaProfiles != "" && n > 0 {
+		go profileStart(ctx, d, filepath.Join(replicaProfiles, fmt.Sprintf("start-%d-%d.pprof", n, start.Unix())))
+	}
 	rctx, cancel := context.WithTimeout(ctx, replicaReady)
 	defer cancel()
 	select {
@@ -429,6 +433,12 @@ func (r *replicaRig) standbys(ctx context.Context, n int) (replicaMemory, error)
 				return mem, err
 			}
 			s, err := sampleMemory(ctx, d)
+			if err == nil {
+				s.proxyConns, err = d.TCPConnections(r.reach.server.ClientAddress)
+			}
+			if err == nil && on && replicaProfiles != "" {
+				err = saveProfiles(ctx, d, filepath.Join(replicaProfiles, fmt.Sprintf("standby-%d-%d", n, i+1)))
+			}
 			if stopErr := d.Stop(); err == nil && stopErr != nil {
 				err = fmt.Errorf("stop a standby: %w", stopErr)
 			}
@@ -474,9 +484,62 @@ func printStandbys(n int, runs []readyRun, mem replicaMemory) {
 		stacks[i] = float64(mem.warm[i].stacks-mem.off[i].stacks) / 1024 / float64(n)
 		goroutines[i] = float64(mem.warm[i].goroutines-mem.off[i].goroutines) / float64(n)
 	}
-	fmt.Printf("    warm / off RSS: %s; per warm entry (warm - off) / %d: %s KiB of RSS, of which %s KiB live heap and %s KiB goroutine stacks (%s goroutines)\n",
+	rest, conns := make([]float64, len(mem.warm)), make([]float64, len(mem.warm))
+	for i := range mem.warm {
+		rest[i] = mem.perEntry[i]/1024 - mem.perEntryHeap[i]/1024 - stacks[i]
+		conns[i] = float64(mem.warm[i].proxyConns)
+	}
+	fmt.Printf("    warm / off RSS: %s; per warm entry (warm - off) / %d: %s KiB of RSS: %s KiB live heap, %s KiB goroutine stacks (%s goroutines), %s KiB rest (heap not live, runtime)\n",
 		floatSpread(ratio, "%.2fx"), n, floatSpread(scale(mem.perEntry, 1.0/1024), "%.0f"), floatSpread(scale(mem.perEntryHeap, 1.0/1024), "%.0f"),
-		floatSpread(stacks, "%.0f"), floatSpread(goroutines, "%.1f"))
+		floatSpread(stacks, "%.0f"), floatSpread(goroutines, "%.1f"), floatSpread(rest, "%.0f"))
+	fmt.Printf("    TCP connections a warm standby holds to the proxy-server: %s\n", floatSpread(conns, "%.0f"))
+}
+
+// profileStart writes a CPU profile of a replica's first 20 seconds
+// into path, from as soon as it serves pprof.
+func profileStart(ctx context.Context, d *fleet.Daemon, path string) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return
+	}
+	_ = testutil.Poll(ctx, 10*time.Second, 10*time.Millisecond, func() error {
+		return fetchPprof(ctx, d.Address, "profile", "seconds=20", path)
+	})
+}
+
+// saveProfiles writes a settled replica's heap and goroutine profiles
+// into dir.
+func saveProfiles(ctx context.Context, d *fleet.Daemon, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, kind := range []string{"heap", "goroutine"} {
+		if err := fetchPprof(ctx, d.Address, kind, "", filepath.Join(dir, kind+".pprof")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fetchPprof writes the daemon's pprof profile kind (with query) into
+// path.
+func fetchPprof(ctx context.Context, address, kind, query, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/%s?%s", address, kind, query), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s profile of hubsync: %w", kind, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("%s profile of hubsync: %w", kind, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s profile of hubsync: %s", kind, resp.Status)
+	}
+	return os.WriteFile(path, data, 0o644)
 }
 
 func scale(f []float64, k float64) []float64 {
@@ -507,6 +570,9 @@ type memSample struct {
 	heapInuse  int64
 	stacks     int64
 	goroutines int
+	// proxyConns is how many TCP connections the replica holds to the
+	// proxy-server.
+	proxyConns int
 }
 
 func (s memSample) String() string {

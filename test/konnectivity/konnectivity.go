@@ -105,6 +105,9 @@ type Server struct {
 	// CAFile, CertFile and KeyFile are a client's mutual-TLS files; the
 	// servers of one StartServers call share them.
 	CAFile, CertFile, KeyFile string
+	// ServingCertFile and ServingKeyFile are the server's own certificate
+	// (for 127.0.0.1), for a test's proxy in front of it.
+	ServingCertFile, ServingKeyFile string
 
 	dir  string
 	ca   *pki.CA
@@ -193,6 +196,7 @@ func startServer(ctx context.Context, dir string, f *serverFiles, id string, cou
 	s := &Server{
 		ID: id, ClientAddress: addr(0), AgentAddress: addr(1), HealthAddress: addr(2),
 		CAFile: f.caFile, CertFile: f.clientCert, KeyFile: f.clientKey, dir: dir, ca: f.ca,
+		ServingCertFile: f.cert, ServingKeyFile: f.key,
 	}
 	s.proc = process{name: "proxy-server " + id, bin: filepath.Join(bin, "proxy-server"), log: filepath.Join(dir, logName), args: []string{
 		"--mode=grpc", "--uds-name=",
