@@ -103,7 +103,8 @@ type Konnectivity struct {
 	// in cluster-proxy's deployment).
 	Address string `json:"address,omitempty"`
 	// CAFile verifies the proxy-server; CertFile and KeyFile are
-	// hubsync's client certificate. Re-read on every dial.
+	// hubsync's client certificate. Read again at a dial a second or more
+	// after the last read: new connections use rotated files.
 	CAFile   string `json:"caFile,omitempty"`
 	CertFile string `json:"certFile,omitempty"`
 	KeyFile  string `json:"keyFile,omitempty"`

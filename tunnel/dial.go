@@ -55,8 +55,10 @@ type KonnectivityConfig struct {
 	// port 8090 in cluster-proxy's deployment).
 	Address string
 	// CAFile verifies the proxy-server's certificate; CertFile and KeyFile
-	// are hubsync's client certificate (mutual TLS). They are read on
-	// every dial, so rotated files take effect without a restart.
+	// are hubsync's client certificate (mutual TLS). They are read again
+	// at a dial a second or more after the last read, so rotated files
+	// take effect without a restart: new connections use them, and the
+	// shared connections made with the old ones take no new tunnel.
 	CAFile, CertFile, KeyFile string
 	// ServerName is the name in the proxy-server's certificate; default
 	// the host of Address.
@@ -113,6 +115,7 @@ type KonnectivityDialer struct {
 type tlsFiles struct {
 	ca, cert, key []byte
 	tls           *tls.Config
+	read          time.Time // when the files were last read
 }
 
 // NewKonnectivityDialer checks the configuration and the files now, so a
@@ -190,9 +193,20 @@ func (d *KonnectivityDialer) Close() error {
 	return nil
 }
 
+// tlsReread is how long the files read for one dial serve the next ones:
+// thousands of clusters dialing at once read them once a second, not
+// three times each.
+const tlsReread = time.Second
+
 // tlsConfig returns the mutual-TLS configuration for the proxy-server,
-// rebuilt when a file changed.
+// rebuilt when a file changed (looked at once per tlsReread).
 func (d *KonnectivityDialer) tlsConfig() (*tls.Config, error) {
+	d.mu.Lock()
+	if l := d.loaded; l != nil && time.Since(l.read) < tlsReread {
+		d.mu.Unlock()
+		return l.tls, nil
+	}
+	d.mu.Unlock()
 	read := func(what, path string) ([]byte, error) {
 		if path == "" {
 			return nil, nil
@@ -218,6 +232,7 @@ func (d *KonnectivityDialer) tlsConfig() (*tls.Config, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if l := d.loaded; l != nil && string(l.ca) == string(ca) && string(l.cert) == string(cert) && string(l.key) == string(key) {
+		l.read = time.Now()
 		return l.tls, nil
 	}
 	host, _, _ := net.SplitHostPort(d.cfg.Address)
@@ -240,7 +255,7 @@ func (d *KonnectivityDialer) tlsConfig() (*tls.Config, error) {
 		}
 		c.Certificates = []tls.Certificate{pair}
 	}
-	d.loaded = &tlsFiles{ca: ca, cert: cert, key: key, tls: c}
+	d.loaded = &tlsFiles{ca: ca, cert: cert, key: key, tls: c, read: time.Now()}
 	return c, nil
 }
 

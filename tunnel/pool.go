@@ -646,7 +646,7 @@ func (p *Pool) Pending() (connecting, total int) {
 	es := slices.Collect(maps.Values(p.entries))
 	p.mu.Unlock()
 	for _, e := range es {
-		if e.status().State == StateConnecting {
+		if e.connecting() {
 			connecting++
 		}
 	}

@@ -139,6 +139,11 @@ func NewSource(cc clusterclient.Interface, kube kubernetes.Interface, md metadat
 		}
 		return ""
 	}
+	// The cache keeps what target reads, not each ManagedCluster's status
+	// and managedFields (most of its size).
+	if err := mcs.Informer().SetTransform(trimCluster); err != nil {
+		return nil, err
+	}
 	reg, err := mcs.Informer().AddEventHandler(handler(clusterName))
 	if err != nil {
 		return nil, err
@@ -166,6 +171,9 @@ func NewSource(cc clusterclient.Interface, kube kubernetes.Interface, md metadat
 				return sec.Namespace
 			}
 			return ""
+		}
+		if err := secs.Informer().SetTransform(trimTokenSecret); err != nil {
+			return nil, err
 		}
 		reg, err := secs.Informer().AddEventHandler(handler(secretNS))
 		if err != nil {
@@ -319,4 +327,42 @@ func firstNonEmpty(a, b []byte) []byte {
 		return a
 	}
 	return b
+}
+
+// trimCluster keeps of a ManagedCluster what the source reads: its
+// identity, labels, deletion and API server URLs with their CAs.
+func trimCluster(obj any) (any, error) {
+	mc, ok := obj.(*clusterv1.ManagedCluster)
+	if !ok {
+		return obj, nil
+	}
+	return &clusterv1.ManagedCluster{
+		ObjectMeta: trimMeta(mc.ObjectMeta),
+		Spec:       clusterv1.ManagedClusterSpec{ManagedClusterClientConfigs: mc.Spec.ManagedClusterClientConfigs},
+	}, nil
+}
+
+// trimTokenSecret keeps of a ManagedServiceAccount's token Secret its
+// identity and the token and CA.
+func trimTokenSecret(obj any) (any, error) {
+	sec, ok := obj.(*corev1.Secret)
+	if !ok {
+		return obj, nil
+	}
+	data := make(map[string][]byte, 2)
+	for _, k := range []string{hub.TokenKey, hub.CAKey} {
+		if v, ok := sec.Data[k]; ok {
+			data[k] = v
+		}
+	}
+	return &corev1.Secret{ObjectMeta: trimMeta(sec.ObjectMeta), Type: sec.Type, Data: data}, nil
+}
+
+// trimMeta keeps an object's identity, labels and deletion; no
+// annotations, owners or managedFields.
+func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		Labels: m.Labels, DeletionTimestamp: m.DeletionTimestamp,
+	}
 }

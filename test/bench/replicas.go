@@ -341,6 +341,29 @@ type readyRun struct {
 	// dials made by then and their mean time (tunnel, TLS, HTTP/2).
 	dials    int
 	dialMean time.Duration
+	// busy is the machine's CPU use from process start to every entry
+	// ready: every process, the proxy-server, agent and API servers too
+	// (1 = every core busy).
+	busy float64
+}
+
+// machineCPU returns the machine's busy and total CPU time so far, in
+// clock ticks, from /proc/stat.
+func machineCPU() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	for i, v := range f[1:] {
+		x, _ := strconv.ParseFloat(v, 64)
+		total += x
+		if i != 3 && i != 4 { // idle, iowait
+			busy += x
+		}
+	}
+	return busy, total
 }
 
 // startTimed starts a standby and times it from process start to /readyz
@@ -348,6 +371,7 @@ type readyRun struct {
 func (r *replicaRig) startTimed(ctx context.Context, conf config.Config, n int) (*fleet.Daemon, readyRun, error) {
 	var run readyRun
 	start := time.Now()
+	busy0, total0 := machineCPU()
 	d, err := fleet.StartDaemon(ctx, r.binary, r.cp.Config, conf, r.logs)
 	if err != nil {
 		return nil, run, err
@@ -392,6 +416,9 @@ func (r *replicaRig) startTimed(ctx context.Context, conf config.Config, n int) 
 		return fail(fmt.Errorf("a standby's pool: %w", err))
 	}
 	run.all = time.Since(start)
+	if busy1, total1 := machineCPU(); total1 > total0 {
+		run.busy = (busy1 - busy0) / (total1 - total0)
+	}
 	if h := m["hubsync_tunnel_dial_duration_seconds"]; h != nil && len(h.GetMetric()) == 1 {
 		hist := h.GetMetric()[0].GetHistogram()
 		if run.dials = int(hist.GetSampleCount()); run.dials > 0 {
@@ -461,17 +488,19 @@ func (r *replicaRig) standbys(ctx context.Context, n int) (replicaMemory, error)
 
 func printStandbys(n int, runs []readyRun, mem replicaMemory) {
 	var took, all, cpu, dial []time.Duration
+	var busy []float64
 	counts := map[string]bool{}
 	dials := 0
 	for _, r := range runs {
 		took, all, cpu, dial = append(took, r.took), append(all, r.all), append(cpu, r.cpu), append(dial, r.dialMean)
+		busy = append(busy, 100*r.busy)
 		counts[fmt.Sprintf("%d ready, %d failing, %d connecting", r.ready, r.failing, r.connecting)] = true
 		dials = max(dials, r.dials)
 	}
 	fmt.Printf("  a new standby (tunnel.warm: all), %d repeats: process start -> /readyz 200 %s; its pool then: %s; every entry ready %s; its CPU time to /readyz 200 %s\n",
 		len(runs), secSpread(took), strings.Join(slices.Sorted(maps.Keys(counts)), " / "), secSpread(all), secSpread(cpu))
-	fmt.Printf("    %d dials, %d at a time: mean %s per dial (gRPC + TLS to the proxy-server, DIAL_REQ, TLS + HTTP/2 to the API server, under the load of the run)\n",
-		dials, config.DefaultTunnelMaxDials, msSpread(dial))
+	fmt.Printf("    %d dials, %d at a time: mean %s per dial (a stream on a shared connection to the proxy-server, DIAL_REQ, TLS + HTTP/2 to the API server, under the load of the run); the machine's CPU %s%% busy until every entry was ready (every process)\n",
+		dials, config.DefaultTunnelMaxDials, msSpread(dial), floatSpread(busy, "%.0f"))
 	ratio := make([]float64, len(mem.warm))
 	for i := range mem.warm {
 		ratio[i] = float64(mem.warm[i].rss) / float64(mem.off[i].rss)
