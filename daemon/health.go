@@ -137,7 +137,7 @@ func writeSinkStatuses(w io.Writer, sts []stream.Status) {
 const maxTunnelLines = 100
 
 // writeTunnelStatuses writes the pool's summary and the entries that are
-// not ready (ready ones too while there are few).
+// not ready or are paced (the others too while there are few).
 func writeTunnelStatuses(w io.Writer, sts []tunnel.Status, now time.Time) {
 	counts := map[tunnel.State]int{}
 	for _, s := range sts {
@@ -147,7 +147,7 @@ func writeTunnelStatuses(w io.Writer, sts []tunnel.Status, now time.Time) {
 		counts[tunnel.StateReady], counts[tunnel.StateFailing], counts[tunnel.StateConnecting])
 	lines := 0
 	for _, s := range sts {
-		if s.State == tunnel.StateReady && len(sts) > maxTunnelLines {
+		if s.State == tunnel.StateReady && s.Paced == "" && len(sts) > maxTunnelLines {
 			continue
 		}
 		if lines == maxTunnelLines {
@@ -161,6 +161,9 @@ func writeTunnelStatuses(w io.Writer, sts []tunnel.Status, now time.Time) {
 			more := ""
 			if s.Connections > 1 {
 				more = fmt.Sprintf(", %d connections (every stream of one was busy)", s.Connections)
+			}
+			if s.Paced != "" {
+				more += fmt.Sprintf(", paced for %s more: %s", s.PacedUntil.Sub(now).Round(time.Second), s.Paced)
 			}
 			fmt.Fprintf(w, "tunnel %s: ready for %s, probe %s%s\n", s.Cluster, in, s.ProbeLatency.Round(time.Microsecond), more)
 		case tunnel.StateFailing:

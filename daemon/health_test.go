@@ -38,7 +38,9 @@ func TestServerEndpoints(t *testing.T) {
 		{name: "sinks are listed only when asked for", ready: true, path: "/readyz", want: http.StatusOK, body: "ok\n"},
 		{name: "a failing tunnel does not make hubsync unready", ready: true, path: "/readyz?verbose", want: http.StatusOK,
 			body: "tunnel c2: failing for 1m0s: dial c2:443: No agent available\n"},
-		{name: "tunnel summary", ready: true, path: "/readyz?verbose", want: http.StatusOK, body: "tunnels: 1 ready, 1 failing, 0 connecting\n"},
+		{name: "tunnel summary", ready: true, path: "/readyz?verbose", want: http.StatusOK, body: "tunnels: 2 ready, 1 failing, 0 connecting\n"},
+		{name: "a paced tunnel says why", ready: true, path: "/readyz?verbose", want: http.StatusOK,
+			body: "tunnel c3: ready for 1h0m0s, probe 2ms, paced for 20s more: the API server answered the probe 429 Too Many Requests\n"},
 		{name: "a degraded bus does not make hubsync unready", ready: true, path: "/readyz?verbose", want: http.StatusOK,
 			body: "bus stream: degraded, replicas 2 current, 0 behind, 1 offline"},
 		{name: "contested objects do not make hubsync unready", ready: true, path: "/readyz?verbose", want: http.StatusOK,
@@ -51,6 +53,8 @@ func TestServerEndpoints(t *testing.T) {
 		return []tunnel.Status{
 			{Cluster: "c1", State: tunnel.StateReady, Since: now.Add(-time.Hour), ProbeLatency: 2 * time.Millisecond},
 			{Cluster: "c2", State: tunnel.StateFailing, Since: now.Add(-time.Minute), Reason: "dial c2:443: No agent available"},
+			{Cluster: "c3", State: tunnel.StateReady, Since: now.Add(-time.Hour), ProbeLatency: 2 * time.Millisecond,
+				Paced: "the API server answered the probe 429 Too Many Requests", PacedUntil: now.Add(20 * time.Second)},
 		}
 	}
 	statuses := func() []stream.Status {

@@ -11,6 +11,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +61,13 @@ type entry struct {
 	idleSince map[*http2.ClientConn]time.Time
 	// used is when a request last asked for the entry (Unix nanoseconds).
 	used atomic.Int64
+	// answers counts the answers (probes and requests) on the current
+	// connection.
+	answers atomic.Int64
+	// paced says why the entry waits before its next dial or probe, until
+	// pacedUntil; empty when it does not.
+	paced      string
+	pacedUntil time.Time
 }
 
 // touch records a request for the entry.
@@ -128,6 +137,18 @@ func (e *entry) status() Status {
 		Cluster: e.cluster, ClusterSet: e.target.ClusterSet, State: e.state, Reason: e.reason, Since: e.since,
 		ProbeLatency: e.latency, LastProbe: e.probed, Address: e.target.Address,
 		Credential: e.target.TokenFingerprint, Dials: e.dials, Connections: conns, Identity: e.ident,
+		Paced: e.paced, PacedUntil: e.pacedUntil,
+	}
+}
+
+// pace records that the entry waits d before its next dial or probe, and
+// why ("" and 0: it no longer does).
+func (e *entry) pace(why string, d time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.paced, e.pacedUntil = truncate(why, maxReason), time.Time{}
+	if why != "" {
+		e.pacedUntil = time.Now().Add(d)
 	}
 }
 
@@ -151,12 +172,23 @@ func (e *entry) use() (*http2.ClientConn, <-chan struct{}, Status) {
 // A GOAWAY makes the entry dial a new connection at once (kube-apiserver
 // sends them to rebalance clients with --goaway-chance, up to 2% of
 // requests), but at most goawayRedials times a second after a burst of
-// goawayRedialBurst: a server that sends one on every connection is then
-// redialed at that pace rather than in a loop. Requests wait for the new
-// connection meanwhile (up to the dial timeout).
+// goawayRedialBurst. Requests wait for the new connection meanwhile (up
+// to the dial timeout).
+//
+// A connection that goes away young (within minConnLifetime) having
+// answered fewer than minConnAnswers times is a server that will not keep
+// one (it sends GOAWAY after every answer, or is shutting down): the next
+// dial then waits the redial backoff, as after a failure, and the entry
+// says it is paced; the backoff starts again after a connection that
+// outlived either bound. Such a server sees the dials of a failing one:
+// at most 8 in a minute and 4 a minute after that per cluster and replica
+// with the default backoff (1s doubling to 30s, each wait drawn from its
+// upper half).
 const (
 	goawayRedials     = rate.Limit(10)
 	goawayRedialBurst = 10
+	minConnLifetime   = 5 * time.Second
+	minConnAnswers    = 5
 )
 
 // maxReason bounds a failing reason (a TLS error can list every name a
@@ -202,6 +234,8 @@ func (e *entry) set(s State, reason string) {
 func (e *entry) run(ctx context.Context) {
 	defer e.swap(nil, Target{})
 	b := redialBackoff(e.p.opts.BackoffBase, e.p.opts.BackoffMax)
+	// young paces the redials after connections that went away young.
+	young := redialBackoff(e.p.opts.BackoffBase, e.p.opts.BackoffMax)
 	// lastQuick is when a lost connection was last redialed at once.
 	var lastQuick time.Time
 	goaways := rate.NewLimiter(goawayRedials, goawayRedialBurst)
@@ -218,7 +252,14 @@ func (e *entry) run(ctx context.Context) {
 		cc, dead, err := e.connect(ctx, t)
 		if err == nil {
 			var latency time.Duration
-			if latency, err = e.probe(ctx, cc, t); err != nil {
+			latency, err = e.probe(ctx, cc, t)
+			// A throttled answer came through the tunnel: the cluster is
+			// reachable, and keeps its connection while it sheds load.
+			var first *throttled
+			if errors.As(err, &first) {
+				err = nil
+			}
+			if err != nil {
 				e.p.own(cc, nil)
 				_ = cc.Close()
 			} else {
@@ -227,8 +268,10 @@ func (e *entry) run(ctx context.Context) {
 				e.latency = latency
 				e.mu.Unlock()
 				e.swap(cc, t)
+				e.answers.Store(1) // the probe
 				e.set(StateReady, "")
-				reason, redial := e.keep(ctx, cc, dead)
+				born := time.Now()
+				reason, redial := e.keep(ctx, cc, dead, first)
 				if reason == "" {
 					// The target changed, or a GOAWAY came: dial a new
 					// connection while the old one finishes its streams.
@@ -239,10 +282,7 @@ func (e *entry) run(ctx context.Context) {
 					moved := !e.ccTarget.sameConnection(e.target)
 					e.mu.Unlock()
 					if !moved {
-						if r := goaways.Reserve(); r.Delay() > 0 {
-							e.p.m.goawayWaits.Inc()
-							pause(ctx, r.Delay())
-						}
+						e.afterGoaway(ctx, time.Since(born), goaways, &young)
 					}
 					continue
 				}
@@ -264,6 +304,27 @@ func (e *entry) run(ctx context.Context) {
 		e.set(StateFailing, err.Error())
 		e.sleep(ctx, b.Step())
 	}
+}
+
+// afterGoaway waits before the dial that replaces a connection gone away
+// after lived: the redial backoff when it went young (see
+// minConnLifetime), else what the GOAWAY rate allows.
+func (e *entry) afterGoaway(ctx context.Context, lived time.Duration, goaways *rate.Limiter, young *wait.Backoff) {
+	answers := e.answers.Load()
+	if lived >= minConnLifetime || answers >= minConnAnswers {
+		*young = redialBackoff(e.p.opts.BackoffBase, e.p.opts.BackoffMax)
+		if r := goaways.Reserve(); r.Delay() > 0 {
+			e.p.m.goawayWaits.Inc()
+			pause(ctx, r.Delay())
+		}
+		return
+	}
+	d := young.Step()
+	e.p.m.goawayWaits.Inc()
+	e.pace(fmt.Sprintf("the API server sent GOAWAY %s after the connection was made, having answered %d times: the next dial waits %s",
+		lived.Round(time.Millisecond), answers, d.Round(time.Millisecond)), d)
+	pause(ctx, d)
+	e.pace("", 0)
 }
 
 // sleep waits d (0: until woken), or until the entry is woken or stopped.
@@ -295,10 +356,19 @@ func pause(ctx context.Context, d time.Duration) {
 // keep probes a ready connection until it fails (the reason is returned;
 // redial says the connection was lost rather than found failing) or needs
 // replacing: a new target or a GOAWAY ("" is returned).
-func (e *entry) keep(ctx context.Context, cc *http2.ClientConn, dead <-chan struct{}) (reason string, redial bool) {
+func (e *entry) keep(ctx context.Context, cc *http2.ClientConn, dead <-chan struct{}, first *throttled) (reason string, redial bool) {
+	defer e.pace("", 0)
+	// next is the wait before the next probe when the last was throttled.
+	var next time.Duration
+	if first != nil {
+		next = e.throttle(first)
+	}
 	for {
 		// ±20% jitter spreads the probes of clusters that joined together.
 		d := time.Duration(float64(e.p.opts.ProbeInterval) * (0.8 + 0.4*rand.Float64()))
+		if next > 0 {
+			d, next = next, 0
+		}
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
@@ -321,6 +391,7 @@ func (e *entry) keep(ctx context.Context, cc *http2.ClientConn, dead <-chan stru
 			return "", false
 		case <-t.C:
 		}
+		e.pace("", 0)
 		e.mu.Lock()
 		target := e.target
 		e.mu.Unlock()
@@ -329,13 +400,65 @@ func (e *entry) keep(ctx context.Context, cc *http2.ClientConn, dead <-chan stru
 		}
 		e.pruneExtra(time.Now())
 		latency, err := e.probe(ctx, cc, target)
-		if err != nil {
+		var th *throttled
+		switch {
+		case errors.As(err, &th):
+			// The API server answered, shedding load: the connection is
+			// kept and the next probe waits as long as it asks.
+			e.answers.Add(1)
+			next = e.throttle(th)
+			continue
+		case err != nil:
 			return err.Error(), false
 		}
+		e.answers.Add(1)
 		e.mu.Lock()
 		e.latency = latency
 		e.mu.Unlock()
 	}
+}
+
+// throttle returns the wait before the probe after one answered 429 or
+// 503 with Retry-After (at least a probe interval, at most
+// maxRetryAfter), and says so in the entry's status.
+func (e *entry) throttle(th *throttled) time.Duration {
+	d := min(max(th.retryAfter, e.p.opts.ProbeInterval), maxRetryAfter)
+	e.pace(fmt.Sprintf("the API server answered the probe %s (Retry-After %s): the next probe waits %s, the connection is kept",
+		th.status, th.retryAfter, d), d)
+	return d
+}
+
+// maxRetryAfter bounds the wait a probe's Retry-After asks for.
+const maxRetryAfter = 5 * time.Minute
+
+// throttled is a probe answered 429 Too Many Requests, or 503 Service
+// Unavailable with a Retry-After: the API server sheds load, and a redial
+// would add to it.
+type throttled struct {
+	status     string
+	retryAfter time.Duration
+}
+
+func (t *throttled) Error() string {
+	return fmt.Sprintf("the API server answered %s (Retry-After %s)", t.status, t.retryAfter)
+}
+
+// throttling returns the throttled answer resp is, or nil.
+func throttling(resp *http.Response) *throttled {
+	ra := resp.Header.Get("Retry-After")
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+	case resp.StatusCode == http.StatusServiceUnavailable && ra != "":
+	default:
+		return nil
+	}
+	d := time.Second // kube-apiserver's priority and fairness asks for 1s
+	if n, err := strconv.Atoi(strings.TrimSpace(ra)); err == nil && n >= 0 {
+		d = time.Duration(n) * time.Second
+	} else if at, err := http.ParseTime(ra); err == nil {
+		d = max(time.Until(at), 0)
+	}
+	return &throttled{status: resp.Status, retryAfter: d}
 }
 
 // goawaySettle is how long after a kick the entry looks at its
@@ -524,6 +647,10 @@ func (e *entry) probe(ctx context.Context, cc *http2.ClientConn, t Target) (time
 		}
 		return 0, fmt.Errorf("probe GET %s: %w", p.opts.ProbePath, err)
 	case resp.StatusCode != http.StatusOK:
+		if th := throttling(resp); th != nil {
+			p.m.probes.WithLabelValues("throttled").Inc()
+			return took, th
+		}
 		p.m.probes.WithLabelValues("error").Inc()
 		return 0, fmt.Errorf("probe GET %s: %s", p.opts.ProbePath, resp.Status)
 	}

@@ -67,6 +67,9 @@ type fakeAPIServer struct {
 	// conns counts open connections; opened counts every connection.
 	conns, opened atomic.Int32
 	status        atomic.Int32 // answer of /version; 0: 200
+	// retryAfter is the Retry-After header of a /version answer that is
+	// not 200 ("": none).
+	retryAfter atomic.Value
 	// maxStreams, when set before start, limits each connection's
 	// concurrent streams.
 	maxStreams int
@@ -201,6 +204,9 @@ func (s *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if code := s.status.Load(); code != 0 && r.URL.Path == "/version" {
+		if ra, _ := s.retryAfter.Load().(string); ra != "" {
+			w.Header().Set("Retry-After", ra)
+		}
 		w.WriteHeader(int(code))
 		return
 	}
@@ -381,4 +387,17 @@ func getWith(t *testing.T, rt http.RoundTripper, cluster, path string, header ht
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+// count is how many requests for path the server has had.
+func (s *fakeAPIServer) count(path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.requests {
+		if p, _, _ := strings.Cut(r, " "); p == path {
+			n++
+		}
+	}
+	return n
 }

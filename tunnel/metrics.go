@@ -27,7 +27,7 @@ func newMetrics(reg prometheus.Registerer, statuses func() []Status) (*metrics, 
 		}, []string{"result"}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hubsync_tunnel_probes_total",
-			Help: "Probes of tunnel pool entries, by result.",
+			Help: "Probes of tunnel pool entries, by result (ok, error, throttled: answered 429, or 503 with Retry-After; the connection is kept and the next probe waits).",
 		}, []string{"result"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hubsync_tunnel_requests_total",
@@ -39,7 +39,7 @@ func newMetrics(reg prometheus.Registerer, statuses func() []Status) (*metrics, 
 		}, []string{"state"}),
 		goawayWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "hubsync_tunnel_goaway_waits_total",
-			Help: "GOAWAYs after which a pool entry waited before dialing a new connection, because GOAWAYs came faster than the pool follows them (10 a second per cluster after a burst of 10).",
+			Help: "GOAWAYs after which a pool entry waited before dialing a new connection: the connection went away young (within 5s, with fewer than 5 answers), so the redial backoff applies, or GOAWAYs came faster than the pool follows them (10 a second per cluster after a burst of 10).",
 		}),
 		dialSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "hubsync_tunnel_dial_duration_seconds",
@@ -54,6 +54,7 @@ func newMetrics(reg prometheus.Registerer, statuses func() []Status) (*metrics, 
 	}
 	// Every result and state has its series from the start, so that
 	// rate() and an alert on errors see 0 rather than nothing.
+	m.probes.WithLabelValues("throttled")
 	for _, r := range []string{"ok", "error"} {
 		m.dials.WithLabelValues(r)
 		m.probes.WithLabelValues(r)

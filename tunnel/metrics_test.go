@@ -145,7 +145,7 @@ func TestResultSeriesFromStart(t *testing.T) {
 	}
 	for name, want := range map[string]int{
 		"hubsync_tunnel_dials_total":         2,
-		"hubsync_tunnel_probes_total":        2,
+		"hubsync_tunnel_probes_total":        3,
 		"hubsync_tunnel_requests_total":      2,
 		"hubsync_tunnel_upgrade_dials_total": 3,
 		"hubsync_tunnel_transitions_total":   3,

@@ -624,6 +624,11 @@ type Status struct {
 	// Identity is the target's (Target.Identity): what the gateway's
 	// memories of the cluster (its key set) are kept for.
 	Identity string `json:"identity,omitempty"`
+	// Paced says why the entry waits before its next dial or probe (its
+	// API server sheds load, or keeps no connection), until PacedUntil;
+	// empty when it does not.
+	Paced      string    `json:"paced,omitempty"`
+	PacedUntil time.Time `json:"pacedUntil,omitzero"`
 }
 
 // Statuses returns every entry's status, sorted by cluster.

@@ -808,14 +808,16 @@ func (s *goawayServer) serve(c net.Conn) {
 }
 
 // TestGoAwaysAreFollowedAtABoundedPace: a server that sends GOAWAY on
-// every connection is redialed at most goawayRedials times a second
-// after a burst, not in a loop, even while requests keep kicking the
-// entry (each that finds the connection gone away does), and the cluster
-// is not reported failing for it.
+// every connection right after its first answer keeps no connection: it
+// is redialed after the redial backoff, as a failing one is, not in a
+// loop, even while requests keep kicking the entry (each that finds the
+// connection gone away does). The entry says it is paced, requests fail
+// at once meanwhile, and the cluster is not reported failing for it.
 func TestGoAwaysAreFollowedAtABoundedPace(t *testing.T) {
 	ca := newTestCA(t)
 	s := newGoawayServer(t, ca, "g")
-	p, rec := newTestPool(t, func(o *Options) { o.ProbeInterval = time.Hour })
+	const base, max = 100 * time.Millisecond, 400 * time.Millisecond
+	p, rec := newTestPool(t, func(o *Options) { o.ProbeInterval, o.BackoffBase, o.BackoffMax = time.Hour, base, max })
 	p.SetTarget("g", &Target{Address: s.addr, ServerName: "g", CA: ca.pem, TokenFingerprint: "sha256:test"})
 	profiles(p, "ns", "g")
 	eventually(t, "an entry", func() bool { return p.entry("g") != nil })
@@ -836,18 +838,69 @@ func TestGoAwaysAreFollowedAtABoundedPace(t *testing.T) {
 			t.Logf("%d connections opened; statuses: %+v", s.opened.Load(), p.Statuses())
 		}
 	})
-	eventually(t, "the burst of redials spent", func() bool { return s.opened.Load() > goawayRedialBurst })
+	eventually(t, "the first connection", func() bool { return s.opened.Load() >= 1 })
 	start, before := time.Now(), s.opened.Load()
-	eventually(t, "redialed after the burst", func() bool { return s.opened.Load() >= before+10 })
-	// Ten more connections take about a second at the bounded pace; in a
-	// loop they take a few milliseconds.
-	if took := time.Since(start); took < 500*time.Millisecond {
-		t.Fatalf("10 redials after GOAWAYs within %s, want them paced at %v a second", took, goawayRedials)
+	const redials = 8
+	var paced string
+	eventually(t, "paced redials", func() bool {
+		if st, _ := p.Status("g"); st.Paced != "" {
+			paced = st.Paced
+		}
+		return s.opened.Load() >= before+redials
+	})
+	// Eight redials wait at least the lower halves of the backoff's
+	// steps: 50+100+200 ms, then 200 ms each. At the GOAWAY rate alone
+	// (goawayRedials a second after a burst of goawayRedialBurst) they
+	// take a few milliseconds.
+	if took, least := time.Since(start), 350*time.Millisecond+(redials-3)*max/2; took < least {
+		t.Fatalf("%d redials after GOAWAYs within %s, want at least %s with a %s-%s backoff", redials, took, least, base, max)
 	}
-	if v := testutil.ToFloat64(p.m.goawayWaits); v < 5 {
-		t.Errorf("hubsync_tunnel_goaway_waits_total = %v after paced redials", v)
+	if !strings.Contains(paced, "the API server sent GOAWAY") || !strings.Contains(paced, "the next dial waits") {
+		t.Fatalf("the entry never said it was paced (last: %q)", paced)
+	}
+	if v := testutil.ToFloat64(p.m.goawayWaits); v < redials-1 {
+		t.Errorf("hubsync_tunnel_goaway_waits_total = %v after %d paced redials", v, redials)
 	}
 	if n := rec.count(stream.TunnelFailing, "ns", "g"); n != 0 {
 		t.Fatalf("GOAWAYs reported as failing (%d events)", n)
+	}
+}
+
+// TestThrottledProbesKeepTheConnection: an API server that answers the
+// probe 429 with Retry-After is reachable and shedding load: the entry
+// stays ready on its one connection, probes no sooner than Retry-After
+// asks, and says it is paced; once the server answers 200 again, the
+// pacing ends.
+func TestThrottledProbesKeepTheConnection(t *testing.T) {
+	ca := newTestCA(t)
+	s := newFakeAPIServer(t, ca, "busy")
+	s.status.Store(http.StatusTooManyRequests)
+	s.retryAfter.Store("1")
+	p, rec := newTestPool(t, nil) // probes every 100 ms
+	p.SetTarget("busy", target(s, ca, "tok"))
+	profiles(p, "ns", "busy")
+	probes := func() int { return s.count("/version") }
+	eventually(t, "ready and paced", func() bool {
+		st, _ := p.Status("busy")
+		return st.State == StateReady && strings.Contains(st.Paced, "429 Too Many Requests (Retry-After 1s)")
+	})
+	start, before := time.Now(), probes()
+	eventually(t, "two more probes", func() bool { return probes() >= before+2 })
+	if took := time.Since(start); took < 1500*time.Millisecond {
+		t.Fatalf("two probes within %s of a 429 with Retry-After 1s", took)
+	}
+	if n := s.opened.Load(); n != 1 {
+		t.Fatalf("%d connections to a server that answers 429, want the first kept", n)
+	}
+	if v := testutil.ToFloat64(p.m.probes.WithLabelValues("throttled")); v < 2 {
+		t.Errorf("hubsync_tunnel_probes_total{result=\"throttled\"} = %v", v)
+	}
+	s.status.Store(0)
+	eventually(t, "pacing over", func() bool {
+		st, _ := p.Status("busy")
+		return st.State == StateReady && st.Paced == ""
+	})
+	if n := rec.count(stream.TunnelFailing, "ns", "busy"); n != 0 {
+		t.Fatalf("a throttled cluster reported failing (%d events)", n)
 	}
 }

@@ -56,6 +56,11 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, fmt.Errorf("cluster %s: %w (%s%s)", rt.cluster, ErrNotReady, st.State, reasonSuffix(st.Reason))
 	}
+	if !usable(cc) && st.Paced != "" {
+		// GOAWAY, and the next dial waits: no request waits with it.
+		closeBody(req)
+		return nil, fmt.Errorf("cluster %s: %w (paced: %s)", rt.cluster, ErrNotReady, st.Paced)
+	}
 	if !usable(cc) {
 		// GOAWAY: the entry is dialing a new connection while this one
 		// finishes its streams. Wait for it, at most a dial's time.
@@ -84,6 +89,7 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	rt.p.m.requests.WithLabelValues("ok").Inc()
+	e.answers.Add(1)
 	return resp, nil
 }
 
