@@ -293,25 +293,28 @@ func (s *sharedTransport) dial(ctx context.Context, tc *tls.Config, address stri
 var errUnanswered = errors.New("no answer from the proxy-server")
 
 // open starts one stream on c and dials address on it.
+//
+// A dial that ctx ends before its answer is abandoned, not cancelled: its
+// stream waits for the answer (up to abandonedDialWait) and closes a
+// connection the agent made with a CLOSE_REQ, as a client closing a
+// tunnel does. Cancelling the stream instead would leave the proxy-server
+// to close that connection from the goroutine that reads the agent's
+// stream (v0.36.0 sends it CLOSE_REQ from there), which stalls every
+// tunnel through that agent while the agent itself waits to send.
 func (s *sharedTransport) open(ctx context.Context, c *sharedConn, address string) (net.Conn, error) {
 	start := time.Now()
 	sctx, cancel := context.WithCancel(context.Background())
 	sc := &streamConn{conn: c, cancel: cancel, release: func() { s.release(c) }, remote: tunnelAddr(address)}
-	stop := context.AfterFunc(ctx, cancel)
 	fail := func(err error) (net.Conn, error) {
-		stop()
 		sc.finish()
-		if ctx.Err() != nil {
-			// Nothing at all arrived on the connection while this dial
-			// waited: it is taken out of service (its tunnels stay).
-			if c.lastRecv.Load() < start.UnixNano() {
-				s.retire(c)
-			}
-			return nil, fmt.Errorf("konnectivity proxy-server %s: %w: %w", s.addr, errUnanswered, context.Cause(ctx))
-		}
 		return nil, err
 	}
+	// The stream waits for the connection to be ready, within ctx.
+	stop := context.AfterFunc(ctx, cancel)
 	stream, err := c.proxy.Proxy(sctx)
+	if !stop() {
+		return fail(s.unanswered(ctx, c, start))
+	}
 	if err != nil {
 		return fail(fmt.Errorf("konnectivity proxy-server %s: %w", s.addr, err))
 	}
@@ -323,15 +326,87 @@ func (s *sharedTransport) open(ctx context.Context, c *sharedConn, address strin
 	if err != nil {
 		return fail(fmt.Errorf("konnectivity proxy-server %s: %w", s.addr, err))
 	}
+	answer := make(chan dialAnswer, 1)
+	go sc.awaitDial(random, answer)
+	select {
+	case a := <-answer:
+		if a.err != nil {
+			return fail(fmt.Errorf("konnectivity proxy-server %s: %w", s.addr, a.err))
+		}
+		return sc, nil
+	case <-ctx.Done():
+		if !sc.dial.CompareAndSwap(dialWaiting, dialAbandoned) {
+			// Answered meanwhile.
+			if a := <-answer; a.err == nil {
+				return sc, nil
+			}
+			return fail(s.unanswered(ctx, c, start))
+		}
+		return nil, s.unanswered(ctx, c, start)
+	}
+}
+
+// unanswered is the error of a dial ctx ended. A connection on which
+// nothing at all arrived while the dial waited is taken out of service
+// (its tunnels stay).
+func (s *sharedTransport) unanswered(ctx context.Context, c *sharedConn, start time.Time) error {
+	if c.lastRecv.Load() < start.UnixNano() {
+		s.retire(c)
+	}
+	return fmt.Errorf("konnectivity proxy-server %s: %w: %w", s.addr, errUnanswered, context.Cause(ctx))
+}
+
+// abandonedDialWait bounds how long an abandoned dial's stream waits for
+// its answer, and then for the CLOSE_RSP of the connection it got; then
+// the stream is cancelled.
+const abandonedDialWait = time.Minute
+
+// closeWait bounds how long a closed tunnel's stream waits for its
+// CLOSE_RSP (the proxy-server answers for an agent that is gone) before
+// it is cancelled.
+const closeWait = 30 * time.Second
+
+// The states of a dial (streamConn.dial).
+const (
+	dialWaiting int32 = iota
+	dialAnswered
+	dialAbandoned
+)
+
+type dialAnswer struct{ err error }
+
+// awaitDial reads the stream until the dial's answer and hands it to the
+// dialer, or, when the dial was abandoned, closes what it got.
+func (c *streamConn) awaitDial(random int64, out chan<- dialAnswer) {
+	t := time.AfterFunc(abandonedDialWait, c.finish)
+	defer t.Stop()
+	answer := func(err error) {
+		if c.dial.CompareAndSwap(dialWaiting, dialAnswered) {
+			out <- dialAnswer{err}
+			return
+		}
+		if err != nil {
+			c.finish()
+			return
+		}
+		// Abandoned, and connected: close it, then end the stream.
+		c.closing.Store(true)
+		if c.sendClose() != nil {
+			c.finish()
+			return
+		}
+		c.readToClose()
+	}
 	for {
-		pkt, err := stream.Recv()
+		pkt, err := c.stream.Recv()
 		if err != nil {
 			if err == io.EOF {
 				err = errors.New("the proxy-server ended the stream")
 			}
-			return fail(fmt.Errorf("konnectivity proxy-server %s: %w", s.addr, err))
+			answer(err)
+			return
 		}
-		c.lastRecv.Store(time.Now().UnixNano())
+		c.conn.lastRecv.Store(time.Now().UnixNano())
 		switch pkt.Type {
 		case client.PacketType_DIAL_RSP:
 			rsp := pkt.GetDialResponse()
@@ -339,15 +414,15 @@ func (s *sharedTransport) open(ctx context.Context, c *sharedConn, address strin
 				continue
 			}
 			if rsp.GetError() != "" {
-				return fail(&endpointError{rsp.GetError()})
+				answer(&endpointError{rsp.GetError()})
+				return
 			}
-			if !stop() {
-				return fail(ctx.Err())
-			}
-			sc.connID = rsp.GetConnectID()
-			return sc, nil
+			c.connID = rsp.GetConnectID()
+			answer(nil)
+			return
 		case client.PacketType_DIAL_CLS:
-			return fail(&endpointError{"the proxy-server closed the dial"})
+			answer(&endpointError{"the proxy-server closed the dial"})
+			return
 		}
 	}
 }
@@ -388,6 +463,8 @@ type streamConn struct {
 	closing atomic.Bool
 	once    sync.Once
 	closed  sync.Once
+	// dial is dialWaiting until the dial is answered or abandoned.
+	dial atomic.Int32
 }
 
 // finish ends the stream and gives its connection slot back, once.
@@ -460,24 +537,49 @@ func (c *streamConn) Write(b []byte) (int, error) {
 	return n, nil
 }
 
-// Close asks the proxy-server to close the tunnel (CLOSE_REQ). The reader
-// ends the stream when the answer comes; closeGrace later it is ended
-// anyway (an agent that is gone never answers).
+// Close asks the proxy-server to close the tunnel (CLOSE_REQ) and reads
+// the stream until the answer (CLOSE_RSP), unless a reader does: only
+// then does the stream end, so that the proxy-server never holds data
+// for a tunnel whose stream is gone (see open). An answer that takes
+// closeWait ends the stream anyway.
 func (c *streamConn) Close() error {
 	c.closed.Do(func() {
 		c.closing.Store(true)
-		t := time.AfterFunc(closeGrace, c.finish)
-		c.wmu.Lock()
-		err := c.stream.Send(&client.Packet{Type: client.PacketType_CLOSE_REQ, Payload: &client.Packet_CloseRequest{
-			CloseRequest: &client.CloseRequest{ConnectID: c.connID},
-		}})
-		c.wmu.Unlock()
-		if err != nil {
+		t := time.AfterFunc(closeWait, c.finish)
+		if c.sendClose() != nil {
 			t.Stop()
 			c.finish()
+			return
 		}
+		go func() {
+			defer t.Stop()
+			c.readToClose()
+		}()
 	})
 	return nil
+}
+
+func (c *streamConn) sendClose() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.stream.Send(&client.Packet{Type: client.PacketType_CLOSE_REQ, Payload: &client.Packet_CloseRequest{
+		CloseRequest: &client.CloseRequest{ConnectID: c.connID},
+	}})
+}
+
+// readToClose reads and drops what the stream carries until its
+// CLOSE_RSP, unless a reader already ended it.
+func (c *streamConn) readToClose() {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	for c.rerr == nil {
+		pkt, err := c.stream.Recv()
+		if err != nil || pkt.Type == client.PacketType_CLOSE_RSP {
+			c.rerr = io.EOF
+			c.finish()
+			return
+		}
+	}
 }
 
 func (c *streamConn) LocalAddr() net.Addr              { return tunnelAddr("konnectivity") }
