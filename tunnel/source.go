@@ -203,6 +203,10 @@ func (s *Source) watchProfiles(md metadata.Interface) error {
 			s.pool.SetProfile(m.Namespace, m.Name, present && m.DeletionTimestamp == nil)
 		}
 	}
+	// The cache keeps each profile's namespace, name and deletion.
+	if err := inf.SetTransform(trimProfile); err != nil {
+		return err
+	}
 	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { profile(obj, true) },
 		UpdateFunc: func(_, obj any) { profile(obj, true) },
@@ -365,4 +369,16 @@ func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
 		Labels: m.Labels, DeletionTimestamp: m.DeletionTimestamp,
 	}
+}
+
+// trimProfile keeps of a ClusterProfile's metadata its identity and
+// deletion.
+func trimProfile(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	meta := trimMeta(m.ObjectMeta)
+	meta.Labels = nil
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: meta}, nil
 }

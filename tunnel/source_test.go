@@ -254,8 +254,8 @@ func TestSourceRunReturnsWithEveryCluster(t *testing.T) {
 }
 
 // TestCachesKeepWhatTheSourceReads: the source's caches hold each
-// ManagedCluster's identity, labels and client configs, and each token
-// Secret's token and CA, nothing else, and the target made from the
+// ManagedCluster's identity, labels and client configs, each token
+// Secret's token and CA and each profile's identity, nothing else, and the target made from the
 // trimmed objects is the one made from the whole.
 func TestCachesKeepWhatTheSourceReads(t *testing.T) {
 	now := metav1.Now()
@@ -286,6 +286,9 @@ func TestCachesKeepWhatTheSourceReads(t *testing.T) {
 		{"cluster", tmc, &clusterv1.ManagedCluster{ObjectMeta: wantMeta, Spec: clusterv1.ManagedClusterSpec{ManagedClusterClientConfigs: mc.Spec.ManagedClusterClientConfigs}}},
 		{"secret", tsec, &corev1.Secret{ObjectMeta: wantMeta, Type: corev1.SecretTypeOpaque, Data: map[string][]byte{hub.TokenKey: []byte("tok"), hub.CAKey: []byte("msa-ca")}}},
 		{"tombstone", must(trimCluster(cache.DeletedFinalStateUnknown{Key: "k"})), cache.DeletedFinalStateUnknown{Key: "k"}},
+		{"profile", must(trimProfile(&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "ClusterProfile"}, ObjectMeta: meta})),
+			&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "ClusterProfile"}, ObjectMeta: metav1.ObjectMeta{
+				Name: "edge-1", Namespace: "edge-1", UID: "u1", ResourceVersion: "7", DeletionTimestamp: &now}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

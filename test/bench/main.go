@@ -164,6 +164,7 @@ func main() {
 	flag.DurationVar(&replicaIdle, "replica-idle", 10*time.Second, "tunnel.idleTimeout of the on-demand replicas (longer than --replica-settle, which the sample of the entries in use takes)")
 	flag.DurationVar(&replicaSettle, "replica-settle", 5*time.Second, "how long a replica rests before each memory sample")
 	flag.IntVar(&replicaFleetConc, "replica-fleet-writers", 64, "goroutines creating the replica fleet's clusters")
+	flag.StringVar(&replicaMemLimit, "replica-memlimit", "300MiB", "GOMEMLIMIT of one more warm standby at the largest fleet size, as the chart sets it from the memory limit (\"\": none)")
 	flag.StringVar(&replicaProfiles, "replica-profiles", "", "directory for each warm standby's CPU profile of its start and heap and goroutine profiles once settled (serves pprof)")
 	flag.BoolVar(&rollingOnly, "rolling-only", false, "print only the rolling-update figures: failed requests while replicas are replaced or the leader killed, leader handovers, time to ready")
 	flag.IntVar(&rollingRepeats, "rolling-repeats", 3, "rolling updates of the three replicas, each followed by a SIGKILL of the leader")

@@ -41,7 +41,11 @@ var (
 	replicaSettle    time.Duration
 	replicaFleetConc int
 	replicaProfiles  string
+	replicaMemLimit  string
 )
+
+// restWindow is how long a settled replica's CPU at rest is measured.
+const restWindow = 10 * time.Second
 
 const (
 	// replicaIP is the managed API server every simulated cluster of the
@@ -141,6 +145,11 @@ func benchReplicas(ctx context.Context, cp *controlplane.ControlPlane, binary st
 		}
 	}
 	n := sizes[len(sizes)-1]
+	if replicaMemLimit != "" {
+		if err := r.limitedStandby(ctx, n, warm); err != nil {
+			return err
+		}
+	}
 	lm, err := sampleMemory(ctx, leader)
 	if err != nil {
 		return err
@@ -466,6 +475,9 @@ func (r *replicaRig) standbys(ctx context.Context, n int) (replicaMemory, error)
 			if err == nil && on && replicaProfiles != "" {
 				err = saveProfiles(ctx, d, filepath.Join(replicaProfiles, fmt.Sprintf("standby-%d-%d", n, i+1)))
 			}
+			if err == nil && on {
+				s.restCPU, err = restCPU(ctx, d)
+			}
 			if stopErr := d.Stop(); err == nil && stopErr != nil {
 				err = fmt.Errorf("stop a standby: %w", stopErr)
 			}
@@ -521,7 +533,88 @@ func printStandbys(n int, runs []readyRun, mem replicaMemory) {
 	fmt.Printf("    warm / off RSS: %s; per warm entry (warm - off) / %d: %s KiB of RSS: %s KiB live heap, %s KiB goroutine stacks (%s goroutines), %s KiB rest (heap not live, runtime)\n",
 		floatSpread(ratio, "%.2fx"), n, floatSpread(scale(mem.perEntry, 1.0/1024), "%.0f"), floatSpread(scale(mem.perEntryHeap, 1.0/1024), "%.0f"),
 		floatSpread(stacks, "%.0f"), floatSpread(goroutines, "%.1f"), floatSpread(rest, "%.0f"))
-	fmt.Printf("    TCP connections a warm standby holds to the proxy-server: %s\n", floatSpread(conns, "%.0f"))
+	idle := make([]float64, len(mem.warm))
+	for i := range mem.warm {
+		idle[i] = 100 * mem.warm[i].restCPU
+	}
+	fmt.Printf("    TCP connections a warm standby holds to the proxy-server: %s; its CPU at rest (probes every 10s) %s%% of a core\n",
+		floatSpread(conns, "%.0f"), floatSpread(idle, "%.1f"))
+}
+
+// restCPU returns the share of a core d uses over restWindow.
+func restCPU(ctx context.Context, d *fleet.Daemon) (float64, error) {
+	c0, err := d.CPUTime()
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(restWindow):
+	}
+	c1, err := d.CPUTime()
+	if err != nil {
+		return 0, err
+	}
+	return float64(c1-c0) / float64(time.Since(start)), nil
+}
+
+// limitedStandby starts one more warm standby on the fleet of n clusters
+// with GOMEMLIMIT=--replica-memlimit, as the chart sets it from the pod's
+// memory limit, and prints its time to every entry ready, its RSS at rest
+// (no forced GC: the runtime's own), its peak, and its CPU at rest
+// against the unlimited standbys'.
+func (r *replicaRig) limitedStandby(ctx context.Context, n int, warm replicaMemory) error {
+	conf := r.conf(config.WarmAll)
+	start := time.Now()
+	d, err := fleet.StartDaemonEnv(ctx, r.binary, r.cp.Config, conf, r.logs, []string{"GOMEMLIMIT=" + replicaMemLimit})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Stop() }()
+	err = testutil.Poll(ctx, replicaReady, 20*time.Millisecond, func() error {
+		m, err := d.Scrape()
+		if err != nil {
+			return err
+		}
+		if ready := m.Value("hubsync_tunnel_entries", testutil.Labels{"state": "ready"}); int(ready) != n {
+			return fmt.Errorf("%.0f of %d entries ready", ready, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("a standby with GOMEMLIMIT=%s: %w", replicaMemLimit, err)
+	}
+	all := time.Since(start)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(replicaSettle):
+	}
+	rss, err := d.RSS()
+	if err != nil {
+		return err
+	}
+	cpu, err := restCPU(ctx, d)
+	if err != nil {
+		return err
+	}
+	peak, err := d.PeakRSS()
+	if err != nil {
+		return err
+	}
+	m, err := d.Scrape()
+	if err != nil {
+		return err
+	}
+	var unlimited []float64
+	for _, s := range warm.warm {
+		unlimited = append(unlimited, 100*s.restCPU)
+	}
+	fmt.Printf("  a warm standby with GOMEMLIMIT=%s (the chart sets it to the memory limit): every entry ready %.2fs; RSS at rest %.1f MiB (peak %.1f), live heap %.1f MiB; CPU at rest %.1f%% of a core (unlimited: %s%%)\n",
+		replicaMemLimit, all.Seconds(), mib(rss), mib(peak), mib(int64(m.Value("go_gc_heap_live_bytes", nil))), 100*cpu, floatSpread(unlimited, "%.1f"))
+	return nil
 }
 
 // profileStart writes a CPU profile of a replica's first 20 seconds
@@ -602,6 +695,9 @@ type memSample struct {
 	// proxyConns is how many TCP connections the replica holds to the
 	// proxy-server.
 	proxyConns int
+	// restCPU is the share of a core the replica used at rest, over
+	// restWindow after the sample.
+	restCPU float64
 }
 
 func (s memSample) String() string {

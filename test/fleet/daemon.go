@@ -58,10 +58,16 @@ func WriteKubeconfig(cfg *rest.Config, path string) error {
 // configuration, whose hub.kubeconfig and server.address it sets, sending
 // the daemon's log lines to logs.
 func StartDaemon(ctx context.Context, binary string, cfg *rest.Config, conf config.Config, logs io.Writer) (*Daemon, error) {
+	return StartDaemonEnv(ctx, binary, cfg, conf, logs, nil)
+}
+
+// StartDaemonEnv is StartDaemon with env (KEY=value) added to the
+// daemon's environment.
+func StartDaemonEnv(ctx context.Context, binary string, cfg *rest.Config, conf config.Config, logs io.Writer, env []string) (*Daemon, error) {
 	return startDaemon(ctx, binary, cfg, conf, logs, func(dir string, data []byte) (string, error) {
 		path := filepath.Join(dir, "hubsync.yaml")
 		return path, os.WriteFile(path, data, 0o600)
-	})
+	}, env)
 }
 
 // ConfigMapDir is a configuration directory laid out the way the kubelet
@@ -111,7 +117,7 @@ func StartDaemonConfigMap(ctx context.Context, binary string, cfg *rest.Config, 
 			return "", err
 		}
 		return cm.Path(), cm.Write(data)
-	})
+	}, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -132,7 +138,7 @@ func (d *Daemon) WriteConfig(cm *ConfigMapDir, conf config.Config) error {
 }
 
 func startDaemon(ctx context.Context, binary string, cfg *rest.Config, conf config.Config, logs io.Writer,
-	write func(dir string, data []byte) (string, error)) (*Daemon, error) {
+	write func(dir string, data []byte) (string, error), env []string) (*Daemon, error) {
 	dir, err := os.MkdirTemp("", "hubsync-daemon-")
 	if err != nil {
 		return nil, err
@@ -172,6 +178,9 @@ func startDaemon(ctx context.Context, binary string, cfg *rest.Config, conf conf
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, binary, "run", "--config", confPath)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = logs
 	cmd.Stderr = logs
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
