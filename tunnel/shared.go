@@ -15,6 +15,7 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
@@ -43,6 +44,10 @@ import (
 // so this bounds only the data in flight across all of a connection's
 // tunnels at once.
 const proxyConnWindow = 16 << 20
+
+// reconnectMax bounds the wait between a shared connection's attempts to
+// reconnect to the proxy-server.
+const reconnectMax = 5 * time.Second
 
 // maxDataPacket bounds the payload of one DATA packet (the proxy-server
 // and agent accept gRPC messages of 4 MiB).
@@ -185,6 +190,13 @@ func (s *sharedTransport) newConn(tc *tls.Config) (*sharedConn, error) {
 	// proxy-servers.
 	cc, err := grpc.NewClient("passthrough:///"+s.addr,
 		grpc.WithTransportCredentials(credentials.NewTLS(tc)),
+		// A proxy-server back after a restart is reached again within
+		// seconds, not after gRPC's default backoff (up to 2 minutes):
+		// each connection tries at most every 5s meanwhile.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMax},
+			MinConnectTimeout: 10 * time.Second,
+		}),
 		grpc.WithSharedWriteBuffer(true),
 		grpc.WithReadBufferSize(tunnelReadBuffer),
 		grpc.WithStaticStreamWindowSize(tunnelWindow),
