@@ -16,8 +16,10 @@ import (
 	"github.com/hubsync/hubsync/config"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 )
 
@@ -294,11 +296,28 @@ func (s *sharedTransport) dial(ctx context.Context, tc *tls.Config, address stri
 		case isNoAgent(err) && ctx.Err() == nil:
 			noAgent = err
 			continue
-		case others > 0 && ctx.Err() == nil && !isEndpoint(err):
+		case others > 0 && ctx.Err() == nil && refusedStream(c, err):
 			return nil, len(seen), fmt.Errorf("%w: %w", errStreamRefused, err)
 		}
 		return nil, len(seen), err
 	}
+}
+
+// refusedStream reports whether a dial's stream on c, which carries other
+// tunnels, was refused by the server: it ended before the dial's answer
+// (with an error of the server's, or none), while the connection itself
+// stayed up. A connection that broke (the proxy-server restarting: gRPC's
+// Unavailable, a state other than ready) refuses nothing, nor does a
+// server that answered the dial.
+func refusedStream(c *sharedConn, err error) bool {
+	if isEndpoint(err) || c.cc.GetState() != connectivity.Ready {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded:
+		return false
+	}
+	return true
 }
 
 // errUnanswered is a dial that ended (its context did) without an answer.

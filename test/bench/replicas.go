@@ -958,6 +958,8 @@ func printSizing(n int, warm replicaMemory, od onDemandFigures) {
 		"%d clusters on demand fit in %.0f MiB (%.0f) on a standby and %.0f MiB (%.0f) on the leader, plus about %.0f KiB per cluster in use at once\n",
 		n, rss(warm.warm), peak(warm.warm...), mib(warm.leader.rss), peak(warm.leader),
 		od.n, mib(od.ready.rss), peak(od.ready, od.used, od.closed, od.released), mib(od.leader.rss), peak(od.leader), perEntry)
+	fmt.Printf("  memory per replica: a standby needs about %.0f MiB + %.0f KiB per warm cluster (RSS at rest); the leader adds its syncer's caches (%.0f MiB at %d clusters)\n",
+		rss(warm.off), perEntry, mib(warm.leader.rss)-rss(warm.warm), n)
 }
 
 // replicaGateway is what the on-demand standby's gateway needs and its

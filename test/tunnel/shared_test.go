@@ -150,6 +150,9 @@ func TestSharedTransport(t *testing.T) {
 		}
 	}
 	oneConn()
+	if !kd.Sharing() {
+		t.Fatal("the restart turned sharing off: streams lost with their connection were taken for refused ones")
+	}
 }
 
 // oneStreamFront stands before the proxy-server and allows one Proxy
