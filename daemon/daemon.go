@@ -26,6 +26,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -87,6 +88,9 @@ type daemon struct {
 	fan     *stream.Fanout
 	pool    *tunnel.Pool
 	poolSrc *tunnel.Source
+	// dialer closes the pool's connections to the proxy-server (nil with
+	// the direct transport).
+	dialer  io.Closer
 	events  *bus.Bus
 	manager *sinks.Manager
 	// current is the syncer, set once the hub serves the APIs it needs;
@@ -167,6 +171,11 @@ func (d *daemon) shutdown() {
 	d.drainGateway()
 	d.reach.stop()
 	if d.pool != nil {
+		// Every tunnel ends with its shared connection, at once; then
+		// the entries stop.
+		if d.dialer != nil {
+			_ = d.dialer.Close()
+		}
 		d.pool.Close()
 	}
 	<-leaderDone

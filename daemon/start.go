@@ -77,7 +77,7 @@ func (d *daemon) buildConsumers(context.Context) error {
 		return err
 	}
 	if d.cfg.Tunnel.Enabled {
-		d.pool, d.poolSrc, err = newTunnelPool(d.cfg, d.clusters, d.kube, d.metadata, leaderOnly{d}, leaderEvents{d},
+		d.pool, d.poolSrc, d.dialer, err = newTunnelPool(d.cfg, d.clusters, d.kube, d.metadata, leaderOnly{d}, leaderEvents{d},
 			d.log.With("component", "tunnel"), d.reg)
 		if err != nil {
 			return err

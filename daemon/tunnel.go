@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,12 +18,14 @@ import (
 	"github.com/hubsync/hubsync/tunnel"
 )
 
-// newTunnelPool builds the tunnel pool and the source of its targets from
-// the configuration.
+// newTunnelPool builds the tunnel pool, the source of its targets and the
+// closer of its dialer's connections (nil for a dialer that holds none)
+// from the configuration.
 func newTunnelPool(cfg *config.Config, clusters clusterclient.Interface, kube kubernetes.Interface, md metadata.Interface, notifier stream.Notifier,
-	recorder record.EventRecorder, log *slog.Logger, reg prometheus.Registerer) (*tunnel.Pool, *tunnel.Source, error) {
+	recorder record.EventRecorder, log *slog.Logger, reg prometheus.Registerer) (*tunnel.Pool, *tunnel.Source, io.Closer, error) {
 	tc := cfg.Tunnel
 	var dialer tunnel.Dialer
+	var closer io.Closer
 	switch tc.Transport {
 	case config.TunnelDirect:
 		dialer = &tunnel.DirectDialer{}
@@ -33,20 +36,20 @@ func newTunnelPool(cfg *config.Config, clusters clusterclient.Interface, kube ku
 			Connections: k.Connections, SingleUse: k.SingleUse, Log: log, Registerer: reg,
 		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("tunnel: %w", err)
+			return nil, nil, nil, fmt.Errorf("tunnel: %w", err)
 		}
-		dialer = d
+		dialer, closer = d, d
 	}
 	opts := tunnel.OptionsFor(tc)
 	opts.Dialer, opts.Notifier, opts.Recorder, opts.Log, opts.Registerer = dialer, notifier, recorder, log, reg
 	pool, err := tunnel.New(opts)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var selector labels.Selector
 	if tc.ClusterSelector != nil {
 		if selector, err = metav1.LabelSelectorAsSelector(tc.ClusterSelector); err != nil {
-			return nil, nil, fmt.Errorf("tunnel.clusterSelector: %w", err)
+			return nil, nil, nil, fmt.Errorf("tunnel.clusterSelector: %w", err)
 		}
 	}
 	src, err := tunnel.NewSource(clusters, kube, md, tunnel.SourceOptions{
@@ -55,7 +58,7 @@ func newTunnelPool(cfg *config.Config, clusters clusterclient.Interface, kube ku
 		ClusterManager: cfg.ClusterManager,
 	}, pool, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return pool, src, nil
+	return pool, src, closer, nil
 }

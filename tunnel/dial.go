@@ -308,7 +308,18 @@ func (d *KonnectivityDialer) Dial(ctx context.Context, _, address string) (net.C
 		// Every shared connection reached a proxy-server without the
 		// cluster's agent: a new connection may reach another (at least
 		// one, up to noAgentAttempts connections in all).
-		return d.dialSingleUse(ctx, tc, address, tried)
+		c, err := d.dialSingleUse(ctx, tc, address, tried)
+		if err != nil {
+			return nil, err
+		}
+		// The agent answered there: it may just have (re)connected,
+		// and the shared connections reach it now too. The tunnel keeps
+		// a connection of its own only if they do not.
+		if sc, _, err := d.shared.dial(ctx, tc, address); err == nil {
+			_ = c.Close()
+			return newTunnelConn(sc, nil), nil
+		}
+		return c, nil
 	}
 	return nil, err
 }

@@ -22,7 +22,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -367,15 +366,11 @@ func (p *Pool) Start(ctx context.Context) {
 }
 
 // Close stops every entry and closes every connection, waiting until they
-// are gone. A dialer that is an io.Closer (the konnectivity dialer's
-// shared connections) is closed first, so that every tunnel ends at once
-// rather than each with its own goodbye (an HTTP/2 GOAWAY, a TLS
-// close_notify and a CLOSE_REQ, each answered through the agent that
-// serves thousands of them).
+// are gone. The dialer is its owner's to close: a process that stops
+// closes the konnectivity dialer first, so that every tunnel ends at once
+// rather than each with its own goodbye (a TLS close_notify and a
+// CLOSE_REQ, each answered through its agent).
 func (p *Pool) Close() {
-	if c, ok := p.opts.Dialer.(io.Closer); ok {
-		_ = c.Close()
-	}
 	p.mu.Lock()
 	p.closed = true
 	for c, e := range p.entries {

@@ -234,6 +234,13 @@ func (s *sharedTransport) retire(c *sharedConn) {
 	}
 }
 
+// streamsOn is how many tunnels are open or dialing on c.
+func (s *sharedTransport) streamsOn(c *sharedConn) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return c.streams
+}
+
 // release ends one tunnel's claim on c.
 func (s *sharedTransport) release(c *sharedConn) {
 	s.mu.Lock()
@@ -296,7 +303,9 @@ func (s *sharedTransport) dial(ctx context.Context, tc *tls.Config, address stri
 		case isNoAgent(err) && ctx.Err() == nil:
 			noAgent = err
 			continue
-		case others > 0 && ctx.Err() == nil && refusedStream(c, err):
+		case ctx.Err() == nil && s.streamsOn(c) > 0 && refusedStream(c, err):
+			// Other tunnels use the connection (counted now: streams
+			// reach the server in another order than they were picked).
 			return nil, len(seen), fmt.Errorf("%w: %w", errStreamRefused, err)
 		}
 		return nil, len(seen), err

@@ -52,6 +52,15 @@ func benchTunnel(ctx context.Context, cp *controlplane.ControlPlane) error {
 	if err != nil {
 		return err
 	}
+	defer kd.Close()
+	// cluster-proxy's way dials a single-use tunnel (a gRPC connection of
+	// its own) per request.
+	singleUse, err := tunnel.NewKonnectivityDialer(tunnel.KonnectivityConfig{
+		Address: srv.ClientAddress, CAFile: srv.CAFile, CertFile: srv.CertFile, KeyFile: srv.KeyFile, SingleUse: true,
+	})
+	if err != nil {
+		return err
+	}
 	var newPoolWith func(d tunnel.Dialer, maxDials int) (*tunnel.Pool, context.CancelFunc, error)
 	target := tunnel.Target{Address: m.Address, ServerName: tunnel.DefaultKonnectivityServerName, CA: m.CA, Token: m.Config.BearerToken}
 	newPool := func(maxDials int) (*tunnel.Pool, context.CancelFunc, error) {
@@ -118,7 +127,7 @@ func benchTunnel(ctx context.Context, cp *controlplane.ControlPlane) error {
 			// HTTP/1.1 transport for every request.
 			t := &http.Transport{
 				DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-					c, err := kd.Dial(ctx, "bench", m.Address)
+					c, err := singleUse.Dial(ctx, "bench", m.Address)
 					if err != nil {
 						return nil, err
 					}

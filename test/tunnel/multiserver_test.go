@@ -87,6 +87,7 @@ func (ms *multiServer) dialer(t *testing.T, addr string) *tunnel.KonnectivityDia
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = d.Close() })
 	return d
 }
 

@@ -210,6 +210,7 @@ func TestPoolThroughKonnectivity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = kd.Close() })
 	dialer := &trackingDialer{Dialer: kd}
 	rec := &testutil.Recorder[stream.Change]{}
 	const probeInterval = time.Second

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/proto/client"
 
@@ -36,6 +36,7 @@ func sharedPool(t *testing.T, ctx context.Context, h *fleet.Hub, addr string, co
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = kd.Close() })
 	opts := tunnel.OptionsFor(config.Default().Tunnel)
 	opts.Dialer, opts.Transport, opts.Log = kd, tunnel.TransportKonnectivity, testLog(t)
 	opts.ProbeInterval, opts.ProbeTimeout, opts.DialTimeout = time.Second, 900*time.Millisecond, 5*time.Second
@@ -164,15 +165,30 @@ type oneStreamFront struct {
 	upstream string
 	tls      *tls.Config
 	mu       sync.Mutex
-	seen     map[string]bool
+	seen     map[int64]bool // connections that opened a stream
 	refused  atomic.Int32
 }
 
+// connTagger numbers the front's connections, for its streams to tell
+// theirs apart (a peer's address may come again on a later connection).
+type connTagger struct{ n atomic.Int64 }
+
+type connKey struct{}
+
+func (c *connTagger) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, connKey{}, c.n.Add(1))
+}
+func (*connTagger) HandleConn(context.Context, stats.ConnStats) {}
+func (*connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	return ctx
+}
+func (*connTagger) HandleRPC(context.Context, stats.RPCStats) {}
+
 func (f *oneStreamFront) Proxy(down client.ProxyService_ProxyServer) error {
-	p, _ := peer.FromContext(down.Context())
+	conn, _ := down.Context().Value(connKey{}).(int64)
 	f.mu.Lock()
-	again := f.seen[p.Addr.String()]
-	f.seen[p.Addr.String()] = true
+	again := f.seen[conn]
+	f.seen[conn] = true
 	f.mu.Unlock()
 	if again {
 		f.refused.Add(1)
@@ -230,13 +246,14 @@ func startOneStreamFront(t *testing.T) (*oneStreamFront, string) {
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(caPEM)
-	f := &oneStreamFront{upstream: env.server.ClientAddress, seen: map[string]bool{},
+	f := &oneStreamFront{upstream: env.server.ClientAddress, seen: map[int64]bool{},
 		tls: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, Certificates: []tls.Certificate{mine}, ServerName: "127.0.0.1"}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{serving}})))
+	s := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{serving}})),
+		grpc.StatsHandler(&connTagger{}))
 	client.RegisterProxyServiceServer(s, f)
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Stop)
