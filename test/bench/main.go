@@ -164,6 +164,7 @@ func main() {
 	flag.DurationVar(&replicaIdle, "replica-idle", 10*time.Second, "tunnel.idleTimeout of the on-demand replicas (longer than --replica-settle, which the sample of the entries in use takes)")
 	flag.DurationVar(&replicaSettle, "replica-settle", 5*time.Second, "how long a replica rests before each memory sample")
 	flag.IntVar(&replicaFleetConc, "replica-fleet-writers", 64, "goroutines creating the replica fleet's clusters")
+	flag.IntVar(&replicaAgents, "replica-agents", 16, "konnectivity agents serving the replica fleet's one managed API server: the proxy-server spreads the tunnels over them, as a real fleet's spread over an agent per cluster (v0.36.0's proxy-server and agent can stall each other for good when one agent carries thousands of tunnels that close at once)")
 	flag.StringVar(&replicaMemLimit, "replica-memlimit", "300MiB", "GOMEMLIMIT of one more warm standby at the largest fleet size, as the chart sets it from the memory limit (\"\": none)")
 	flag.StringVar(&replicaProfiles, "replica-profiles", "", "directory for each warm standby's CPU profile of its start and heap and goroutine profiles once settled (serves pprof)")
 	flag.BoolVar(&rollingOnly, "rolling-only", false, "print only the rolling-update figures: failed requests while replicas are replaced or the leader killed, leader handovers, time to ready")
@@ -196,6 +197,10 @@ func main() {
 	}
 	if gatewayRequests < 128 || gatewayRequests%128 != 0 || gatewayLists < 4 || gatewayLists%4 != 0 || gatewayRepeats < 1 {
 		fmt.Fprintln(os.Stderr, "bench: --gateway-requests must be a multiple of 128, --gateway-lists of 4, --gateway-repeats at least 1")
+		os.Exit(2)
+	}
+	if replicaAgents < 1 {
+		fmt.Fprintln(os.Stderr, "bench: --replica-agents must be at least 1")
 		os.Exit(2)
 	}
 	if replicaRepeats < 1 || replicaUsed < 1 || replicaUsed > replicaOnDemand || replicaIdle <= replicaSettle+time.Second {

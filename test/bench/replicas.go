@@ -42,6 +42,7 @@ var (
 	replicaFleetConc int
 	replicaProfiles  string
 	replicaMemLimit  string
+	replicaAgents    int
 )
 
 // restWindow is how long a settled replica's CPU at rest is measured.
@@ -103,7 +104,7 @@ func benchReplicas(ctx context.Context, cp *controlplane.ControlPlane, binary st
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\n== replicas: every replica runs the tunnel pool; one real proxy-server, agent and managed kube-apiserver (%s) behind every simulated cluster\n", replicaIP)
+	fmt.Printf("\n== replicas: every replica runs the tunnel pool; one real proxy-server, managed kube-apiserver (%s) and %d agents for it behind every simulated cluster\n", replicaIP, replicaAgents)
 	begin := time.Now()
 	r, err := newReplicaRig(ctx, cp, binary, logs)
 	if err != nil {
@@ -198,6 +199,10 @@ func newReplicaRig(ctx context.Context, cp *controlplane.ControlPlane, binary st
 	if err != nil {
 		return nil, err
 	}
+	if err := re.addAgents(replicaAgent, replicaIP, replicaAgents-1); err != nil {
+		re.stop()
+		return nil, err
+	}
 	r := &replicaRig{cp: cp, hub: hub, reach: re, binary: binary, logs: logs}
 	mg, err := kubernetes.NewForConfig(re.managed.Config)
 	if err != nil {
@@ -235,7 +240,7 @@ func (r *replicaRig) keepLogs() {
 	if err != nil {
 		return
 	}
-	for _, src := range []string{r.reach.server.Log(), filepath.Join(r.reach.dir, "agent-"+replicaAgent+".log")} {
+	for _, src := range append([]string{r.reach.server.Log()}, r.reach.agentLogs()...) {
 		if data, err := os.ReadFile(src); err == nil {
 			_ = os.WriteFile(filepath.Join(dir, filepath.Base(src)), data, 0o600)
 		}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -392,6 +393,34 @@ type reach struct {
 	server  *konnectivity.Server
 	managed *controlplane.Managed
 	agent   *konnectivity.Agent
+	// more are agents beside agent for the same host (addAgents).
+	more []*konnectivity.Agent
+}
+
+// addAgents starts n more agents that serve the managed API server's
+// host, each with a stream of its own to the proxy-server, which picks
+// one at random for each dial: a fleet's tunnels then spread over them
+// as a real fleet's spread over an agent per cluster.
+func (r *reach) addAgents(name, ip string, n int) error {
+	for i := range n {
+		a, err := r.server.StartAgent(fmt.Sprintf("%s-%d", name, i+2), ip)
+		if err != nil {
+			return err
+		}
+		r.more = append(r.more, a)
+	}
+	return nil
+}
+
+// agentLogs are the files the agents log to.
+func (r *reach) agentLogs() []string {
+	var out []string
+	for _, a := range append([]*konnectivity.Agent{r.agent}, r.more...) {
+		if a != nil {
+			out = append(out, filepath.Join(r.dir, "agent-"+a.ID+".log"))
+		}
+	}
+	return out
 }
 
 // startReach starts a proxy-server, a managed API server named name on ip
@@ -421,6 +450,9 @@ func startReach(ctx context.Context, cp *controlplane.ControlPlane, name, ip str
 func (r *reach) stop() {
 	if r.agent != nil {
 		r.agent.Kill()
+	}
+	for _, a := range r.more {
+		a.Kill()
 	}
 	if r.managed != nil {
 		_ = r.managed.Close()
