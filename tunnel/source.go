@@ -157,32 +157,39 @@ func NewSource(cc clusterclient.Interface, kube kubernetes.Interface, md metadat
 		return nil, err
 	}
 	if opts.ManagedServiceAccount != "" {
-		// Only the ManagedServiceAccount's token Secrets: one per cluster,
-		// in the cluster's namespace on the hub.
-		ki := kubeinformers.NewSharedInformerFactoryWithOptions(kube, opts.ResyncPeriod,
-			kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-				lo.LabelSelector = labels.SelectorFromSet(labels.Set{hub.LabelIsManagedServiceAccount: "true"}).String()
-				lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.ManagedServiceAccount).String()
-			}))
-		secs := ki.Core().V1().Secrets()
-		s.secrets = secs.Lister()
-		secretNS := func(obj any) string {
-			if sec, ok := obj.(*corev1.Secret); ok {
-				return sec.Namespace
-			}
-			return ""
-		}
-		if err := secs.Informer().SetTransform(trimTokenSecret); err != nil {
+		if err := s.watchTokens(kube, handler); err != nil {
 			return nil, err
 		}
-		reg, err := secs.Informer().AddEventHandler(handler(secretNS))
-		if err != nil {
-			return nil, err
-		}
-		s.synced = append(s.synced, reg.HasSynced)
-		s.start = append(s.start, ki.Start)
 	}
 	return s, nil
+}
+
+// watchTokens follows the ManagedServiceAccount's token Secrets: one per
+// cluster, in the cluster's namespace on the hub.
+func (s *Source) watchTokens(kube kubernetes.Interface, handler func(key func(any) string) cache.ResourceEventHandlerFuncs) error {
+	ki := kubeinformers.NewSharedInformerFactoryWithOptions(kube, s.opts.ResyncPeriod,
+		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.LabelSelector = labels.SelectorFromSet(labels.Set{hub.LabelIsManagedServiceAccount: "true"}).String()
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.opts.ManagedServiceAccount).String()
+		}))
+	secs := ki.Core().V1().Secrets()
+	s.secrets = secs.Lister()
+	secretNS := func(obj any) string {
+		if sec, ok := obj.(*corev1.Secret); ok {
+			return sec.Namespace
+		}
+		return ""
+	}
+	if err := secs.Informer().SetTransform(trimTokenSecret); err != nil {
+		return err
+	}
+	reg, err := secs.Informer().AddEventHandler(handler(secretNS))
+	if err != nil {
+		return err
+	}
+	s.synced = append(s.synced, reg.HasSynced)
+	s.start = append(s.start, ki.Start)
+	return nil
 }
 
 // watchProfiles follows the ClusterProfiles hubsync manages: a profile
