@@ -382,11 +382,11 @@ func machineCPU() (busy, total float64) {
 
 // startTimed starts a standby and times it from process start to /readyz
 // 200 and, with n > 0, to n entries ready.
-func (r *replicaRig) startTimed(ctx context.Context, conf config.Config, n int) (*fleet.Daemon, readyRun, error) {
+func (r *replicaRig) startTimed(ctx context.Context, conf config.Config, n int, env []string) (*fleet.Daemon, readyRun, error) {
 	var run readyRun
 	start := time.Now()
 	busy0, total0 := machineCPU()
-	d, err := fleet.StartDaemon(ctx, r.binary, r.cp.Config, conf, r.logs)
+	d, err := fleet.StartDaemonEnv(ctx, r.binary, r.cp.Config, conf, r.logs, env)
 	if err != nil {
 		return nil, run, err
 	}
@@ -395,7 +395,9 @@ func (r *replicaRig) startTimed(ctx context.Context, conf config.Config, n int) 
 		return nil, run, err
 	}
 	if replicaProfiles != "" && n > 0 {
-		go profileStart(ctx, d, filepath.Join(replicaProfiles, fmt.Sprintf("start-%d-%d.pprof", n, start.Unix())))
+		go func() {
+			_ = fetchProfile(d, "/debug/pprof/profile?seconds=20", filepath.Join(replicaProfiles, fmt.Sprintf("start-%d-%d.pprof", n, start.Unix())))
+		}()
 	}
 	rctx, cancel := context.WithTimeout(ctx, replicaReady)
 	defer cancel()
@@ -469,7 +471,7 @@ func (r *replicaRig) standbys(ctx context.Context, n int) (replicaMemory, error)
 			if on {
 				warm, entries = config.WarmAll, n
 			}
-			d, run, err := r.startTimed(ctx, r.conf(warm), entries)
+			d, run, err := r.startTimed(ctx, r.conf(warm), entries, nil)
 			if err != nil {
 				return mem, err
 			}
@@ -478,7 +480,7 @@ func (r *replicaRig) standbys(ctx context.Context, n int) (replicaMemory, error)
 				s.proxyConns, err = d.TCPConnections(r.reach.server.ClientAddress)
 			}
 			if err == nil && on && replicaProfiles != "" {
-				err = saveProfiles(ctx, d, filepath.Join(replicaProfiles, fmt.Sprintf("standby-%d-%d", n, i+1)))
+				err = saveProfiles(d, filepath.Join(replicaProfiles, fmt.Sprintf("standby-%d-%d", n, i+1)))
 			}
 			if err == nil && on {
 				s.restCPU, err = restCPU(ctx, d)
@@ -571,27 +573,11 @@ func restCPU(ctx context.Context, d *fleet.Daemon) (float64, error) {
 // (no forced GC: the runtime's own), its peak, and its CPU at rest
 // against the unlimited standbys'.
 func (r *replicaRig) limitedStandby(ctx context.Context, n int, warm replicaMemory) error {
-	conf := r.conf(config.WarmAll)
-	start := time.Now()
-	d, err := fleet.StartDaemonEnv(ctx, r.binary, r.cp.Config, conf, r.logs, []string{"GOMEMLIMIT=" + replicaMemLimit})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = d.Stop() }()
-	err = testutil.Poll(ctx, replicaReady, 20*time.Millisecond, func() error {
-		m, err := d.Scrape()
-		if err != nil {
-			return err
-		}
-		if ready := m.Value("hubsync_tunnel_entries", testutil.Labels{"state": "ready"}); int(ready) != n {
-			return fmt.Errorf("%.0f of %d entries ready", ready, n)
-		}
-		return nil
-	})
+	d, run, err := r.startTimed(ctx, r.conf(config.WarmAll), n, []string{"GOMEMLIMIT=" + replicaMemLimit})
 	if err != nil {
 		return fmt.Errorf("a standby with GOMEMLIMIT=%s: %w", replicaMemLimit, err)
 	}
-	all := time.Since(start)
+	defer func() { _ = d.Stop() }()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -618,55 +604,19 @@ func (r *replicaRig) limitedStandby(ctx context.Context, n int, warm replicaMemo
 		unlimited = append(unlimited, 100*s.restCPU)
 	}
 	fmt.Printf("  a warm standby with GOMEMLIMIT=%s (the chart sets it to the memory limit): every entry ready %.2fs; RSS at rest %.1f MiB (peak %.1f), live heap %.1f MiB; CPU at rest %.1f%% of a core (unlimited: %s%%)\n",
-		replicaMemLimit, all.Seconds(), mib(rss), mib(peak), mib(int64(m.Value("go_gc_heap_live_bytes", nil))), 100*cpu, floatSpread(unlimited, "%.1f"))
+		replicaMemLimit, run.all.Seconds(), mib(rss), mib(peak), mib(int64(m.Value("go_gc_heap_live_bytes", nil))), 100*cpu, floatSpread(unlimited, "%.1f"))
 	return nil
-}
-
-// profileStart writes a CPU profile of a replica's first 20 seconds
-// into path, from as soon as it serves pprof.
-func profileStart(ctx context.Context, d *fleet.Daemon, path string) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return
-	}
-	_ = testutil.Poll(ctx, 10*time.Second, 10*time.Millisecond, func() error {
-		return fetchPprof(ctx, d.Address, "profile", "seconds=20", path)
-	})
 }
 
 // saveProfiles writes a settled replica's heap and goroutine profiles
 // into dir.
-func saveProfiles(ctx context.Context, d *fleet.Daemon, dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
+func saveProfiles(d *fleet.Daemon, dir string) error {
 	for _, kind := range []string{"heap", "goroutine"} {
-		if err := fetchPprof(ctx, d.Address, kind, "", filepath.Join(dir, kind+".pprof")); err != nil {
+		if err := fetchProfile(d, "/debug/pprof/"+kind, filepath.Join(dir, kind+".pprof")); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// fetchPprof writes the daemon's pprof profile kind (with query) into
-// path.
-func fetchPprof(ctx context.Context, address, kind, query, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/%s?%s", address, kind, query), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s profile of hubsync: %w", kind, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("%s profile of hubsync: %w", kind, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s profile of hubsync: %s", kind, resp.Status)
-	}
-	return os.WriteFile(path, data, 0o644)
 }
 
 func scale(f []float64, k float64) []float64 {
@@ -812,7 +762,7 @@ func (r *replicaRig) onDemand(ctx context.Context) (onDemandFigures, error) {
 	if f.leader, err = sampleMemory(ctx, leader); err != nil {
 		return f, err
 	}
-	off, _, err := r.startTimed(ctx, r.conf(""), 0)
+	off, _, err := r.startTimed(ctx, r.conf(""), 0, nil)
 	if err != nil {
 		return f, err
 	}
@@ -825,7 +775,7 @@ func (r *replicaRig) onDemand(ctx context.Context) (onDemandFigures, error) {
 	}
 	conf := r.conf(config.WarmOnDemand)
 	conf.Gateway = gw.conf
-	d, run, err := r.startTimed(ctx, conf, 0)
+	d, run, err := r.startTimed(ctx, conf, 0, nil)
 	if err != nil {
 		return f, err
 	}
