@@ -495,7 +495,7 @@ func (b *Bus) ensure(ctx context.Context) error {
 	if b.cfg.Embedded.Clustered() || b.cfg.Stream.Replicas > 1 {
 		timeout = 3 * time.Second
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(b.untilAnswered(ctx), timeout)
 	defer cancel()
 	s := b.cfg.Stream
 	js := b.jetStream()
@@ -530,6 +530,21 @@ func (b *Bus) ensure(ctx context.Context) error {
 		b.kickProvision()
 	}
 	return nil
+}
+
+// untilAnswered is ctx for a JetStream request that makes or changes a
+// stream: on the embedded server it does not end with ctx, only at the
+// caller's own timeout, so a request once sent is answered before Close
+// shuts the server down. nats-server v2.15.3 adds the stream such a
+// request makes without looking whether JetStream is shutting down, and a
+// stream added after shutdownJetStream has collected the accounts' streams
+// is never stopped: its file store and source goroutines outlive the
+// server.
+func (b *Bus) untilAnswered(ctx context.Context) context.Context {
+	if b.embedded {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
 }
 
 // primaryConfig is the writer's stream configuration ensure makes.

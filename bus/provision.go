@@ -133,7 +133,7 @@ func provisionOne(ctx context.Context, b *Bus, l Layout, c ConsumerAccess, prima
 		return fmt.Errorf("consumer %s: connect: %w", c.Name, err)
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(b.untilAnswered(ctx), 5*time.Second)
 	defer cancel()
 	return l.Provision(ctx, js, c, primary)
 }
