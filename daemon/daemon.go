@@ -33,7 +33,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
@@ -41,6 +40,7 @@ import (
 
 	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hubcache"
 	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/syncer"
@@ -77,11 +77,12 @@ type daemon struct {
 	log  *slog.Logger
 	reg  *prometheus.Registry
 
-	restCfg     *rest.Config
-	kube        kubernetes.Interface
-	clusters    clusterclient.Interface
-	profiles    cpclient.Interface
-	metadata    metadata.Interface
+	restCfg  *rest.Config
+	kube     kubernetes.Interface
+	clusters clusterclient.Interface
+	profiles cpclient.Interface
+	// cache is the hub cache every part takes its informers from.
+	cache       *hubcache.Cache
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 
@@ -132,6 +133,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		d.serveHealth,    // /healthz, /readyz, /metrics
 		d.startBusNode,   // the embedded NATS node, on every replica
 		d.waitForHub,     // the hub serves the APIs hubsync needs
+		d.startCache,     // the informers taken so far, and later ones as taken
 		d.startProbe,     // hub reachability, for operators
 		d.startReach,     // the tunnel pool, on every replica
 		d.startGateway,   // on every replica, once the pool knows the clusters
@@ -179,6 +181,11 @@ func (d *daemon) shutdown() {
 		d.pool.Close()
 	}
 	<-leaderDone
+	// Every part has released its informers; the ones still held (a
+	// part that failed to start) stop here.
+	if d.cache != nil {
+		d.cache.Stop()
+	}
 	d.probe.stop()
 	d.health.stop()
 	if d.broadcaster != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/gateway"
+	"github.com/hubsync/hubsync/hubcache"
 	"github.com/hubsync/hubsync/tunnel"
 )
 
@@ -24,7 +25,7 @@ func (d *daemon) startGateway(ctx context.Context) error {
 	}
 	d.gateway = newTask(context.WithoutCancel(ctx)) // stopped in shutdown, after the drain delay
 	log := d.log.With("component", "gateway")
-	serveGateway, err := newGateway(d.gateway.ctx, d.cfg, d.restCfg, d.opts.Version, d.pool, d.serving, log, d.reg)
+	serveGateway, err := newGateway(d.gateway.ctx, d.cfg, d.restCfg, d.cache, d.opts.Version, d.pool, d.serving, log, d.reg)
 	if err != nil {
 		return err
 	}
@@ -35,7 +36,7 @@ func (d *daemon) startGateway(ctx context.Context) error {
 // newGateway builds the gateway and its listener, and returns the function
 // that serves it until its context ends. The Secret holding its serving
 // certificate, if any, is watched until ctx ends.
-func newGateway(ctx context.Context, cfg *config.Config, hub *rest.Config, version string, pool *tunnel.Pool,
+func newGateway(ctx context.Context, cfg *config.Config, hub *rest.Config, hc *hubcache.Cache, version string, pool *tunnel.Pool,
 	serving func() (bool, string), log *slog.Logger, reg prometheus.Registerer) (func(context.Context) error, error) {
 	gc := cfg.Gateway
 	// A hub client of its own: strangers' TokenReviews are paced apart
@@ -51,7 +52,7 @@ func newGateway(ctx context.Context, cfg *config.Config, hub *rest.Config, versi
 	var certs gateway.CertSource
 	if s := gc.TLS.Secret; s != nil {
 		sc := &gateway.SecretCert{Namespace: s.Namespace, Name: s.Name, Log: log}
-		if err := sc.Run(ctx, kube); err != nil {
+		if err := sc.Run(ctx, hc); err != nil {
 			return nil, fmt.Errorf("gateway: watching Secret %s/%s: %w", s.Namespace, s.Name, err)
 		}
 		certs = sc

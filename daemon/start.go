@@ -10,13 +10,14 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/record"
 	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
+	msaclient "open-cluster-management.io/managed-serviceaccount/pkg/generated/clientset/versioned"
 	cpclient "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
 
 	"github.com/hubsync/hubsync/bus"
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hubcache"
 	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/syncer"
@@ -41,8 +42,13 @@ func (d *daemon) connect(ctx context.Context) error {
 	if d.profiles, err = cpclient.NewForConfig(d.restCfg); err != nil {
 		return fmt.Errorf("cluster profile client: %w", err)
 	}
-	if d.metadata, err = metadata.NewForConfig(d.restCfg); err != nil {
-		return fmt.Errorf("metadata client: %w", err)
+	msas, err := msaclient.NewForConfig(d.restCfg)
+	if err != nil {
+		return fmt.Errorf("managed service account client: %w", err)
+	}
+	if d.cache, err = hubcache.New(hubcache.Clients{Kube: d.kube, Cluster: d.clusters, Profiles: d.profiles, MSA: msas},
+		d.cfg.ResyncPeriod.Duration, d.reg); err != nil {
+		return err
 	}
 	scheme, err := syncer.NewScheme()
 	if err != nil {
@@ -77,7 +83,7 @@ func (d *daemon) buildConsumers(context.Context) error {
 		return err
 	}
 	if d.cfg.Tunnel.Enabled {
-		d.pool, d.poolSrc, d.dialer, err = newTunnelPool(d.cfg, d.clusters, d.kube, d.metadata, leaderOnly{d}, leaderEvents{d},
+		d.pool, d.poolSrc, d.dialer, err = newTunnelPool(d.cfg, d.cache, leaderOnly{d}, leaderEvents{d},
 			d.log.With("component", "tunnel"), d.reg)
 		if err != nil {
 			return err
@@ -96,7 +102,7 @@ func (d *daemon) buildConsumers(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dynamic client: %w", err)
 	}
-	d.manager = sinks.NewManager(d.fan, sinks.Deps{Kube: d.kube, Dynamic: dyn, Source: source, Log: d.log.With("component", "sinks"), Registerer: d.reg,
+	d.manager = sinks.NewManager(d.fan, sinks.Deps{Kube: d.kube, Cache: d.cache, Dynamic: dyn, Source: source, Log: d.log.With("component", "sinks"), Registerer: d.reg,
 		ResyncPeriod: d.cfg.ResyncPeriod.Duration}, d.opts.Sinks)
 	if res, err := d.manager.Apply(d.cfg.Sinks); err != nil {
 		// The configuration is valid, so this is the environment (a
@@ -180,6 +186,16 @@ func (d *daemon) waitForHub(ctx context.Context) error {
 	return waitForAPIs(ctx, d.kube, requiredAPIs, d.log)
 }
 
+// startCache runs the hub cache's informers: those the tunnel source and
+// the sinks took while they were built, and every one taken later, as it
+// is taken. Not before the hub serves the APIs, so that no informer
+// starts by failing to list. Shutdown stops it, once every part has
+// released what it held.
+func (d *daemon) startCache(ctx context.Context) error {
+	d.cache.Start(context.WithoutCancel(ctx))
+	return nil
+}
+
 // startProbe probes the hub's /readyz in the background.
 func (d *daemon) startProbe(ctx context.Context) error {
 	p, err := newHubProbe(d.kube, probeInterval, d.log, d.reg)
@@ -198,7 +214,7 @@ func (d *daemon) newSyncer(context.Context) error {
 		return err
 	}
 	c := d.cfg
-	s, err := syncer.New(syncer.Clients{Kube: d.kube, Cluster: d.clusters, Profiles: d.profiles}, syncer.Options{
+	s, err := syncer.New(syncer.Clients{Kube: d.kube, Cluster: d.clusters, Profiles: d.profiles, Cache: d.cache}, syncer.Options{
 		ClusterManager:  c.ClusterManager,
 		Workers:         c.Workers.Topology,
 		ResyncPeriod:    c.ResyncPeriod.Duration,

@@ -8,12 +8,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/record"
-	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hubcache"
 	"github.com/hubsync/hubsync/stream"
 	"github.com/hubsync/hubsync/tunnel"
 )
@@ -21,7 +19,7 @@ import (
 // newTunnelPool builds the tunnel pool, the source of its targets and the
 // closer of its dialer's connections (nil for a dialer that holds none)
 // from the configuration.
-func newTunnelPool(cfg *config.Config, clusters clusterclient.Interface, kube kubernetes.Interface, md metadata.Interface, notifier stream.Notifier,
+func newTunnelPool(cfg *config.Config, hc *hubcache.Cache, notifier stream.Notifier,
 	recorder record.EventRecorder, log *slog.Logger, reg prometheus.Registerer) (*tunnel.Pool, *tunnel.Source, io.Closer, error) {
 	tc := cfg.Tunnel
 	var dialer tunnel.Dialer
@@ -52,7 +50,7 @@ func newTunnelPool(cfg *config.Config, clusters clusterclient.Interface, kube ku
 			return nil, nil, nil, fmt.Errorf("tunnel.clusterSelector: %w", err)
 		}
 	}
-	src, err := tunnel.NewSource(clusters, kube, md, tunnel.SourceOptions{
+	src, err := tunnel.NewSource(hc, tunnel.SourceOptions{
 		Transport: tc.Transport, DialAddress: tc.Konnectivity.DialAddress, ServerName: tc.ServerName,
 		ManagedServiceAccount: tc.ManagedServiceAccount, Selector: selector, ResyncPeriod: cfg.ResyncPeriod.Duration,
 		ClusterManager: cfg.ClusterManager,

@@ -16,11 +16,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/hubsync/hubsync/hubcache"
 )
 
 // CertSource gives the serving certificate, the current one at every
@@ -119,28 +118,33 @@ type SecretCert struct {
 	ca   []byte
 }
 
-// Run watches the Secret until ctx ends; it returns once the informer
-// has synced.
-func (s *SecretCert) Run(ctx context.Context, kube kubernetes.Interface) error {
+// Run watches the Secret, through an informer of hc (that one Secret,
+// by name, and of it only the certificate, key and CA), until ctx ends;
+// it returns once the informer has synced. The caller runs hc.
+func (s *SecretCert) Run(ctx context.Context, hc *hubcache.Cache) error {
 	if s.Log == nil {
 		s.Log = slog.New(slog.DiscardHandler)
 	}
-	f := informers.NewSharedInformerFactoryWithOptions(kube, 10*time.Minute, informers.WithNamespace(s.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.Name).String()
-		}))
-	inf := f.Core().V1().Secrets().Informer()
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	inf, err := hc.Secrets(hubcache.Secrets{
+		Namespace:     s.Namespace,
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", s.Name).String(),
+		Keep:          []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey, "ca.crt"},
+	})
+	if err != nil {
+		return err
+	}
+	context.AfterFunc(ctx, inf.Release)
+	synced, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.load(obj) },
 		UpdateFunc: func(_, obj any) { s.load(obj) },
 		DeleteFunc: func(any) {
 			s.Log.Warn("the gateway's serving certificate Secret was deleted; serving the last certificate", "secret", s.Namespace+"/"+s.Name)
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
-	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		return ctx.Err()
 	}
 	return nil

@@ -29,6 +29,7 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/hub"
+	"github.com/hubsync/hubsync/hubcache"
 	"github.com/hubsync/hubsync/stream"
 )
 
@@ -47,6 +48,9 @@ type Deps struct {
 	// Kube is the hub client: Argo CD Secrets, credential copies for the
 	// token auth mode, webhook secrets from a Secret.
 	Kube kubernetes.Interface
+	// Cache is the daemon's hub cache, for the sinks that watch the hub
+	// (nil: such a sink makes one of its own from Kube).
+	Cache *hubcache.Cache
 	// Dynamic is the hub's dynamic client, for objects of APIs hubsync
 	// does not link (Kueue's MultiKueueClusters).
 	Dynamic dynamic.Interface

@@ -9,12 +9,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hubcache"
 )
 
 // providerSet holds the configured access providers and their current CA
@@ -28,12 +27,9 @@ type providerSet struct {
 }
 
 type caSource struct {
-	provider  int // index into providers
-	secret    *config.SecretKeyRef
-	file      string
-	factory   kubeinformers.SharedInformerFactory
-	informer  cache.SharedIndexInformer
-	hasSynced cache.InformerSynced
+	provider int // index into providers
+	secret   *config.SecretKeyRef
+	file     string
 }
 
 func (s *Syncer) newProviderSet(cfgs []config.AccessProvider) (*providerSet, error) {
@@ -51,22 +47,7 @@ func (s *Syncer) newProviderSet(cfgs []config.AccessProvider) (*providerSet, err
 		switch {
 		case c.CASecret != nil:
 			ref := *c.CASecret
-			f := kubeinformers.NewSharedInformerFactoryWithOptions(s.clients.Kube, s.opts.ResyncPeriod,
-				kubeinformers.WithNamespace(ref.Namespace),
-				kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
-					o.FieldSelector = fields.OneTermEqualSelector("metadata.name", ref.Name).String()
-				}))
-			inf := f.Core().V1().Secrets().Informer()
-			idx := i
-			reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-				AddFunc:    func(obj any) { s.onCASecret(idx, ref, obj, false) },
-				UpdateFunc: func(_, obj any) { s.onCASecret(idx, ref, obj, false) },
-				DeleteFunc: func(obj any) { s.onCASecret(idx, ref, obj, true) },
-			})
-			if err != nil {
-				return nil, fmt.Errorf("watch CA secret of provider %q: %w", c.Name, err)
-			}
-			ps.sources = append(ps.sources, caSource{provider: i, secret: &ref, factory: f, informer: inf, hasSynced: reg.HasSynced})
+			ps.sources = append(ps.sources, caSource{provider: i, secret: &ref})
 		case c.CAFile != "":
 			ps.sources = append(ps.sources, caSource{provider: i, file: c.CAFile})
 		}
@@ -98,27 +79,38 @@ func (ps *providerSet) name(i int) string {
 	return ps.providers[i].Name
 }
 
-// start starts the CA Secret informers and reads the CA files once; run
-// polls the files until ctx ends.
-func (ps *providerSet) start(ctx context.Context, s *Syncer) []cache.InformerSynced {
+// watch takes from the hub cache the informer of each CA Secret (that
+// one Secret, by name, and of it only the key the provider reads) and
+// reads the CA files once; pollFiles polls the files while Run runs.
+func (ps *providerSet) watch(s *Syncer) (hubcache.Holds, []cache.InformerSynced, error) {
+	var holds hubcache.Holds
 	var synced []cache.InformerSynced
 	for _, src := range ps.sources {
-		if src.factory != nil {
-			src.factory.Start(ctx.Done())
-			synced = append(synced, src.hasSynced)
-		} else {
+		if src.secret == nil {
 			s.readCAFile(src.provider, src.file)
+			continue
 		}
-	}
-	return synced
-}
-
-func (ps *providerSet) shutdown() {
-	for _, src := range ps.sources {
-		if src.factory != nil {
-			src.factory.Shutdown()
+		ref, idx := *src.secret, src.provider
+		inf, err := s.cache.Secrets(hubcache.Secrets{
+			Namespace:     ref.Namespace,
+			FieldSelector: fields.OneTermEqualSelector("metadata.name", ref.Name).String(),
+			Keep:          []string{ref.Key},
+		})
+		if err != nil {
+			return holds, nil, err
 		}
+		holds = append(holds, inf)
+		has, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { s.onCASecret(idx, ref, obj, false) },
+			UpdateFunc: func(_, obj any) { s.onCASecret(idx, ref, obj, false) },
+			DeleteFunc: func(obj any) { s.onCASecret(idx, ref, obj, true) },
+		})
+		if err != nil {
+			return holds, nil, fmt.Errorf("watch CA secret of provider %q: %w", ps.name(idx), err)
+		}
+		synced = append(synced, has)
 	}
+	return holds, synced, nil
 }
 
 func (ps *providerSet) pollFiles(ctx context.Context, s *Syncer, every time.Duration) {

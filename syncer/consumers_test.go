@@ -134,8 +134,13 @@ func TestConsumerMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The informers, taken but not run: the test fills their stores.
+	if _, err := s.watch(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.holds.Release() })
 	c := s.creds
-	hubSecrets := c.hubInformers.Core().V1().Secrets().Informer().GetIndexer()
+	hubSecrets := c.hubInf.Informer().GetIndexer()
 	profileEvents := s.consumers.profileHandler()
 
 	created := time.Unix(1_700_000_000, 0).UTC()

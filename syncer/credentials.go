@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/sets"
-	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -23,11 +22,11 @@ import (
 	"k8s.io/utils/clock"
 	msav1beta1 "open-cluster-management.io/managed-serviceaccount/apis/authentication/v1beta1"
 	msaclient "open-cluster-management.io/managed-serviceaccount/pkg/generated/clientset/versioned"
-	msainformers "open-cluster-management.io/managed-serviceaccount/pkg/generated/informers/externalversions"
 	msalisters "open-cluster-management.io/managed-serviceaccount/pkg/generated/listers/authentication/v1beta1"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 
 	"github.com/hubsync/hubsync/hub"
+	"github.com/hubsync/hubsync/hubcache"
 )
 
 const (
@@ -50,15 +49,15 @@ type credentials struct {
 	// impersonator is the ManagedServiceAccount name never copied.
 	impersonator string
 
-	msaInformers  msainformers.SharedInformerFactory
-	hubInformers  kubeinformers.SharedInformerFactory
-	copyInformers kubeinformers.SharedInformerFactory
-	msas          msalisters.ManagedServiceAccountLister
-	msaIdx        cache.Indexer
-	hubSecrets    corelisters.SecretLister
-	copies        corelisters.SecretLister
-	copyIdx       cache.Indexer
-	synced        []cache.InformerSynced
+	// msaInf, hubInf and copyInf are the informers of synced MSAs, hub
+	// token Secrets and copies, held from the hub cache while Run runs.
+	msaInf, hubInf, copyInf *hubcache.Informer
+	msas                    msalisters.ManagedServiceAccountLister
+	msaIdx                  cache.Indexer
+	hubSecrets              corelisters.SecretLister
+	copies                  corelisters.SecretLister
+	copyIdx                 cache.Indexer
+	synced                  []cache.InformerSynced
 
 	queue    *trackedQueue
 	debounce *debouncer
@@ -88,8 +87,9 @@ type credentialDeps struct {
 	metrics  *metrics
 	// foreign tells another controller's writes to copies from hubsync's.
 	foreign *foreignReporter
-	// profiles is the syncer's ClusterProfile informer, indexed byName.
-	profiles   cache.SharedIndexInformer
+	// profiles is the syncer's hold on the ClusterProfile informer,
+	// indexed byName (set by watch).
+	profiles   *hubcache.Informer
 	namespaces corelisters.NamespaceLister
 	// notify announces a change hubsync made to a copy.
 	notify func(typ string, sec *corev1.Secret)
@@ -147,63 +147,72 @@ func newCredentials(d credentialDeps, o *CredentialOptions, reg prometheus.Regis
 	}
 	reg.MustRegister(c.writes, c.rotations, c.problemsG)
 	d.metrics.queueDepth.track("credentials", c.queue.Len)
-	if err := c.newInformers(o.Client); err != nil {
-		return nil, err
-	}
-	if err := c.addHandlers(); err != nil {
-		return nil, err
-	}
 	return c, nil
 }
 
-// newInformers builds the label-scoped informers of synced MSAs, hub token
-// Secrets and copies, with their indexes.
-func (c *credentials) newInformers(client msaclient.Interface) error {
-	strip := cache.TransformFunc(stripManagedFields)
-	c.msaInformers = msainformers.NewSharedInformerFactoryWithOptions(client, c.resyncPeriod,
-		msainformers.WithTransform(strip),
-		msainformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.LabelSelector = labels.SelectorFromSet(labels.Set{hub.LabelSyncToClusterProfile: "true"}).String()
-		}))
-	c.hubInformers = kubeinformers.NewSharedInformerFactoryWithOptions(c.kube, c.resyncPeriod,
-		kubeinformers.WithTransform(strip),
-		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.LabelSelector = labels.SelectorFromSet(labels.Set{hub.LabelIsManagedServiceAccount: "true"}).String()
-		}))
+// watch takes the controller's informers from the hub cache with their
+// indexes and handlers; the caller releases the holds it returns (also on
+// an error).
+func (c *credentials) watch(hc *hubcache.Cache) (hubcache.Holds, error) {
+	c.synced = nil
+	holds, err := c.newInformers(hc)
+	if err != nil {
+		return holds, err
+	}
+	return holds, c.addHandlers()
+}
+
+// newInformers takes the label-scoped informers of synced MSAs, hub token
+// Secrets and copies, and adds their indexes.
+func (c *credentials) newInformers(hc *hubcache.Cache) (hubcache.Holds, error) {
+	var holds hubcache.Holds
 	exists, err := labels.NewRequirement(hub.LabelSyncedFrom, selection.Exists, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	c.copyInformers = kubeinformers.NewSharedInformerFactoryWithOptions(c.kube, c.resyncPeriod,
-		kubeinformers.WithTransform(strip),
-		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.LabelSelector = labels.NewSelector().Add(*exists).String()
-		}))
-
-	msaInf := c.msaInformers.Authentication().V1beta1().ManagedServiceAccounts()
-	copyInf := c.copyInformers.Core().V1().Secrets()
-	if err := copyInf.Informer().AddIndexers(cache.Indexers{bySource: indexFunc(func(s *corev1.Secret) []string {
+	takes := []struct {
+		to   **hubcache.Informer
+		take func() (*hubcache.Informer, error)
+	}{
+		{&c.msaInf, func() (*hubcache.Informer, error) {
+			return hc.ManagedServiceAccounts(labels.SelectorFromSet(labels.Set{hub.LabelSyncToClusterProfile: "true"}).String())
+		}},
+		{&c.hubInf, func() (*hubcache.Informer, error) { return hc.Secrets(hubcache.TokenSecrets()) }},
+		{&c.copyInf, func() (*hubcache.Informer, error) {
+			return hc.Secrets(hubcache.Secrets{LabelSelector: labels.NewSelector().Add(*exists).String()})
+		}},
+	}
+	for _, t := range takes {
+		i, err := t.take()
+		if err != nil {
+			return holds, err
+		}
+		holds = append(holds, i)
+		*t.to = i
+	}
+	copyInf, msaInf := c.copyInf.Informer(), c.msaInf.Informer()
+	if err := addIndexers(copyInf, cache.Indexers{bySource: indexFunc(func(s *corev1.Secret) []string {
 		if key, ok := copyPair(s); ok {
 			return []string{key}
 		}
 		return nil
 	})}); err != nil {
-		return fmt.Errorf("add copy indexer: %w", err)
+		return holds, fmt.Errorf("add copy indexer: %w", err)
 	}
-	if err := msaInf.Informer().AddIndexers(cache.Indexers{byTokenSecret: indexFunc(func(m *msav1beta1.ManagedServiceAccount) []string {
+	if err := addIndexers(msaInf, cache.Indexers{byTokenSecret: indexFunc(func(m *msav1beta1.ManagedServiceAccount) []string {
 		if ref := m.Status.TokenSecretRef; ref != nil && ref.Name != "" {
 			return []string{m.Namespace + "/" + ref.Name}
 		}
 		return nil
 	})}); err != nil {
-		return fmt.Errorf("add token secret indexer: %w", err)
+		return holds, fmt.Errorf("add token secret indexer: %w", err)
 	}
-	c.msas = msaInf.Lister()
-	c.msaIdx = msaInf.Informer().GetIndexer()
-	c.hubSecrets = c.hubInformers.Core().V1().Secrets().Lister()
-	c.copies = copyInf.Lister()
-	c.copyIdx = copyInf.Informer().GetIndexer()
-	return nil
+	c.msaIdx = msaInf.GetIndexer()
+	c.msas = msalisters.NewManagedServiceAccountLister(c.msaIdx)
+	c.hubSecrets = corelisters.NewSecretLister(c.hubInf.Informer().GetIndexer())
+	c.copyIdx = copyInf.GetIndexer()
+	c.copies = corelisters.NewSecretLister(c.copyIdx)
+	return holds, nil
 }
 
 // addHandlers routes every change to the pairs it concerns.
@@ -215,15 +224,15 @@ func (c *credentials) addHandlers() error {
 		}
 	}
 	for _, h := range []struct {
-		inf cache.SharedIndexInformer
+		inf *hubcache.Informer
 		h   cache.ResourceEventHandler
 	}{
-		{c.msaInformers.Authentication().V1beta1().ManagedServiceAccounts().Informer(), onEvent(addMSA)},
+		{c.msaInf, onEvent(addMSA)},
 		// A token Secret belongs to the MSAs whose status.tokenSecretRef
 		// names it (and, before any MSA reports it, to the MSA of its own
 		// name, which the agent gives it).
-		{c.hubInformers.Core().V1().Secrets().Informer(), c.tokenSecretHandler()},
-		{c.copyInformers.Core().V1().Secrets().Informer(), c.copyHandler()},
+		{c.hubInf, c.tokenSecretHandler()},
+		{c.copyInf, c.copyHandler()},
 		{c.profiles, cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.onProfile,
 			UpdateFunc: c.onProfileUpdate,
@@ -231,27 +240,27 @@ func (c *credentials) addHandlers() error {
 		}},
 		// The consumer stats follow every copy, hubsync's own writes
 		// included, and every change of a copy's source.
-		{c.copyInformers.Core().V1().Secrets().Informer(), onEvent(func(obj any) {
+		{c.copyInf, onEvent(func(obj any) {
 			if sec, ok := eventObject[*corev1.Secret](obj); ok {
 				c.refreshCopyStats(sec.Namespace, sec.Name)
 			}
 		})},
-		{c.msaInformers.Authentication().V1beta1().ManagedServiceAccounts().Informer(), onEvent(func(obj any) {
+		{c.msaInf, onEvent(func(obj any) {
 			if key, ok := namespacedKey(obj); ok {
 				c.refreshPairStats(key)
 			}
 		})},
-		{c.hubInformers.Core().V1().Secrets().Informer(), onEvent(func(obj any) {
+		{c.hubInf, onEvent(func(obj any) {
 			for _, key := range c.pairsOfTokenSecret(obj) {
 				c.refreshPairStats(key)
 			}
 		})},
 	} {
-		r, err := h.inf.AddEventHandler(h.h)
+		synced, err := h.inf.AddEventHandler(h.h)
 		if err != nil {
 			return fmt.Errorf("add credential event handler: %w", err)
 		}
-		c.synced = append(c.synced, r.HasSynced)
+		c.synced = append(c.synced, synced)
 	}
 	return nil
 }
@@ -385,18 +394,9 @@ func (c *credentials) onProfileUpdate(oldObj, obj any) {
 	c.onProfile(obj)
 }
 
-func (c *credentials) start(ctx context.Context) {
-	c.msaInformers.Start(ctx.Done())
-	c.hubInformers.Start(ctx.Done())
-	c.copyInformers.Start(ctx.Done())
-}
-
 func (c *credentials) shutdown() {
 	c.debounce.stop()
 	c.queue.ShutDown()
-	c.msaInformers.Shutdown()
-	c.hubInformers.Shutdown()
-	c.copyInformers.Shutdown()
 }
 
 func (c *credentials) idle() bool {
@@ -464,7 +464,7 @@ func (c *credentials) source(cluster, msaName string) (*msav1beta1.ManagedServic
 func (c *credentials) current(pair Pair) ([]*cpv1alpha1.ClusterProfile, []*corev1.Secret) {
 	name := hub.CopyName(pair.Cluster, pair.MSA)
 	namespaces := sets.New[string]()
-	objs, _ := c.profiles.GetIndexer().ByIndex(byName, pair.Cluster)
+	objs, _ := c.profiles.Informer().GetIndexer().ByIndex(byName, pair.Cluster)
 	marked, _ := c.copyIdx.ByIndex(bySource, hub.SourceKey(pair.Cluster, pair.MSA))
 	for _, list := range [][]any{objs, marked} {
 		for _, o := range list {

@@ -183,7 +183,7 @@ func secretManagedFields(ctx context.Context, kube kubernetes.Interface, namespa
 // liveProfile returns the cached profile named after the cluster in ns, of
 // any cluster manager.
 func (c *credentials) liveProfile(ns, cluster string) *cpv1alpha1.ClusterProfile {
-	obj, ok, err := c.profiles.GetIndexer().GetByKey(ns + "/" + cluster)
+	obj, ok, err := c.profiles.Informer().GetIndexer().GetByKey(ns + "/" + cluster)
 	if err != nil || !ok {
 		return nil
 	}

@@ -25,24 +25,22 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
-	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
-	clusterinformers "open-cluster-management.io/api/client/cluster/informers/externalversions"
 	clusterlisterv1 "open-cluster-management.io/api/client/cluster/listers/cluster/v1"
 	clusterlisterv1beta2 "open-cluster-management.io/api/client/cluster/listers/cluster/v1beta2"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	clusterv1beta2 "open-cluster-management.io/api/cluster/v1beta2"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	cpclient "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
-	cpinformers "sigs.k8s.io/cluster-inventory-api/client/informers/externalversions"
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/hub"
+	"github.com/hubsync/hubsync/hubcache"
 	"github.com/hubsync/hubsync/stream"
 )
 
@@ -54,11 +52,13 @@ const (
 	byName            = "name"            // ClusterProfile -> name (the cluster's name)
 )
 
-// Clients are the hub API clients the syncer uses.
+// Clients are the hub API clients the syncer uses, and the hub cache it
+// reads through: the process's shared one, or nil for one of its own.
 type Clients struct {
 	Kube     kubernetes.Interface
 	Cluster  clusterclient.Interface
 	Profiles cpclient.Interface
+	Cache    *hubcache.Cache
 }
 
 // Options tune the syncer; config.Config supplies them in the daemon.
@@ -96,9 +96,14 @@ type Syncer struct {
 	notified *notifiedState
 	foreign  *foreignReporter
 
-	kubeInformers    kubeinformers.SharedInformerFactory
-	clusterInformers clusterinformers.SharedInformerFactory
-	cpInformers      cpinformers.SharedInformerFactory
+	// cache is the hub cache the syncer takes its informers from while
+	// it runs; ownCache when it made the cache itself (Clients.Cache nil).
+	cache    *hubcache.Cache
+	ownCache bool
+	// holds are the informers taken by watch, released when Run ends.
+	holds                                    hubcache.Holds
+	hClusters, hSets, hBindings, hNamespaces *hubcache.Informer
+	profiles                                 *hubcache.Informer
 
 	clusters   clusterlisterv1.ManagedClusterLister
 	clusterIdx cache.Indexer
@@ -161,17 +166,20 @@ func New(clients Clients, opts Options, log *slog.Logger, reg prometheus.Registe
 		return nil, err
 	}
 	s.providers = providers
-	if err := s.newInformers(); err != nil {
-		return nil, err
-	}
-	if err := s.addHandlers(); err != nil {
-		return nil, err
+	if s.cache = clients.Cache; s.cache == nil {
+		hc := hubcache.Clients{Kube: clients.Kube, Cluster: clients.Cluster, Profiles: clients.Profiles}
+		if opts.Credentials != nil {
+			hc.MSA = opts.Credentials.Client
+		}
+		if s.cache, err = hubcache.New(hc, opts.ResyncPeriod, nil); err != nil {
+			return nil, err
+		}
+		s.ownCache = true
 	}
 	if opts.Credentials != nil {
 		if s.creds, err = newCredentials(s.credentialDeps(), opts.Credentials, reg); err != nil {
 			return nil, err
 		}
-		s.synced = append(s.synced, s.creds.synced...)
 	}
 	return s, nil
 }
@@ -204,94 +212,159 @@ func checkOptions(opts Options) (Options, error) {
 	return opts, nil
 }
 
-// newInformers builds the informer factories, adds the indexes the
+// watch takes the informers the syncer reads from the hub cache, with
+// their indexes and handlers (and the credentials controller's and the
+// access providers' CA Secrets'), and returns what tells they have
+// synced. Run releases them when it ends: an informer another part still
+// holds (the tunnel's ManagedClusters, ClusterProfiles and token Secrets)
+// keeps running, without the syncer's handlers.
+func (s *Syncer) watch() (caSynced []cache.InformerSynced, err error) {
+	s.synced, s.holds = nil, nil
+	if err := s.newInformers(); err != nil {
+		return nil, err
+	}
+	if err := s.addHandlers(); err != nil {
+		return nil, err
+	}
+	if s.creds != nil {
+		s.creds.profiles = s.profiles
+		s.creds.namespaces = s.namespaces
+		held, err := s.creds.watch(s.cache)
+		s.holds = append(s.holds, held...)
+		if err != nil {
+			return nil, err
+		}
+		s.synced = append(s.synced, s.creds.synced...)
+	}
+	held, caSynced, err := s.providers.watch(s)
+	s.holds = append(s.holds, held...)
+	return caSynced, err
+}
+
+// hold takes an informer from the hub cache and keeps the hold for
+// release.
+func (s *Syncer) hold(take func() (*hubcache.Informer, error)) (*hubcache.Informer, error) {
+	i, err := take()
+	if err != nil {
+		return nil, err
+	}
+	s.holds = append(s.holds, i)
+	return i, nil
+}
+
+// addIndexers adds the indexes inf lacks: a shared informer keeps the
+// indexes a holder added before.
+func addIndexers(inf cache.SharedIndexInformer, indexers cache.Indexers) error {
+	have := inf.GetIndexer().GetIndexers()
+	missing := cache.Indexers{}
+	for name, f := range indexers {
+		if _, ok := have[name]; !ok {
+			missing[name] = f
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := inf.AddIndexers(missing); err != nil {
+		return fmt.Errorf("add indexer: %w", err)
+	}
+	return nil
+}
+
+// newInformers takes the topology's informers, adds the indexes the
 // reconcilers look up by, and keeps their listers.
 func (s *Syncer) newInformers() error {
-	strip := cache.TransformFunc(stripManagedFields)
-	s.kubeInformers = kubeinformers.NewSharedInformerFactoryWithOptions(s.clients.Kube, s.opts.ResyncPeriod, kubeinformers.WithTransform(strip))
-	s.clusterInformers = clusterinformers.NewSharedInformerFactoryWithOptions(s.clients.Cluster, s.opts.ResyncPeriod, clusterinformers.WithTransform(strip))
-	s.cpInformers = cpinformers.NewSharedInformerFactoryWithOptions(s.clients.Profiles, s.opts.ResyncPeriod, cpinformers.WithTransform(strip))
-
-	clusterInf := s.clusterInformers.Cluster().V1().ManagedClusters()
-	setInf := s.clusterInformers.Cluster().V1beta2().ManagedClusterSets()
-	bindingInf := s.clusterInformers.Cluster().V1beta2().ManagedClusterSetBindings()
-	profileInf := s.cpInformers.Apis().V1alpha1().ClusterProfiles()
-
+	var err error
+	if s.hClusters, err = s.hold(s.cache.ManagedClusters); err != nil {
+		return err
+	}
+	if s.hSets, err = s.hold(s.cache.ManagedClusterSets); err != nil {
+		return err
+	}
+	if s.hBindings, err = s.hold(s.cache.ManagedClusterSetBindings); err != nil {
+		return err
+	}
+	if s.profiles, err = s.hold(s.cache.ClusterProfiles); err != nil {
+		return err
+	}
+	if s.hNamespaces, err = s.hold(s.cache.Namespaces); err != nil {
+		return err
+	}
 	indexers := []struct {
 		inf     cache.SharedIndexInformer
 		indexer cache.Indexers
 	}{
-		{clusterInf.Informer(), cache.Indexers{byClusterSetLabel: indexFunc(func(c *clusterv1.ManagedCluster) []string {
+		{s.hClusters.Informer(), cache.Indexers{byClusterSetLabel: indexFunc(func(c *clusterv1.ManagedCluster) []string {
 			if v, ok := c.Labels[hub.LabelClusterSet]; ok {
 				return []string{v}
 			}
 			return nil
 		})}},
-		{setInf.Informer(), cache.Indexers{bySelectorType: indexFunc(func(set *clusterv1beta2.ManagedClusterSet) []string {
+		{s.hSets.Informer(), cache.Indexers{bySelectorType: indexFunc(func(set *clusterv1beta2.ManagedClusterSet) []string {
 			return []string{string(set.Spec.ClusterSelector.SelectorType)}
 		})}},
-		{bindingInf.Informer(), cache.Indexers{bySetName: indexFunc(func(b *clusterv1beta2.ManagedClusterSetBinding) []string {
+		{s.hBindings.Informer(), cache.Indexers{bySetName: indexFunc(func(b *clusterv1beta2.ManagedClusterSetBinding) []string {
 			return []string{b.Spec.ClusterSet}
 		})}},
-		{profileInf.Informer(), cache.Indexers{byName: indexFunc(func(p *cpv1alpha1.ClusterProfile) []string {
+		{s.profiles.Informer(), cache.Indexers{byName: indexFunc(func(p *cpv1alpha1.ClusterProfile) []string {
 			return []string{p.Name}
 		})}},
 	}
 	for _, i := range indexers {
-		if err := i.inf.AddIndexers(i.indexer); err != nil {
-			return fmt.Errorf("add indexer: %w", err)
+		if err := addIndexers(i.inf, i.indexer); err != nil {
+			return err
 		}
 	}
 
-	s.clusters = clusterInf.Lister()
-	s.clusterIdx = clusterInf.Informer().GetIndexer()
-	s.setLister = setInf.Lister()
-	s.setIdx = setInf.Informer().GetIndexer()
-	s.bindingIdx = bindingInf.Informer().GetIndexer()
-	s.profileIdx = profileInf.Informer().GetIndexer()
-	s.namespaces = s.kubeInformers.Core().V1().Namespaces().Lister()
+	s.clusterIdx = s.hClusters.Informer().GetIndexer()
+	s.clusters = clusterlisterv1.NewManagedClusterLister(s.clusterIdx)
+	s.setIdx = s.hSets.Informer().GetIndexer()
+	s.setLister = clusterlisterv1beta2.NewManagedClusterSetLister(s.setIdx)
+	s.bindingIdx = s.hBindings.Informer().GetIndexer()
+	s.profileIdx = s.profiles.Informer().GetIndexer()
+	s.namespaces = corelisters.NewNamespaceLister(s.hNamespaces.Informer().GetIndexer())
 	return nil
 }
 
 // addHandlers routes every informer event to the clusters it concerns.
 func (s *Syncer) addHandlers() error {
 	handlers := []struct {
-		inf cache.SharedIndexInformer
+		inf *hubcache.Informer
 		h   cache.ResourceEventHandler
 	}{
-		{s.clusterInformers.Cluster().V1().ManagedClusters().Informer(), cache.ResourceEventHandlerFuncs{
+		{s.hClusters, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { s.enqueueObjectName(obj) },
 			UpdateFunc: func(_, obj any) { s.enqueueObjectName(obj) },
 			DeleteFunc: func(obj any) { s.enqueueObjectName(obj) },
 		}},
-		{s.clusterInformers.Cluster().V1beta2().ManagedClusterSets().Informer(), cache.ResourceEventHandlerFuncs{
+		{s.hSets, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { s.onSet(nil, obj) },
 			UpdateFunc: func(old, obj any) { s.onSet(old, obj) },
 			DeleteFunc: func(obj any) { s.onSet(obj, nil) },
 		}},
-		{s.clusterInformers.Cluster().V1beta2().ManagedClusterSetBindings().Informer(), cache.ResourceEventHandlerFuncs{
+		{s.hBindings, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { s.onBinding(obj) },
 			UpdateFunc: func(old, obj any) { s.onBinding(old); s.onBinding(obj) },
 			DeleteFunc: func(obj any) { s.onBinding(obj) },
 		}},
-		{s.cpInformers.Apis().V1alpha1().ClusterProfiles().Informer(), cache.ResourceEventHandlerFuncs{
+		{s.profiles, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { s.enqueueObjectName(obj) },
 			UpdateFunc: func(_, obj any) { s.enqueueObjectName(obj) },
 			DeleteFunc: s.onProfileDeleted,
 		}},
-		{s.cpInformers.Apis().V1alpha1().ClusterProfiles().Informer(), s.consumers.profileHandler()},
-		{s.kubeInformers.Core().V1().Namespaces().Informer(), cache.ResourceEventHandlerFuncs{
+		{s.profiles, s.consumers.profileHandler()},
+		{s.hNamespaces, cache.ResourceEventHandlerFuncs{
 			// A binding can reach the cache before its namespace does;
 			// the namespace's arrival re-checks the clusters it is bound to.
 			AddFunc: func(obj any) { s.onNamespace(obj) },
 		}},
 	}
 	for _, h := range handlers {
-		reg, err := h.inf.AddEventHandler(h.h)
+		synced, err := h.inf.AddEventHandler(h.h)
 		if err != nil {
 			return fmt.Errorf("add event handler: %w", err)
 		}
-		s.synced = append(s.synced, reg.HasSynced)
+		s.synced = append(s.synced, synced)
 	}
 	return nil
 }
@@ -305,8 +378,6 @@ func (s *Syncer) credentialDeps() credentialDeps {
 		log:            s.log,
 		metrics:        s.metrics,
 		foreign:        s.foreign,
-		profiles:       s.cpInformers.Apis().V1alpha1().ClusterProfiles().Informer(),
-		namespaces:     s.namespaces,
 		notify:         s.notifyCredential,
 		stats:          s.consumers,
 		manager:        s.opts.ClusterManager,
@@ -353,18 +424,20 @@ func stripManagedFields(obj any) (any, error) {
 // until ctx is cancelled. It returns an error if the caches never sync.
 func (s *Syncer) Run(ctx context.Context) error {
 	defer s.queue.ShutDown()
-	s.kubeInformers.Start(ctx.Done())
-	s.clusterInformers.Start(ctx.Done())
-	s.cpInformers.Start(ctx.Done())
-	caSynced := s.providers.start(ctx, s)
-	defer s.providers.shutdown()
 	if s.creds != nil {
-		s.creds.start(ctx)
 		defer s.creds.shutdown()
 	}
-	defer s.kubeInformers.Shutdown()
-	defer s.clusterInformers.Shutdown()
-	defer s.cpInformers.Shutdown()
+	// Released before the queues shut down: no handler of the syncer's
+	// runs past Run.
+	defer func() { s.holds.Release(); s.holds = nil }()
+	caSynced, err := s.watch()
+	if err != nil {
+		return fmt.Errorf("syncer: %w", err)
+	}
+	if s.ownCache {
+		s.cache.Start(ctx)
+		defer s.cache.Stop()
+	}
 
 	start := time.Now()
 	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
@@ -586,6 +659,10 @@ func (s *Syncer) forgetInvalidSet(name string) {
 }
 
 func (s *Syncer) countOwned() float64 {
+	if !s.ready.Load() {
+		// A standby's syncer holds no profile informer.
+		return 0
+	}
 	n := 0
 	for _, o := range s.profileIdx.List() {
 		if p, ok := o.(*cpv1alpha1.ClusterProfile); ok && hub.IsOwned(p, s.opts.ClusterManager) {

@@ -41,6 +41,10 @@ func TestCreateSendsStatusOnlyToTheSubresource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.watch(); err != nil { // the listers, not run
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.holds.Release() })
 	if err := s.create(context.Background(), "team-a", cluster); err != nil {
 		t.Fatal(err)
 	}

@@ -13,19 +13,12 @@ import (
 	"time"
 
 	"github.com/hubsync/hubsync/hub"
+	"github.com/hubsync/hubsync/hubcache"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	kubeinformers "k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
-	clusterclient "open-cluster-management.io/api/client/cluster/clientset/versioned"
-	clusterinformers "open-cluster-management.io/api/client/cluster/informers/externalversions"
 	clusterlisters "open-cluster-management.io/api/client/cluster/listers/cluster/v1"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
@@ -93,7 +86,9 @@ type Source struct {
 	clusters clusterlisters.ManagedClusterLister
 	secrets  corelisters.SecretLister
 	synced   []cache.InformerSynced
-	start    []func(<-chan struct{})
+	// holds are the source's informers in the hub cache, released (with
+	// the source's handlers) when Run's context ends.
+	holds hubcache.Holds
 	// syncing serialises sync: the ManagedCluster and Secret informers
 	// call it from goroutines of their own, and a read of the listers
 	// applied after a later one would leave a cluster out of the pool, or
@@ -101,10 +96,11 @@ type Source struct {
 	syncing sync.Mutex
 }
 
-// NewSource sets up the informers; Run starts them. Profiles are watched
-// through md as metadata only: the pool needs their namespace and name.
-func NewSource(cc clusterclient.Interface, kube kubernetes.Interface, md metadata.Interface, opts SourceOptions, pool *Pool,
-	log *slog.Logger) (*Source, error) {
+// NewSource takes the informers the source reads from hc, the process's
+// hub cache: ManagedClusters, ClusterProfiles and the token Secrets, the
+// same ones the syncer reads on the leader. Run waits for them; the
+// caller starts hc.
+func NewSource(hc *hubcache.Cache, opts SourceOptions, pool *Pool, log *slog.Logger) (*Source, error) {
 	switch opts.Transport {
 	case TransportKonnectivity, TransportDirect:
 	default:
@@ -113,108 +109,102 @@ func NewSource(cc clusterclient.Interface, kube kubernetes.Interface, md metadat
 	if opts.Transport == TransportKonnectivity && opts.DialAddress == "" {
 		return nil, errors.New("tunnel source: no dial address for konnectivity (the configuration's tunnel section fills it)")
 	}
+	if opts.ClusterManager == "" {
+		return nil, errors.New("tunnel source: no cluster manager to select profiles by (the configuration fills it)")
+	}
 	tmpl, err := ParseDialAddress(opts.DialAddress)
 	if err != nil {
 		return nil, err
 	}
 	s := &Source{pool: pool, opts: opts, tmpl: tmpl, log: log}
-	ci := clusterinformers.NewSharedInformerFactory(cc, opts.ResyncPeriod)
-	mcs := ci.Cluster().V1().ManagedClusters()
-	s.clusters = mcs.Lister()
-	handler := func(key func(any) string) cache.ResourceEventHandlerFuncs {
-		return cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { s.sync(key(obj)) },
-			UpdateFunc: func(_, obj any) { s.sync(key(obj)) },
-			DeleteFunc: func(obj any) {
-				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-					obj = d.Obj
-				}
-				s.sync(key(obj))
-			},
-		}
-	}
-	clusterName := func(obj any) string {
-		if mc, ok := obj.(*clusterv1.ManagedCluster); ok {
-			return mc.Name
-		}
-		return ""
-	}
-	// The cache keeps what target reads, not each ManagedCluster's status
-	// and managedFields (most of its size).
-	if err := mcs.Informer().SetTransform(trimCluster); err != nil {
-		return nil, err
-	}
-	reg, err := mcs.Informer().AddEventHandler(handler(clusterName))
-	if err != nil {
-		return nil, err
-	}
-	// The handler's own HasSynced: true once it has been handed every
-	// object of the first list, not merely once the cache holds them,
-	// so that the pool starts knowing every cluster.
-	s.synced = append(s.synced, reg.HasSynced)
-	s.start = append(s.start, ci.Start)
-	if err := s.watchProfiles(md); err != nil {
-		return nil, err
-	}
+	steps := []func(*hubcache.Cache) error{s.watchClusters, s.watchProfiles}
 	if opts.ManagedServiceAccount != "" {
-		if err := s.watchTokens(kube, handler); err != nil {
+		steps = append(steps, s.watchTokens)
+	}
+	for _, step := range steps {
+		if err := step(hc); err != nil {
+			s.holds.Release()
 			return nil, err
 		}
 	}
 	return s, nil
 }
 
-// watchTokens follows the ManagedServiceAccount's token Secrets: one per
-// cluster, in the cluster's namespace on the hub.
-func (s *Source) watchTokens(kube kubernetes.Interface, handler func(key func(any) string) cache.ResourceEventHandlerFuncs) error {
-	ki := kubeinformers.NewSharedInformerFactoryWithOptions(kube, s.opts.ResyncPeriod,
-		kubeinformers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.LabelSelector = labels.SelectorFromSet(labels.Set{hub.LabelIsManagedServiceAccount: "true"}).String()
-			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.opts.ManagedServiceAccount).String()
-		}))
-	secs := ki.Core().V1().Secrets()
-	s.secrets = secs.Lister()
-	secretNS := func(obj any) string {
-		if sec, ok := obj.(*corev1.Secret); ok {
-			return sec.Namespace
-		}
-		return ""
-	}
-	if err := secs.Informer().SetTransform(trimTokenSecret); err != nil {
-		return err
-	}
-	reg, err := secs.Informer().AddEventHandler(handler(secretNS))
+// follow adds a handler that syncs the cluster key names (none for "")
+// on every change of inf's objects.
+func (s *Source) follow(inf *hubcache.Informer, key func(any) string) error {
+	synced, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.sync(key(obj)) },
+		UpdateFunc: func(_, obj any) { s.sync(key(obj)) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			s.sync(key(obj))
+		},
+	})
 	if err != nil {
 		return err
 	}
-	s.synced = append(s.synced, reg.HasSynced)
-	s.start = append(s.start, ki.Start)
+	// The handler's own HasSynced: true once it has been handed every
+	// object of the first list, not merely once the cache holds them,
+	// so that the pool starts knowing every cluster.
+	s.synced = append(s.synced, synced)
 	return nil
 }
 
-// watchProfiles follows the ClusterProfiles hubsync manages: a profile
-// named after a cluster in any namespace puts the cluster in the pool.
-func (s *Source) watchProfiles(md metadata.Interface) error {
-	if s.opts.ClusterManager == "" {
-		return errors.New("tunnel source: no cluster manager to select profiles by (the configuration fills it)")
+// watchClusters follows the ManagedClusters.
+func (s *Source) watchClusters(hc *hubcache.Cache) error {
+	inf, err := hc.ManagedClusters()
+	if err != nil {
+		return err
 	}
-	f := metadatainformer.NewFilteredSharedInformerFactory(md, s.opts.ResyncPeriod, metav1.NamespaceAll, func(lo *metav1.ListOptions) {
-		lo.LabelSelector = labels.SelectorFromSet(labels.Set{hub.LabelClusterManager: s.opts.ClusterManager}).String()
+	s.holds = append(s.holds, inf)
+	s.clusters = clusterlisters.NewManagedClusterLister(inf.Informer().GetIndexer())
+	return s.follow(inf, func(obj any) string {
+		if mc, ok := obj.(*clusterv1.ManagedCluster); ok {
+			return mc.Name
+		}
+		return ""
 	})
-	inf := f.ForResource(cpv1alpha1.SchemeGroupVersion.WithResource("clusterprofiles")).Informer()
+}
+
+// watchTokens follows the ManagedServiceAccount's token Secrets: one per
+// cluster, in the cluster's namespace on the hub, among the token Secrets
+// the hub cache holds for every ManagedServiceAccount.
+func (s *Source) watchTokens(hc *hubcache.Cache) error {
+	inf, err := hc.Secrets(hubcache.TokenSecrets())
+	if err != nil {
+		return err
+	}
+	s.holds = append(s.holds, inf)
+	s.secrets = corelisters.NewSecretLister(inf.Informer().GetIndexer())
+	return s.follow(inf, func(obj any) string {
+		if sec, ok := obj.(*corev1.Secret); ok && sec.Name == s.opts.ManagedServiceAccount {
+			return sec.Namespace
+		}
+		return ""
+	})
+}
+
+// watchProfiles follows the ClusterProfiles hubsync manages: a profile of
+// its cluster manager named after a cluster, in any namespace, puts the
+// cluster in the pool.
+func (s *Source) watchProfiles(hc *hubcache.Cache) error {
+	inf, err := hc.ClusterProfiles()
+	if err != nil {
+		return err
+	}
+	s.holds = append(s.holds, inf)
 	profile := func(obj any, present bool) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj, present = d.Obj, false
 		}
-		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-			s.pool.SetProfile(m.Namespace, m.Name, present && m.DeletionTimestamp == nil)
+		if p, ok := obj.(*cpv1alpha1.ClusterProfile); ok {
+			s.pool.SetProfile(p.Namespace, p.Name, present && p.DeletionTimestamp == nil && hub.IsOwned(p, s.opts.ClusterManager))
 		}
 	}
-	// The cache keeps each profile's namespace, name and deletion.
-	if err := inf.SetTransform(trimProfile); err != nil {
-		return err
-	}
-	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	synced, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { profile(obj, true) },
 		UpdateFunc: func(_, obj any) { profile(obj, true) },
 		DeleteFunc: func(obj any) { profile(obj, false) },
@@ -222,17 +212,15 @@ func (s *Source) watchProfiles(md metadata.Interface) error {
 	if err != nil {
 		return err
 	}
-	s.synced = append(s.synced, reg.HasSynced)
-	s.start = append(s.start, f.Start)
+	s.synced = append(s.synced, synced)
 	return nil
 }
 
-// Run starts the informers and waits until each handler has been handed
-// every object of the first list.
+// Run waits until each handler has been handed every object of the first
+// list (the hub cache runs the informers); when ctx ends, the source's
+// handlers are removed and its holds released.
 func (s *Source) Run(ctx context.Context) error {
-	for _, start := range s.start {
-		start(ctx.Done())
-	}
+	context.AfterFunc(ctx, s.holds.Release)
 	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
 		return errors.New("tunnel pool: informer caches did not sync")
 	}
@@ -338,54 +326,4 @@ func firstNonEmpty(a, b []byte) []byte {
 		return a
 	}
 	return b
-}
-
-// trimCluster keeps of a ManagedCluster what the source reads: its
-// identity, labels, deletion and API server URLs with their CAs.
-func trimCluster(obj any) (any, error) {
-	mc, ok := obj.(*clusterv1.ManagedCluster)
-	if !ok {
-		return obj, nil
-	}
-	return &clusterv1.ManagedCluster{
-		ObjectMeta: trimMeta(mc.ObjectMeta),
-		Spec:       clusterv1.ManagedClusterSpec{ManagedClusterClientConfigs: mc.Spec.ManagedClusterClientConfigs},
-	}, nil
-}
-
-// trimTokenSecret keeps of a ManagedServiceAccount's token Secret its
-// identity and the token and CA.
-func trimTokenSecret(obj any) (any, error) {
-	sec, ok := obj.(*corev1.Secret)
-	if !ok {
-		return obj, nil
-	}
-	data := make(map[string][]byte, 2)
-	for _, k := range []string{hub.TokenKey, hub.CAKey} {
-		if v, ok := sec.Data[k]; ok {
-			data[k] = v
-		}
-	}
-	return &corev1.Secret{ObjectMeta: trimMeta(sec.ObjectMeta), Type: sec.Type, Data: data}, nil
-}
-
-// trimMeta keeps an object's identity, labels and deletion; no
-// annotations, owners or managedFields.
-func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
-		Labels: m.Labels, DeletionTimestamp: m.DeletionTimestamp,
-	}
-}
-
-// trimProfile keeps of a ClusterProfile's metadata its identity and
-// deletion.
-func trimProfile(obj any) (any, error) {
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return obj, nil
-	}
-	meta := trimMeta(m.ObjectMeta)
-	meta.Labels = nil
-	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: meta}, nil
 }

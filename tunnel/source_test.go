@@ -11,17 +11,16 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/hub"
+	"github.com/hubsync/hubsync/hubcache"
 	"github.com/hubsync/hubsync/test/testutil"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	metadatafake "k8s.io/client-go/metadata/fake"
-	"k8s.io/client-go/tools/cache"
 	clusterfake "open-cluster-management.io/api/client/cluster/clientset/versioned/fake"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
+	cpfake "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned/fake"
 )
 
 func TestTargetFromTheHub(t *testing.T) {
@@ -105,6 +104,23 @@ func TestTargetFromTheHub(t *testing.T) {
 	}
 }
 
+// newTestSource makes a source on a hub cache of its own over the fake
+// clients, running until the test ends.
+func newTestSource(t *testing.T, cc *clusterfake.Clientset, kube *kubefake.Clientset, opts SourceOptions, p *Pool) (*Source, error) {
+	t.Helper()
+	hc, err := hubcache.New(hubcache.Clients{Kube: kube, Cluster: cc, Profiles: cpfake.NewSimpleClientset()}, 0, nil)
+	if err != nil {
+		return nil, err
+	}
+	s, err := NewSource(hc, opts, p, testLogger(t))
+	if err != nil {
+		return nil, err
+	}
+	hc.Start(context.Background())
+	t.Cleanup(hc.Stop)
+	return s, nil
+}
+
 func inSet(mc *clusterv1.ManagedCluster, set string) *clusterv1.ManagedCluster {
 	mc.Labels = map[string]string{hub.LabelClusterSet: set}
 	return mc
@@ -124,9 +140,9 @@ func TestSourceFollowsTheClusterSet(t *testing.T) {
 				o.OnDemand, o.IdleTimeout = onDemand, time.Hour
 			})
 			cc := clusterfake.NewSimpleClientset(mc)
-			s, err := NewSource(cc, kubefake.NewSimpleClientset(), metadatafake.NewSimpleMetadataClient(runtime.NewScheme()),
+			s, err := newTestSource(t, cc, kubefake.NewSimpleClientset(),
 				SourceOptions{Transport: TransportDirect, DialAddress: "{{.ServerHost}}",
-					Selector: labels.SelectorFromSet(labels.Set{"pick": "yes"}), ClusterManager: "cm"}, p, testLogger(t))
+					Selector: labels.SelectorFromSet(labels.Set{"pick": "yes"}), ClusterManager: "cm"}, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -184,10 +200,9 @@ func TestSourceKeepsEveryClusterWithItsToken(t *testing.T) {
 				sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "msa", Namespace: name,
 					Labels: map[string]string{hub.LabelIsManagedServiceAccount: "true"}}, Data: map[string][]byte{hub.TokenKey: []byte("tok")}}
 				p, _ := newTestPool(t, nil)
-				s, err := NewSource(clusterfake.NewSimpleClientset(mc), kubefake.NewSimpleClientset(sec),
-					metadatafake.NewSimpleMetadataClient(runtime.NewScheme()),
+				s, err := newTestSource(t, clusterfake.NewSimpleClientset(mc), kubefake.NewSimpleClientset(sec),
 					SourceOptions{Transport: TransportDirect, DialAddress: "{{.ServerHost}}", ManagedServiceAccount: "msa",
-						Selector: labels.SelectorFromSet(labels.Set{"pick": "yes"}), ClusterManager: "cm"}, p, testLogger(t))
+						Selector: labels.SelectorFromSet(labels.Set{"pick": "yes"}), ClusterManager: "cm"}, p)
 				if err != nil {
 					t.Error(err)
 					return
@@ -230,10 +245,9 @@ func TestSourceRunReturnsWithEveryCluster(t *testing.T) {
 			Labels: map[string]string{hub.LabelIsManagedServiceAccount: "true"}}, Data: map[string][]byte{hub.TokenKey: []byte("tok")}})
 	}
 	p, _ := newTestPool(t, nil)
-	s, err := NewSource(clusterfake.NewSimpleClientset(objs...), kubefake.NewSimpleClientset(secrets...),
-		metadatafake.NewSimpleMetadataClient(runtime.NewScheme()),
+	s, err := newTestSource(t, clusterfake.NewSimpleClientset(objs...), kubefake.NewSimpleClientset(secrets...),
 		SourceOptions{Transport: TransportDirect, DialAddress: "{{.ServerHost}}", ManagedServiceAccount: "msa",
-			Selector: labels.SelectorFromSet(labels.Set{"pick": "yes"}), ClusterManager: "cm"}, p, testLogger(t))
+			Selector: labels.SelectorFromSet(labels.Set{"pick": "yes"}), ClusterManager: "cm"}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,64 +265,4 @@ func TestSourceRunReturnsWithEveryCluster(t *testing.T) {
 	if missing > 0 {
 		t.Fatalf("%d of %d clusters unknown to the pool (or without their token) when Run returned", missing, n)
 	}
-}
-
-// TestCachesKeepWhatTheSourceReads: the source's caches hold each
-// ManagedCluster's identity, labels and client configs, each token
-// Secret's token and CA and each profile's identity, nothing else, and the target made from the
-// trimmed objects is the one made from the whole.
-func TestCachesKeepWhatTheSourceReads(t *testing.T) {
-	now := metav1.Now()
-	meta := metav1.ObjectMeta{
-		Name: "edge-1", Namespace: "edge-1", UID: "u1", ResourceVersion: "7", Labels: map[string]string{hub.LabelClusterSet: "prod"},
-		DeletionTimestamp: &now, Annotations: map[string]string{"big": strings.Repeat("x", 1000)},
-		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "registration"}},
-	}
-	mc := &clusterv1.ManagedCluster{ObjectMeta: meta,
-		Spec:   clusterv1.ManagedClusterSpec{HubAcceptsClient: true, ManagedClusterClientConfigs: []clusterv1.ClientConfig{{URL: "https://10.0.0.1:6443", CABundle: []byte("ca")}}},
-		Status: clusterv1.ManagedClusterStatus{Version: clusterv1.ManagedClusterVersion{Kubernetes: "v1.35.0"}},
-	}
-	sec := &corev1.Secret{ObjectMeta: meta, Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{hub.TokenKey: []byte("tok"), hub.CAKey: []byte("msa-ca"), "other": []byte("x")}}
-	tmc, err := trimCluster(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tsec, err := trimTokenSecret(sec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantMeta := metav1.ObjectMeta{Name: "edge-1", Namespace: "edge-1", UID: "u1", ResourceVersion: "7", Labels: meta.Labels, DeletionTimestamp: &now}
-	tests := []struct {
-		name      string
-		got, want any
-	}{
-		{"cluster", tmc, &clusterv1.ManagedCluster{ObjectMeta: wantMeta, Spec: clusterv1.ManagedClusterSpec{ManagedClusterClientConfigs: mc.Spec.ManagedClusterClientConfigs}}},
-		{"secret", tsec, &corev1.Secret{ObjectMeta: wantMeta, Type: corev1.SecretTypeOpaque, Data: map[string][]byte{hub.TokenKey: []byte("tok"), hub.CAKey: []byte("msa-ca")}}},
-		{"tombstone", must(trimCluster(cache.DeletedFinalStateUnknown{Key: "k"})), cache.DeletedFinalStateUnknown{Key: "k"}},
-		{"profile", must(trimProfile(&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "ClusterProfile"}, ObjectMeta: meta})),
-			&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "ClusterProfile"}, ObjectMeta: metav1.ObjectMeta{
-				Name: "edge-1", Namespace: "edge-1", UID: "u1", ResourceVersion: "7", DeletionTimestamp: &now}}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if !equality.Semantic.DeepEqual(tt.got, tt.want) {
-				t.Fatalf("kept %+v, want %+v", tt.got, tt.want)
-			}
-		})
-	}
-	for _, transport := range []string{TransportKonnectivity, TransportDirect} {
-		s := &Source{opts: SourceOptions{Transport: transport, DialAddress: "{{.ServerHost}}"}}
-		s.tmpl, _ = ParseDialAddress(s.opts.DialAddress)
-		if whole, trimmed := s.target(mc, sec), s.target(tmc.(*clusterv1.ManagedCluster), tsec.(*corev1.Secret)); !equality.Semantic.DeepEqual(whole, trimmed) {
-			t.Fatalf("%s: target %+v from the trimmed objects, %+v from the whole", transport, trimmed, whole)
-		}
-	}
-}
-
-func must(v any, err error) any {
-	if err != nil {
-		panic(err)
-	}
-	return v
 }

@@ -43,6 +43,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/hubsync/hubsync/config"
+	"github.com/hubsync/hubsync/hubcache"
 	"github.com/hubsync/hubsync/sinks"
 	"github.com/hubsync/hubsync/stream"
 )
@@ -52,6 +53,7 @@ type Sink struct {
 	name      string
 	cfg       config.ArgoCDSink
 	kube      kubernetes.Interface
+	cache     *hubcache.Cache
 	log       *slog.Logger
 	conflicts conflictGauge
 
@@ -150,6 +152,7 @@ func New(cfg config.Sink, deps sinks.Deps) (sinks.Sink, error) {
 		name:       cfg.Name,
 		cfg:        a,
 		kube:       deps.Kube,
+		cache:      deps.Cache,
 		log:        log.With("sink", cfg.Name, "argocdNamespace", a.Namespace),
 		conflicts:  gauge,
 		skips:      skips,

@@ -1,14 +1,14 @@
 package argocd
 
 import (
+	"context"
 	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/hubsync/hubsync/hubcache"
 	"github.com/hubsync/hubsync/stream"
 )
 
@@ -136,55 +136,73 @@ func (s *Sink) setSkip(cluster string, sk *skip) {
 // changes what it covers, or goes: the resync decides again, level-based,
 // which clusters the sink writes.
 type integrationWatch struct {
-	mu      sync.Mutex
-	stop    chan struct{}
-	factory informers.SharedInformerFactory
-	closed  bool
+	mu     sync.Mutex
+	hold   *hubcache.Informer
+	own    *hubcache.Cache // the cache the sink made, without a shared one
+	closed bool
+}
+
+// integrationSelector selects the integration's Secrets in ns, and of them
+// only what decides coverage: the cache holds no credential.
+func integrationSelector(ns string) hubcache.Secrets {
+	return hubcache.Secrets{Namespace: ns, LabelSelector: LabelProfileOrigin, Keep: []string{"name", "server"}}
 }
 
 // Attach implements stream.Attacher: once the sink has a worker to ask
-// for resyncs, it starts watching the integration's Secrets.
+// for resyncs, it starts watching the integration's Secrets, through the
+// daemon's hub cache (sinks.Deps.Cache) or, without one, a cache of its
+// own.
 func (s *Sink) Attach(c stream.Control) {
 	w := &s.watch
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closed || w.stop != nil {
+	if w.closed || w.hold != nil {
 		return
 	}
-	// Only the integration's Secrets, and of them only what decides
-	// coverage: the cache holds no credential.
-	factory := informers.NewSharedInformerFactoryWithOptions(s.kube, 0,
-		informers.WithNamespace(s.cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelProfileOrigin }),
-		informers.WithTransform(coverageOnly))
-	inf := factory.Core().V1().Secrets().Informer()
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(obj any, initial bool) {
-			// The sink's first delivery is a resync, which sees what
-			// existed before it started.
-			if !initial && isIntegration(obj) {
-				c.RequestResync()
-			}
-		},
-		UpdateFunc: func(old, cur any) {
-			if (isIntegration(old) || isIntegration(cur)) && coverageChanged(old, cur) {
-				c.RequestResync()
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if isIntegration(obj) {
-				c.RequestResync()
-			}
-		},
-	})
+	hc := s.cache
+	if hc == nil {
+		var err error
+		if hc, err = hubcache.New(hubcache.Clients{Kube: s.kube}, 0, nil); err != nil {
+			s.log.Warn("cannot watch the ClusterProfile integration's Secrets; its changes are seen at the next resync", "err", err)
+			return
+		}
+		w.own = hc
+	}
+	hold, err := hc.Secrets(integrationSelector(s.cfg.Namespace))
+	if err == nil {
+		_, err = hold.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+			AddFunc: func(obj any, initial bool) {
+				// The sink's first delivery is a resync, which sees what
+				// existed before it started.
+				if !initial && isIntegration(obj) {
+					c.RequestResync()
+				}
+			},
+			UpdateFunc: func(old, cur any) {
+				if (isIntegration(old) || isIntegration(cur)) && coverageChanged(old, cur) {
+					c.RequestResync()
+				}
+			},
+			DeleteFunc: func(obj any) {
+				if isIntegration(obj) {
+					c.RequestResync()
+				}
+			},
+		})
+	}
 	if err != nil {
-		// Only a stopped informer refuses a handler; the periodic resync
-		// still finds the integration's changes.
+		// The periodic resync still finds the integration's changes.
 		s.log.Warn("cannot watch the ClusterProfile integration's Secrets; its changes are seen at the next resync", "err", err)
+		if hold != nil {
+			hold.Release()
+		}
+		w.own = nil
 		return
 	}
-	w.stop, w.factory = make(chan struct{}), factory
-	factory.Start(w.stop)
+	w.hold = hold
+	if w.own != nil {
+		w.own.Start(context.Background())
+	}
 }
 
 // stopWatch stops the watch, if it runs, and waits for it.
@@ -193,26 +211,14 @@ func (s *Sink) stopWatch() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.closed = true
-	if w.stop != nil {
-		close(w.stop)
-		w.factory.Shutdown()
-		w.stop, w.factory = nil, nil
+	if w.hold != nil {
+		w.hold.Release()
+		w.hold = nil
 	}
-}
-
-// coverageOnly strips a watched Secret to what decides coverage: its
-// labels and the data keys name and server.
-func coverageOnly(obj any) (any, error) {
-	sec, ok := obj.(*corev1.Secret)
-	if !ok {
-		return obj, nil
+	if w.own != nil {
+		w.own.Stop()
+		w.own = nil
 	}
-	out := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
-		Namespace: sec.Namespace, Name: sec.Name, UID: sec.UID, ResourceVersion: sec.ResourceVersion,
-		Labels: sec.Labels, CreationTimestamp: sec.CreationTimestamp,
-	}}
-	out.Data = map[string][]byte{"name": sec.Data["name"], "server": sec.Data["server"]}
-	return out, nil
 }
 
 // isIntegration reports whether a watched object (or tombstone) is one of

@@ -7,7 +7,9 @@ package controlplane
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,9 +50,22 @@ var crdFiles = map[string][]string{
 // ControlPlane is a running etcd + kube-apiserver.
 type ControlPlane struct {
 	// Config is an admin rest.Config for the API server.
-	Config *rest.Config
-	env    *envtest.Environment
+	Config   *rest.Config
+	env      *envtest.Environment
+	auditDir string
 }
+
+// watchAuditPolicy audits every watch (at its start and its end) and
+// nothing else: what a test needs to count a client's watches, at no cost
+// to the other requests.
+const watchAuditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [watch]
+- level: None
+`
 
 // Start builds (or reuses the cached) binaries, starts etcd and
 // kube-apiserver on free loopback ports, installs the CRDs and waits until
@@ -80,11 +95,24 @@ func Start(ctx context.Context) (*ControlPlane, error) {
 	api := env.ControlPlane.GetAPIServer().Configure()
 	api.Set("max-requests-inflight", "1000")
 	api.Set("max-mutating-requests-inflight", "1000")
+	auditDir, err := os.MkdirTemp("", "hub-audit-")
+	if err != nil {
+		return nil, err
+	}
+	policy := filepath.Join(auditDir, "policy.yaml")
+	if err := os.WriteFile(policy, []byte(watchAuditPolicy), 0o600); err != nil {
+		return nil, err
+	}
+	api.Set("audit-policy-file", policy)
+	api.Set("audit-log-path", filepath.Join(auditDir, "audit.log"))
+	api.Set("audit-log-format", "json")
+	api.Set("audit-log-mode", "blocking")
 	cfg, err := env.Start()
 	if err != nil {
+		_ = os.RemoveAll(auditDir)
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}
-	cp := &ControlPlane{Config: cfg, env: env}
+	cp := &ControlPlane{Config: cfg, env: env, auditDir: auditDir}
 	if err := cp.waitForCRDs(ctx); err != nil {
 		_ = cp.Stop()
 		return nil, err
@@ -134,10 +162,73 @@ func (c *ControlPlane) waitForCRDs(ctx context.Context) error {
 
 // Stop stops the API server and etcd and removes their data.
 func (c *ControlPlane) Stop() error {
+	defer os.RemoveAll(c.auditDir)
 	if err := c.env.Stop(); err != nil {
 		return fmt.Errorf("stop control plane: %w", err)
 	}
 	return nil
+}
+
+// Watch is one watch a client opened on the API server.
+type Watch struct {
+	// Resource is the request's path with its selectors, no other
+	// parameter: "/api/v1/secrets?labelSelector=…".
+	Resource string
+	// Open is whether the watch still runs (its end is not audited yet).
+	Open bool
+}
+
+// Watches lists the watches opened by clients whose user agent starts
+// with userAgent, from the API server's audit log.
+func (c *ControlPlane) Watches(userAgent string) ([]Watch, error) {
+	b, err := os.ReadFile(filepath.Join(c.auditDir, "audit.log"))
+	if err != nil {
+		return nil, err
+	}
+	var out []Watch
+	index := map[string]int{} // auditID -> index in out
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var e struct {
+			AuditID    string `json:"auditID"`
+			Stage      string `json:"stage"`
+			RequestURI string `json:"requestURI"`
+			Verb       string `json:"verb"`
+			UserAgent  string `json:"userAgent"`
+		}
+		if err := json.Unmarshal(line, &e); err != nil {
+			return nil, fmt.Errorf("audit log line: %w", err)
+		}
+		if e.Verb != "watch" || !strings.HasPrefix(e.UserAgent, userAgent) {
+			continue
+		}
+		i, seen := index[e.AuditID]
+		if !seen {
+			u, err := url.Parse(e.RequestURI)
+			if err != nil {
+				return nil, fmt.Errorf("audit log URI %q: %w", e.RequestURI, err)
+			}
+			q := url.Values{}
+			for _, k := range []string{"labelSelector", "fieldSelector"} {
+				if v := u.Query().Get(k); v != "" {
+					q.Set(k, v)
+				}
+			}
+			res := u.Path
+			if len(q) > 0 {
+				res += "?" + q.Encode()
+			}
+			i = len(out)
+			index[e.AuditID] = i
+			out = append(out, Watch{Resource: res, Open: true})
+		}
+		if e.Stage == "ResponseComplete" || e.Stage == "Panic" {
+			out[i].Open = false
+		}
+	}
+	return out, nil
 }
 
 // AssetsDir returns the directory holding kube-apiserver and etcd:

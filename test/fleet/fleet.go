@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,8 @@ import (
 	msaclient "open-cluster-management.io/managed-serviceaccount/pkg/generated/clientset/versioned"
 	cpv1alpha1 "sigs.k8s.io/cluster-inventory-api/apis/v1alpha1"
 	cpclient "sigs.k8s.io/cluster-inventory-api/client/clientset/versioned"
+
+	"github.com/hubsync/hubsync/hubcache"
 )
 
 // Hub holds clients for a hub API server.
@@ -36,6 +39,18 @@ type Hub struct {
 
 	mu     sync.Mutex
 	tokens []string // every token PutToken wrote or a test noted, for leak checks
+}
+
+// Cache makes a hub cache over the hub's clients, stopped when the test
+// ends; the caller starts it.
+func (h *Hub) Cache(t testing.TB) *hubcache.Cache {
+	t.Helper()
+	hc, err := hubcache.New(hubcache.Clients{Kube: h.Kube, Cluster: h.Cluster, Profiles: h.Profiles, MSA: h.MSA}, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hc.Stop)
+	return hc
 }
 
 // Tokens returns every token PutToken has written through this Hub, so a

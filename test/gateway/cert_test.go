@@ -18,6 +18,7 @@ import (
 
 	"github.com/hubsync/hubsync/config"
 	gw "github.com/hubsync/hubsync/gateway"
+	"github.com/hubsync/hubsync/test/fleet"
 	"github.com/hubsync/hubsync/test/pki"
 	"github.com/hubsync/hubsync/test/testutil"
 )
@@ -62,7 +63,9 @@ func TestServingCertificateRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	fromSecret := &gw.SecretCert{Namespace: ns, Name: "gateway-tls"}
-	if err := fromSecret.Run(ctx, kube); err != nil {
+	hc := (&fleet.Hub{Kube: kube}).Cache(t)
+	hc.Start(ctx)
+	if err := fromSecret.Run(ctx, hc); err != nil {
 		t.Fatal(err)
 	}
 

@@ -24,16 +24,17 @@ var allowed = map[string][]string{
 	"stream/streamtest": {"hub", "stream"},
 	"events":            {"stream", "hub"},
 	"config":            {"stream", "hub"},
-	"syncer":            {"config", "stream", "hub"},
+	"hubcache":          {"hub"},
+	"syncer":            {"config", "stream", "hub", "hubcache"},
 	"bus":               {"config", "stream", "events", "hub"},
 	"bus/bustest":       {},
-	"sinks":             {"config", "stream", "hub"},
+	"sinks":             {"config", "stream", "hub", "hubcache"},
 	"sinks/kubeconfig":  {"config", "stream", "hub", "sinks"},
-	"sinks/argocd":      {"config", "stream", "hub", "sinks"},
+	"sinks/argocd":      {"config", "stream", "hub", "hubcache", "sinks"},
 	"sinks/kueue":       {"config", "stream", "hub", "sinks"},
 	"sinks/webhook":     {"config", "stream", "hub", "events", "sinks"},
-	"tunnel":            {"config", "stream", "hub"},
-	"gateway":           {"config", "tunnel", "hub"},
+	"tunnel":            {"config", "stream", "hub", "hubcache"},
+	"gateway":           {"config", "tunnel", "hub", "hubcache"},
 	// access is imported by consumers, not by hubsync: it may know only
 	// the naming contract; access/rotations adds the event contract.
 	"access":           {"hub"},
@@ -41,9 +42,9 @@ var allowed = map[string][]string{
 	// status reads a daemon over HTTP, knowing it only by its metric
 	// names and readiness lines.
 	"status": {},
-	"daemon": {"config", "stream", "hub", "events", "syncer", "bus", "sinks", "sinks/kubeconfig",
+	"daemon": {"config", "stream", "hub", "hubcache", "events", "syncer", "bus", "sinks", "sinks/kubeconfig",
 		"sinks/argocd", "sinks/webhook", "sinks/kueue", "tunnel", "gateway"},
-	"cmd/hubsync": {"config", "stream", "hub", "events", "syncer", "bus", "sinks", "sinks/kubeconfig",
+	"cmd/hubsync": {"config", "stream", "hub", "hubcache", "events", "syncer", "bus", "sinks", "sinks/kubeconfig",
 		"sinks/argocd", "sinks/webhook", "sinks/kueue", "tunnel", "gateway", "daemon", "status"},
 }
 
@@ -56,6 +57,7 @@ var forbiddenDeps = map[string][]string{
 	"events":        {"github.com/nats-io/", "k8s.io/client-go/", "google.golang.org/grpc"},
 	"stream":        {"github.com/nats-io/"},
 	"config":        {"github.com/nats-io/", "k8s.io/client-go/"},
+	"hubcache":      {"github.com/nats-io/", "google.golang.org/grpc"},
 	"syncer":        {"github.com/nats-io/"},
 	"sinks":         {"github.com/nats-io/"},
 	"sinks/webhook": {"github.com/nats-io/"},

@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	clusterv1 "open-cluster-management.io/api/cluster/v1"
 
 	"github.com/hubsync/hubsync/config"
@@ -162,17 +161,15 @@ func startPool(t *testing.T, ctx context.Context, h *fleet.Hub, opts tunnel.Opti
 	if err != nil {
 		t.Fatal(err)
 	}
-	md, err := metadata.NewForConfig(env.hub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := tunnel.NewSource(h.Cluster, h.Kube, md, tunnel.SourceOptions{
+	hc := h.Cache(t)
+	src, err := tunnel.NewSource(hc, tunnel.SourceOptions{
 		Transport: tunnel.TransportKonnectivity, DialAddress: "{{.ServerHost}}", ClusterManager: "hubsync-pool-test",
 		ManagedServiceAccount: msaName, Selector: labels.SelectorFromSet(sel), ResyncPeriod: time.Hour,
 	}, pool, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	hc.Start(ctx)
 	if err := src.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
