@@ -7,7 +7,7 @@
 // token Secrets) is listed and watched once.
 //
 // Each informer's cache keeps what the rooms read: no managedFields (often
-// most of an object), no ManagedCluster capacity or allocatable, and of a
+// most of an object), of a ManagedCluster what TrimCluster keeps, and of a
 // Secret only the data keys its selector names.
 //
 // Owns: the informers and the goroutines that run them. It knows the hub's
@@ -239,7 +239,7 @@ var namespaced = cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFu
 func (c *Cache) ManagedClusters() (*Informer, error) {
 	return c.take("managedclusters", "managedclusters", func() cache.SharedIndexInformer {
 		return clusterinformersv1.NewFilteredManagedClusterInformer(c.clients.Cluster, c.resync, namespaced, nil)
-	}, trimCluster)
+	}, TrimCluster)
 }
 
 // ManagedClusterSets holds the ManagedClusterSet informer.
@@ -350,15 +350,37 @@ func StripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// trimCluster keeps of a ManagedCluster what the rooms read: metadata
-// without managedFields, the spec, and the status's conditions, version
-// and claims (not its capacity and allocatable).
-func trimCluster(obj any) (any, error) {
+// ClusterConditions are the ManagedCluster conditions the cache keeps:
+// the ones the syncer mirrors into each profile's status.
+var ClusterConditions = []string{clusterv1.ManagedClusterConditionAvailable, clusterv1.ManagedClusterConditionJoined}
+
+// TrimCluster keeps of a ManagedCluster what the parts read (the syncer's
+// profiles, the tunnel pool's targets; their tests hold it to that): its
+// name, UID, resourceVersion, labels and deletion, its client configs, and
+// its version, claims and ClusterConditions. Not its annotations,
+// managedFields, owners or finalizers, taints, capacity, allocatable or
+// other conditions.
+func TrimCluster(obj any) (any, error) {
 	mc, ok := obj.(*clusterv1.ManagedCluster)
 	if !ok {
 		return StripManagedFields(obj)
 	}
-	mc.ManagedFields = nil
-	mc.Status.Capacity, mc.Status.Allocatable = nil, nil
-	return mc, nil
+	out := &clusterv1.ManagedCluster{
+		TypeMeta: mc.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: mc.Name, UID: mc.UID, ResourceVersion: mc.ResourceVersion,
+			Labels: mc.Labels, DeletionTimestamp: mc.DeletionTimestamp,
+		},
+		Spec: clusterv1.ManagedClusterSpec{ManagedClusterClientConfigs: mc.Spec.ManagedClusterClientConfigs},
+		Status: clusterv1.ManagedClusterStatus{
+			Version:       mc.Status.Version,
+			ClusterClaims: mc.Status.ClusterClaims,
+		},
+	}
+	for _, c := range mc.Status.Conditions {
+		if slices.Contains(ClusterConditions, c.Type) {
+			out.Status.Conditions = append(out.Status.Conditions, c)
+		}
+	}
+	return out, nil
 }

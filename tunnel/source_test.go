@@ -266,3 +266,28 @@ func TestSourceRunReturnsWithEveryCluster(t *testing.T) {
 		t.Fatalf("%d of %d clusters unknown to the pool (or without their token) when Run returned", missing, n)
 	}
 }
+
+// TestTargetFromTheCachedCluster: the target made from a ManagedCluster
+// as the hub cache keeps it is the one made from the whole object, over
+// either transport.
+func TestTargetFromTheCachedCluster(t *testing.T) {
+	mc := &clusterv1.ManagedCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "edge-1", UID: "u1", Labels: map[string]string{hub.LabelClusterSet: "prod"},
+			Annotations: map[string]string{"big": strings.Repeat("x", 100)}},
+		Spec: clusterv1.ManagedClusterSpec{HubAcceptsClient: true,
+			ManagedClusterClientConfigs: []clusterv1.ClientConfig{{URL: "https://10.0.0.1:6443", CABundle: []byte("ca")}}},
+		Status: clusterv1.ManagedClusterStatus{Version: clusterv1.ManagedClusterVersion{Kubernetes: "v1.35.0"}},
+	}
+	sec := &corev1.Secret{Data: map[string][]byte{hub.TokenKey: []byte("tok"), hub.CAKey: []byte("msa-ca")}}
+	obj, err := hubcache.TrimCluster(mc.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, transport := range []string{TransportKonnectivity, TransportDirect} {
+		s := &Source{opts: SourceOptions{Transport: transport, DialAddress: "{{.ServerHost}}"}}
+		s.tmpl, _ = ParseDialAddress(s.opts.DialAddress)
+		if whole, cached := s.target(mc, sec), s.target(obj.(*clusterv1.ManagedCluster), sec); fmt.Sprintf("%+v", whole) != fmt.Sprintf("%+v", cached) {
+			t.Errorf("%s: target %+v from the cached cluster, %+v from the whole", transport, cached, whole)
+		}
+	}
+}
