@@ -157,6 +157,7 @@ require (
 	k8s.io/kubernetes v1.35.3 // indirect
 	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2 // indirect
 	open-cluster-management.io/api v1.3.0 // indirect
+	open-cluster-management.io/managed-serviceaccount v0.10.0 // indirect
 	oras.land/oras-go/v2 v2.6.0 // indirect
 	sigs.k8s.io/cluster-inventory-api v0.1.3 // indirect
 	sigs.k8s.io/controller-runtime v0.23.3 // indirect
