@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -68,6 +69,18 @@ type entry struct {
 	// pacedUntil; empty when it does not.
 	paced      string
 	pacedUntil time.Time
+	// tls is the TLS configuration of the connections to tlsFor's target
+	// (its server name and CA), with the session cache its redials resume
+	// from.
+	tls    *tls.Config
+	tlsFor tlsKey
+}
+
+// tlsKey is what a TLS configuration is made for: a server name and the
+// SHA-256 of a CA bundle.
+type tlsKey struct {
+	serverName string
+	ca         [sha256.Size]byte
 }
 
 // touch records a request for the entry.
@@ -551,7 +564,7 @@ func (e *entry) connect(ctx context.Context, t Target) (*http2.ClientConn, <-cha
 		return nil, nil, fmt.Errorf("dial %s: %w", t.Address, err)
 	}
 	w := newWatchedConn(raw)
-	tc := tls.Client(w, tlsConfig(t))
+	tc := tls.Client(w, e.tlsConfig(t))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = w.Close()
 		p.m.dials.WithLabelValues("error").Inc()
@@ -572,6 +585,25 @@ func (e *entry) connect(ctx context.Context, t Target) (*http2.ClientConn, <-cha
 	p.m.dials.WithLabelValues("ok").Inc()
 	p.m.dialSeconds.Observe(time.Since(start).Seconds())
 	return cc, w.dead, nil
+}
+
+// tlsConfig returns the TLS configuration of the entry's connections to
+// t: made once per server name and CA, with a session cache of one
+// session, so that a redial (after a GOAWAY, a lost connection, an API
+// server restart behind the same certificate) resumes the last TLS session
+// rather than doing a full handshake: no certificate chain sent, signed or
+// verified again. crypto/tls resumes only a session whose chain the
+// configuration's CA still verifies and whose certificate is unexpired; a
+// new CA or server name starts a configuration without sessions.
+func (e *entry) tlsConfig(t Target) *tls.Config {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := tlsKey{t.ServerName, sha256.Sum256(t.CA)}
+	if e.tls == nil || e.tlsFor != key {
+		e.tls, e.tlsFor = tlsConfig(t), key
+		e.tls.ClientSessionCache = tls.NewLRUClientSessionCache(1)
+	}
+	return e.tls
 }
 
 func tlsConfig(t Target) *tls.Config {

@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -77,6 +78,12 @@ type fakeAPIServer struct {
 	// the requests it holds.
 	block   chan struct{}
 	blocked atomic.Int32
+	// ticketKey is the session ticket key of every server at the
+	// address (a new one after goaway too), as with API servers that
+	// share one; handshakes and resumed count the TLS handshakes, and
+	// those that resumed a session.
+	ticketKey           [32]byte
+	handshakes, resumed atomic.Int32
 }
 
 func newFakeAPIServer(t *testing.T, ca *testCA, name string) *fakeAPIServer {
@@ -90,6 +97,9 @@ func newFakeAPIServerWith(t *testing.T, ca *testCA, name string, maxStreams int)
 	t.Helper()
 	s := &fakeAPIServer{t: t, name: name, addr: "127.0.0.1:0", cert: ca.serving(t, "127.0.0.1", name),
 		maxStreams: maxStreams, block: make(chan struct{})}
+	if _, err := rand.Read(s.ticketKey[:]); err != nil {
+		t.Fatal(err)
+	}
 	s.start()
 	t.Cleanup(s.stop)
 	return s
@@ -167,13 +177,22 @@ func (l *chanListener) Close() error {
 func (l *chanListener) Addr() net.Addr { return l.addr }
 
 func (s *fakeAPIServer) serveOn(cl *chanListener) {
-	srv := &http.Server{
-		Handler: http.HandlerFunc(s.serve),
-		TLSConfig: &tls.Config{
-			Certificates: []tls.Certificate{s.cert},
-			NextProtos:   []string{"h2"},
+	cfg := &tls.Config{
+		Certificates: []tls.Certificate{s.cert},
+		NextProtos:   []string{"h2"},
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			s.handshakes.Add(1)
+			if cs.DidResume {
+				s.resumed.Add(1)
+			}
+			return nil
 		},
-		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: s.maxStreams},
+	}
+	cfg.SetSessionTicketKeys([][32]byte{s.ticketKey})
+	srv := &http.Server{
+		Handler:   http.HandlerFunc(s.serve),
+		TLSConfig: cfg,
+		HTTP2:     &http.HTTP2Config{MaxConcurrentStreams: s.maxStreams},
 		ConnState: func(_ net.Conn, st http.ConnState) {
 			switch st {
 			case http.StateNew:

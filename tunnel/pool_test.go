@@ -904,3 +904,39 @@ func TestThrottledProbesKeepTheConnection(t *testing.T) {
 		t.Fatalf("a throttled cluster reported failing (%d events)", n)
 	}
 }
+
+// TestRedialsResumeTheTLSSession: after a GOAWAY (the address answering
+// on, with the same session ticket key, as API servers behind one name
+// do), the entry's next connection resumes the TLS session of the one
+// before, with no certificate sent or verified again; after a new CA, the
+// first connection is a full handshake.
+func TestRedialsResumeTheTLSSession(t *testing.T) {
+	ca := newTestCA(t)
+	s := newFakeAPIServer(t, ca, "r")
+	p, _ := newTestPool(t, func(o *Options) { o.ProbeInterval = time.Hour })
+	p.SetTarget("r", target(s, ca, ""))
+	profiles(p, "ns", "r")
+	eventually(t, "ready", func() bool { return state(p, "r") == StateReady })
+	for i := range 2 {
+		s.goaway()
+		eventually(t, "a new connection", func() bool { return s.opened.Load() == int32(i+2) })
+		if _, err := get(t, p, "r", "/api", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h, r := s.handshakes.Load(), s.resumed.Load(); h != 3 || r != 2 {
+		t.Fatalf("%d handshakes, %d resumed; want 3, the redials resumed", h, r)
+	}
+	// The same server, trusted through another CA bundle (the old CA and
+	// another): a configuration of its own, which starts without sessions.
+	tgt := target(s, ca, "")
+	tgt.CA = append(append([]byte(nil), ca.pem...), newTestCA(t).pem...)
+	p.SetTarget("r", tgt)
+	eventually(t, "a connection for the new CA", func() bool { return s.opened.Load() == 4 })
+	if _, err := get(t, p, "r", "/api", nil); err != nil {
+		t.Fatal(err)
+	}
+	if h, r := s.handshakes.Load(), s.resumed.Load(); h != 4 || r != 2 {
+		t.Fatalf("%d handshakes, %d resumed after the CA changed; want 4 and still 2", h, r)
+	}
+}
