@@ -22,7 +22,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
@@ -409,15 +408,6 @@ func indexFunc[T any](keys func(T) []string) cache.IndexFunc {
 		}
 		return keys(t), nil
 	}
-}
-
-// stripManagedFields drops managedFields from cached objects; hubsync never
-// reads them and they are often the larger part of an object.
-func stripManagedFields(obj any) (any, error) {
-	if a, err := meta.Accessor(obj); err == nil {
-		a.SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // Run starts the informers, waits for their caches, then runs the workers

@@ -7,7 +7,6 @@ package controlplane
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -181,44 +180,20 @@ type Watch struct {
 // Watches lists the watches opened by clients whose user agent starts
 // with userAgent, from the API server's audit log.
 func (c *ControlPlane) Watches(userAgent string) ([]Watch, error) {
-	b, err := os.ReadFile(filepath.Join(c.auditDir, "audit.log"))
+	events, err := readAudit(filepath.Join(c.auditDir, "audit.log"), func(e AuditEvent) bool {
+		return e.Verb == "watch" && strings.HasPrefix(e.UserAgent, userAgent)
+	}, userAgent)
 	if err != nil {
 		return nil, err
 	}
 	var out []Watch
 	index := map[string]int{} // auditID -> index in out
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		if len(line) == 0 {
-			continue
-		}
-		var e struct {
-			AuditID    string `json:"auditID"`
-			Stage      string `json:"stage"`
-			RequestURI string `json:"requestURI"`
-			Verb       string `json:"verb"`
-			UserAgent  string `json:"userAgent"`
-		}
-		if err := json.Unmarshal(line, &e); err != nil {
-			return nil, fmt.Errorf("audit log line: %w", err)
-		}
-		if e.Verb != "watch" || !strings.HasPrefix(e.UserAgent, userAgent) {
-			continue
-		}
+	for _, e := range events {
 		i, seen := index[e.AuditID]
 		if !seen {
-			u, err := url.Parse(e.RequestURI)
+			res, err := watchedResource(e.RequestURI)
 			if err != nil {
-				return nil, fmt.Errorf("audit log URI %q: %w", e.RequestURI, err)
-			}
-			q := url.Values{}
-			for _, k := range []string{"labelSelector", "fieldSelector"} {
-				if v := u.Query().Get(k); v != "" {
-					q.Set(k, v)
-				}
-			}
-			res := u.Path
-			if len(q) > 0 {
-				res += "?" + q.Encode()
+				return nil, err
 			}
 			i = len(out)
 			index[e.AuditID] = i
@@ -229,6 +204,25 @@ func (c *ControlPlane) Watches(userAgent string) ([]Watch, error) {
 		}
 	}
 	return out, nil
+}
+
+// watchedResource is a watch's path with its selectors, no other
+// parameter.
+func watchedResource(uri string) (string, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return "", fmt.Errorf("audit log URI %q: %w", uri, err)
+	}
+	q := url.Values{}
+	for _, k := range []string{"labelSelector", "fieldSelector"} {
+		if v := u.Query().Get(k); v != "" {
+			q.Set(k, v)
+		}
+	}
+	if len(q) == 0 {
+		return u.Path, nil
+	}
+	return u.Path + "?" + q.Encode(), nil
 }
 
 // AssetsDir returns the directory holding kube-apiserver and etcd:

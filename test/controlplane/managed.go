@@ -263,6 +263,7 @@ func freePort(ip string) (int, error) {
 
 // AuditEvent is what a test reads of one audit event.
 type AuditEvent struct {
+	AuditID    string `json:"auditID"`
 	Stage      string `json:"stage"`
 	RequestURI string `json:"requestURI"`
 	Verb       string `json:"verb"`
@@ -289,20 +290,26 @@ func (m *Managed) AuditLog() (string, error) {
 // AuditEvents returns the audited requests whose URI contains marker
 // (every stage).
 func (m *Managed) AuditEvents(marker string) ([]AuditEvent, error) {
-	text, err := m.AuditLog()
+	return readAudit(m.auditLog, func(e AuditEvent) bool { return strings.Contains(e.RequestURI, marker) }, marker)
+}
+
+// readAudit returns the events of the audit log at path that keep
+// accepts; only lines containing hint ("" for every line) are decoded.
+func readAudit(path string, keep func(AuditEvent) bool, hint string) ([]AuditEvent, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var out []AuditEvent
-	for _, line := range strings.Split(text, "\n") {
-		if !strings.Contains(line, marker) {
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" || !strings.Contains(line, hint) {
 			continue
 		}
 		var e AuditEvent
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
 			return nil, fmt.Errorf("audit log line: %w", err)
 		}
-		if strings.Contains(e.RequestURI, marker) {
+		if keep(e) {
 			out = append(out, e)
 		}
 	}
