@@ -1506,11 +1506,18 @@ func TestRBACDaemon(t *testing.T) {
 	if err := daemon.WaitReady(h.ctx, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := h.hub.Kube.CoordinationV1().Leases(le.Namespace).Get(h.ctx, le.Name, metav1.GetOptions{})
-	h.must(err)
-	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
-		t.Fatalf("ready but Lease %s/%s has no holder", le.Namespace, le.Name)
-	}
+	// A replica is ready as a standby once it runs, which may be a moment
+	// before its first try at the lease.
+	h.eventually("the Lease held", func() error {
+		lease, err := h.hub.Kube.CoordinationV1().Leases(le.Namespace).Get(h.ctx, le.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+			return fmt.Errorf("Lease %s/%s has no holder", le.Namespace, le.Name)
+		}
+		return nil
+	})
 	h.eventually("a's profile beside the foreign b", func() error {
 		names, err := h.hub.ProfileNames(h.ctx, ns)
 		if err != nil {
@@ -1547,7 +1554,7 @@ func TestRBACDaemon(t *testing.T) {
 	if err := daemon.Stop(); err != nil {
 		t.Fatalf("hubsync did not stop cleanly: %v", err)
 	}
-	lease, err = h.hub.Kube.CoordinationV1().Leases(le.Namespace).Get(h.ctx, le.Name, metav1.GetOptions{})
+	lease, err := h.hub.Kube.CoordinationV1().Leases(le.Namespace).Get(h.ctx, le.Name, metav1.GetOptions{})
 	h.must(err)
 	if lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "" {
 		t.Errorf("Lease not released on exit: held by %q", *lease.Spec.HolderIdentity)
