@@ -658,7 +658,7 @@ func (e *entry) probe(ctx context.Context, cc *http2.ClientConn, t Target) (time
 		return 0, fmt.Errorf("probe: %w", err)
 	}
 	if t.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+t.Token)
+		req.Header.Set("Authorization", t.authorization())
 	}
 	req.Header.Set("User-Agent", "hubsync-tunnel-probe")
 	start := time.Now()

@@ -93,6 +93,25 @@ type Target struct {
 	// Err says why the cluster cannot be dialed (for example no API
 	// server URL in direct mode); the entry reports it as failing.
 	Err error
+	// bearer is "Bearer " + Token when the Source made it: Token is
+	// its tail, so the pool, the probes and HTTP/2's header table share
+	// one copy of the token per cluster.
+	bearer string
+}
+
+// withToken sets t's Token and its Authorization header value from one
+// allocation.
+func (t *Target) withToken(tok string) {
+	t.bearer = "Bearer " + tok
+	t.Token = t.bearer[len("Bearer "):]
+}
+
+// authorization is the Authorization header value for t's token.
+func (t *Target) authorization() string {
+	if t.bearer != "" && t.bearer[len("Bearer "):] == t.Token {
+		return t.bearer
+	}
+	return "Bearer " + t.Token
 }
 
 // Identity names what t reaches: the ManagedCluster (its UID), the
@@ -396,7 +415,7 @@ func (p *Pool) SetTarget(cluster string, t *Target) {
 		delete(p.authorization, cluster)
 	default:
 		if p.targets[cluster].Token != t.Token || p.authorization[cluster] == "" {
-			p.authorization[cluster] = "Bearer " + t.Token
+			p.authorization[cluster] = t.authorization()
 		}
 		p.targets[cluster] = *t
 	}

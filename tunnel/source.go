@@ -1,6 +1,7 @@
 package tunnel
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -275,9 +276,9 @@ func (s *Source) target(mc *clusterv1.ManagedCluster, sec *corev1.Secret) Target
 	}
 	var msaCA []byte
 	if sec != nil {
-		if tok := strings.TrimSpace(string(sec.Data[hub.TokenKey])); tok != "" {
-			t.Token = tok
-			t.TokenFingerprint = hub.TokenFingerprint([]byte(tok))
+		if tok := bytes.TrimSpace(sec.Data[hub.TokenKey]); len(tok) > 0 {
+			t.withToken(string(tok))
+			t.TokenFingerprint = hub.TokenFingerprint(tok)
 		}
 		msaCA = sec.Data[hub.CAKey]
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/hubsync/hubsync/config"
 	"github.com/hubsync/hubsync/hub"
@@ -289,5 +290,38 @@ func TestTargetFromTheCachedCluster(t *testing.T) {
 		if whole, cached := s.target(mc, sec), s.target(obj.(*clusterv1.ManagedCluster), sec); fmt.Sprintf("%+v", whole) != fmt.Sprintf("%+v", cached) {
 			t.Errorf("%s: target %+v from the cached cluster, %+v from the whole", transport, cached, whole)
 		}
+	}
+}
+
+// TestTokenHeldOnce: the target's token is the tail of the Authorization
+// header value the pool and the probes send, so an entry holds its token
+// once however often it is used.
+func TestTokenHeldOnce(t *testing.T) {
+	mc := &clusterv1.ManagedCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "edge-1", UID: "u1"},
+		Spec: clusterv1.ManagedClusterSpec{HubAcceptsClient: true,
+			ManagedClusterClientConfigs: []clusterv1.ClientConfig{{URL: "https://10.0.0.1:6443", CABundle: []byte("ca")}}},
+	}
+	sec := &corev1.Secret{Data: map[string][]byte{hub.TokenKey: []byte(" tok\n")}}
+	s := &Source{opts: SourceOptions{Transport: TransportDirect, DialAddress: "{{.ServerHost}}"}}
+	s.tmpl, _ = ParseDialAddress(s.opts.DialAddress)
+	tg := s.target(mc, sec)
+	if tg.Token != "tok" || tg.TokenFingerprint != hub.TokenFingerprint([]byte("tok")) {
+		t.Fatalf("token %q, fingerprint %q; want tok and its fingerprint", tg.Token, tg.TokenFingerprint)
+	}
+	p, _ := newTestPool(t, nil)
+	p.SetTarget("edge-1", &tg)
+	p.mu.Lock()
+	auth := p.authorization["edge-1"]
+	p.mu.Unlock()
+	if auth != "Bearer tok" || unsafe.StringData(auth[len("Bearer "):]) != unsafe.StringData(tg.Token) {
+		t.Fatalf("Authorization %q is a copy of the token; want the string the token is the tail of", auth)
+	}
+	// A target made elsewhere, or whose token was replaced, still gets
+	// its own token's header.
+	other := tg
+	other.Token = "new"
+	if got := other.authorization(); got != "Bearer new" {
+		t.Fatalf("authorization() = %q after the token changed; want Bearer new", got)
 	}
 }
