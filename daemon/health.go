@@ -36,8 +36,10 @@ func newRegistry(version, commit string) *prometheus.Registry {
 	reg.MustRegister(collectors.NewGoCollector(
 		// go_gc_heap_live_bytes, the heap the last GC kept: what the
 		// daemon holds, where RSS also counts the garbage the next GC
-		// frees and free pages not yet returned to the OS.
-		collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)}),
+		// frees and free pages not yet returned to the OS; and the GC's
+		// targets, go_gc_gogc_percent and go_gc_gomemlimit_bytes.
+		collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{
+			Matcher: regexp.MustCompile(`^/gc/(heap/live:bytes|gogc:percent|gomemlimit:bytes)$`)}),
 	), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }

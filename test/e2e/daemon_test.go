@@ -54,6 +54,12 @@ func TestDaemonLeaderElection(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+	// hubsync's GC target, unless the environment sets one.
+	if _, set := os.LookupEnv("GOGC"); !set {
+		if got := metrics.Value("go_gc_gogc_percent", nil); got != 50 {
+			t.Errorf("go_gc_gogc_percent = %v, want hubsync's 50", got)
+		}
+	}
 
 	d2, err := fleet.StartDaemon(h.ctx, bin, hubConfig, conf, &logs2)
 	h.must(err)
