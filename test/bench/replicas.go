@@ -147,9 +147,14 @@ func benchReplicas(ctx context.Context, cp *controlplane.ControlPlane, binary st
 	}
 	n := sizes[len(sizes)-1]
 	if replicaMemLimit != "" {
-		if err := r.limitedStandby(ctx, n, warm); err != nil {
+		if err := r.variantStandby(ctx, n, warm, "GOMEMLIMIT="+replicaMemLimit, "the chart sets it to the memory limit"); err != nil {
 			return err
 		}
+	}
+	// The same run's baseline for hubsync's GC target (GOGC=50 unless
+	// the environment sets one).
+	if err := r.variantStandby(ctx, n, warm, "GOGC=100", "Go's default"); err != nil {
+		return err
 	}
 	lm, err := sampleMemory(ctx, leader)
 	if err != nil {
@@ -167,6 +172,50 @@ func benchReplicas(ctx context.Context, cp *controlplane.ControlPlane, binary st
 	}
 	printSizing(n, warm, od)
 	fmt.Printf("replica figures took %s\n", time.Since(begin).Round(time.Second))
+	return checkGoals(n, warm)
+}
+
+// The goals of the replica figures (docs/availability.md, "Sizing"). A
+// goal that is met fails the bench when it slips; the others are printed
+// against it.
+const (
+	goalProxyConns = 8               // per replica, whatever the fleet
+	goalEntryKiB   = 64              // RSS per warm entry
+	goalFleet      = 3000            // the fleet the next two are for
+	goalStandbyMiB = 300             // a standby with goalFleet warm
+	goalWarmup     = 6 * time.Second // a new standby's goalFleet entries
+)
+
+// checkGoals prints the figures of the largest fleet against the goals and
+// returns an error for a met goal that slipped.
+func checkGoals(n int, warm replicaMemory) error {
+	conns := 0
+	rss, all := make([]float64, len(warm.warm)), make([]time.Duration, len(warm.runs))
+	for i, s := range warm.warm {
+		conns = max(conns, s.proxyConns)
+		rss[i] = mib(s.rss)
+	}
+	for i, r := range warm.runs {
+		all[i] = r.all
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "not met"
+	}
+	entry := median(sorted64(warm.perEntry)) / 1024
+	fmt.Printf("goals: proxy-server connections per replica %d (<= %d): %s; RSS per warm entry %.0f KiB (<= %d): %s",
+		conns, goalProxyConns, verdict(conns <= goalProxyConns), entry, goalEntryKiB, verdict(entry <= goalEntryKiB))
+	if n == goalFleet {
+		standby, warmup := median(sorted64(rss)), median(slices.Sorted(slices.Values(all)))
+		fmt.Printf("; a standby with %d warm %.0f MiB (<= %d): %s; %d warm in %.2fs (<= %s, with the fleet on the same cores): %s",
+			n, standby, goalStandbyMiB, verdict(standby <= goalStandbyMiB), n, warmup.Seconds(), goalWarmup, verdict(warmup <= goalWarmup))
+	}
+	fmt.Println()
+	if conns > goalProxyConns {
+		return fmt.Errorf("a warm standby held %d connections to the proxy-server; the goal is at most %d whatever the fleet", conns, goalProxyConns)
+	}
 	return nil
 }
 
@@ -451,6 +500,8 @@ type replicaMemory struct {
 	perEntry     []float64 // bytes of RSS
 	perEntryHeap []float64 // bytes of live heap
 	leader       memSample
+	// runs are the warm standbys' starts.
+	runs []readyRun
 }
 
 // standbys starts --replica-repeats standbys with every cluster warm and
@@ -502,6 +553,7 @@ func (r *replicaRig) standbys(ctx context.Context, n int) (replicaMemory, error)
 		mem.perEntryHeap = append(mem.perEntryHeap, float64(w.live-o.live)/float64(n))
 	}
 	printStandbys(n, runs, mem)
+	mem.runs = runs
 	return mem, nil
 }
 
@@ -567,15 +619,15 @@ func restCPU(ctx context.Context, d *fleet.Daemon) (float64, error) {
 	return float64(c1-c0) / float64(time.Since(start)), nil
 }
 
-// limitedStandby starts one more warm standby on the fleet of n clusters
-// with GOMEMLIMIT=--replica-memlimit, as the chart sets it from the pod's
-// memory limit, and prints its time to every entry ready, its RSS at rest
-// (no forced GC: the runtime's own), its peak, and its CPU at rest
-// against the unlimited standbys'.
-func (r *replicaRig) limitedStandby(ctx context.Context, n int, warm replicaMemory) error {
-	d, run, err := r.startTimed(ctx, r.conf(config.WarmAll), n, []string{"GOMEMLIMIT=" + replicaMemLimit})
+// variantStandby starts one more warm standby on the fleet of n clusters
+// with env set (GOMEMLIMIT=--replica-memlimit, as the chart sets it from
+// the pod's memory limit; or another GOGC) and prints its time to every
+// entry ready, its RSS at rest (no forced GC: the runtime's own), its
+// peak, and its CPU at rest against the standbys' measured before it.
+func (r *replicaRig) variantStandby(ctx context.Context, n int, warm replicaMemory, env, why string) error {
+	d, run, err := r.startTimed(ctx, r.conf(config.WarmAll), n, []string{env})
 	if err != nil {
-		return fmt.Errorf("a standby with GOMEMLIMIT=%s: %w", replicaMemLimit, err)
+		return fmt.Errorf("a standby with %s: %w", env, err)
 	}
 	defer func() { _ = d.Stop() }()
 	select {
@@ -599,12 +651,13 @@ func (r *replicaRig) limitedStandby(ctx context.Context, n int, warm replicaMemo
 	if err != nil {
 		return err
 	}
-	var unlimited []float64
+	var rssWarm, cpuWarm []float64
 	for _, s := range warm.warm {
-		unlimited = append(unlimited, 100*s.restCPU)
+		rssWarm = append(rssWarm, mib(s.rss))
+		cpuWarm = append(cpuWarm, 100*s.restCPU)
 	}
-	fmt.Printf("  a warm standby with GOMEMLIMIT=%s (the chart sets it to the memory limit): every entry ready %.2fs; RSS at rest %.1f MiB (peak %.1f), live heap %.1f MiB; CPU at rest %.1f%% of a core (unlimited: %s%%)\n",
-		replicaMemLimit, run.all.Seconds(), mib(rss), mib(peak), mib(int64(m.Value("go_gc_heap_live_bytes", nil))), 100*cpu, floatSpread(unlimited, "%.1f"))
+	fmt.Printf("  a warm standby with %s (%s): every entry ready %.2fs; RSS at rest %.1f MiB (peak %.1f; the standbys above: %s), live heap %.1f MiB; CPU at rest %.1f%% of a core (the standbys above: %s%%)\n",
+		env, why, run.all.Seconds(), mib(rss), mib(peak), floatSpread(rssWarm, "%.1f"), mib(int64(m.Value("go_gc_heap_live_bytes", nil))), 100*cpu, floatSpread(cpuWarm, "%.1f"))
 	return nil
 }
 
