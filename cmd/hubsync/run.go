@@ -85,8 +85,8 @@ func runCommand(ctx context.Context, args []string, stderr io.Writer, run runFun
 // replica's heap is mostly long-lived connection state, so Go's default
 // (100), which lets the heap grow to twice what is live before it
 // collects, holds about as much garbage as state; at 50 a warm entry costs
-// about a fifth less RSS, with no CPU at rest that the bench can tell
-// apart (docs/availability.md, "Memory").
+// about a sixth less RSS, with no CPU at rest that the bench can tell
+// apart (docs/operations.md, "Memory").
 const gcPercent = 50
 
 func newLogger(c config.Logging, w io.Writer) *slog.Logger {
