@@ -253,11 +253,16 @@ func (c *Client) Events(ctx context.Context, bc config.Bus, q EventQuery, fn fun
 	if err != nil {
 		return fmt.Errorf("consume %s from stream %q: %w", filter, bc.Stream.Name, err)
 	}
-	// Without Follow, the replay is over when the consumer has delivered
-	// every message it had pending when it was created, or at once when it
-	// had none.
-	if !q.Follow && cons.CachedInfo().NumPending == 0 {
-		return nil
+	// Without Follow, the replay ends at the last event the stream held
+	// for the filter when it began, as the stream's leader answers. What
+	// the consumer says is pending is not the end: an ordered consumer is
+	// one copy, on any of a replicated stream's nodes, and one on a node
+	// that has not stored the latest events yet counts them out.
+	var end uint64
+	if !q.Follow {
+		if end, err = replayEnd(lookup, s, q, filter); err != nil || end == 0 {
+			return err
+		}
 	}
 	it, err := cons.Messages()
 	if err != nil {
@@ -276,11 +281,30 @@ func (c *Client) Events(ctx context.Context, bc config.Bus, q EventQuery, fn fun
 			return err
 		}
 		if !q.Follow {
-			if meta, err := msg.Metadata(); err == nil && meta.NumPending == 0 {
+			if meta, err := msg.Metadata(); err == nil && meta.Sequence.Stream >= end {
 				return nil
 			}
 		}
 	}
+}
+
+// replayEnd is the stream sequence of the last event q replays without
+// following, read from s's leader (a message get, which the events
+// streams do not allow replicas to answer); 0 when there is none.
+func replayEnd(ctx context.Context, s jetstream.Stream, q EventQuery, filter string) (uint64, error) {
+	if !q.All && q.Start.IsZero() {
+		return 0, nil // only events to come: nothing to replay
+	}
+	last, err := s.GetLastMsgForSubject(ctx, filter)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("the last event of %s in stream %q: %w", filter, s.CachedInfo().Config.Name, err)
+	case !q.All && last.Time.Before(q.Start):
+		return 0, nil
+	}
+	return last.Sequence, nil
 }
 
 // Records reads the access records of the KV bucket, those of namespace
