@@ -1,14 +1,15 @@
 // Package sinks delivers hubsync's change stream to targets outside NATS
 // that operators list in the configuration file: kubeconfig files, Argo CD
-// cluster Secrets and webhooks. Each sink is a stream.Consumer with its own
-// queue, retries and metrics (see package stream); Manager adds, changes and
-// removes them as the configuration changes, without a restart.
+// cluster Secrets, Kueue MultiKueueClusters and webhooks. Each sink is a
+// stream.Consumer with its own queue, retries and metrics (see package
+// stream); Manager adds, changes and removes them as the configuration
+// changes, without a restart.
 //
 // The sink types live in sub-packages (sinks/kubeconfig, sinks/argocd,
-// sinks/webhook); the binary hands Manager a Factory per type, so this
-// package knows none of them.
+// sinks/kueue, sinks/webhook); the binary hands Manager a Factory per type,
+// so this package knows none of them.
 //
-// May import config, stream and hub; never syncer or bus.
+// May import config, stream, hub and hubcache; never syncer or bus.
 package sinks
 
 import (

@@ -11,8 +11,9 @@
 // and tunnel events on the change stream. Code inside hubsync reaches a
 // cluster through RoundTripper and waits for it with WaitReady.
 //
-// May import config, stream and hub; never syncer or bus. The gateway
-// imports it for its round trippers and token source.
+// May import config, stream, hub and hubcache; never syncer or bus. The
+// gateway imports it for the entries' statuses, targets and errors, and
+// reaches the pool through an interface of its own.
 package tunnel
 
 import (
