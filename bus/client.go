@@ -249,10 +249,6 @@ func (c *Client) Events(ctx context.Context, bc config.Bus, q EventQuery, fn fun
 	lookup, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	filter := q.Subject(bc.SubjectPrefix)
-	cons, err := s.OrderedConsumer(lookup, q.consumerConfig(bc.SubjectPrefix))
-	if err != nil {
-		return fmt.Errorf("consume %s from stream %q: %w", filter, bc.Stream.Name, err)
-	}
 	// Without Follow, the replay ends at the last event the stream held
 	// for the filter when it began, as the stream's leader answers. What
 	// the consumer says is pending is not the end: an ordered consumer is
@@ -263,6 +259,10 @@ func (c *Client) Events(ctx context.Context, bc config.Bus, q EventQuery, fn fun
 		if end, err = replayEnd(lookup, s, q, filter); err != nil || end == 0 {
 			return err
 		}
+	}
+	cons, err := s.OrderedConsumer(lookup, q.consumerConfig(bc.SubjectPrefix))
+	if err != nil {
+		return fmt.Errorf("consume %s from stream %q: %w", filter, bc.Stream.Name, err)
 	}
 	it, err := cons.Messages()
 	if err != nil {

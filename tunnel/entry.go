@@ -657,8 +657,8 @@ func (e *entry) probe(ctx context.Context, cc *http2.ClientConn, t Target) (time
 	if err != nil {
 		return 0, fmt.Errorf("probe: %w", err)
 	}
-	if t.Token != "" {
-		req.Header.Set("Authorization", t.authorization())
+	if t.bearer != "" {
+		req.Header.Set("Authorization", t.bearer)
 	}
 	req.Header.Set("User-Agent", "hubsync-tunnel-probe")
 	start := time.Now()

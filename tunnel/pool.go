@@ -94,25 +94,32 @@ type Target struct {
 	// Err says why the cluster cannot be dialed (for example no API
 	// server URL in direct mode); the entry reports it as failing.
 	Err error
-	// bearer is "Bearer " + Token when the Source made it: Token is
-	// its tail, so the pool, the probes and HTTP/2's header table share
-	// one copy of the token per cluster.
+	// bearer is the Authorization header value for Token ("" without
+	// one): Token is its tail, so the pool, its probes and HTTP/2's header
+	// table share one copy of the token per cluster. The Source sets it;
+	// SetTarget makes it for targets made elsewhere.
 	bearer string
 }
+
+const bearerPrefix = "Bearer "
 
 // withToken sets t's Token and its Authorization header value from one
 // allocation.
 func (t *Target) withToken(tok string) {
-	t.bearer = "Bearer " + tok
-	t.Token = t.bearer[len("Bearer "):]
+	t.bearer = bearerPrefix + tok
+	t.Token = t.bearer[len(bearerPrefix):]
 }
 
-// authorization is the Authorization header value for t's token.
-func (t *Target) authorization() string {
-	if t.bearer != "" && t.bearer[len("Bearer "):] == t.Token {
-		return t.bearer
+// withBearer returns t with bearer made for its token, unless it already
+// is.
+func (t Target) withBearer() Target {
+	switch {
+	case t.Token == "":
+		t.bearer = ""
+	case t.bearer == "" || t.bearer[len(bearerPrefix):] != t.Token:
+		t.withToken(t.Token)
 	}
-	return "Bearer " + t.Token
+	return t
 }
 
 // Identity names what t reaches: the ManagedCluster (its UID), the
@@ -272,9 +279,6 @@ type Pool struct {
 	selected map[string]bool
 	// targets holds what the sources know of each cluster.
 	targets map[string]Target
-	// authorization holds, per cluster with a token, the Authorization
-	// value that sends a request with it, made once per token.
-	authorization map[string]string
 	// demanded holds the clusters asked for since their entry was last
 	// closed idle (OnDemand).
 	demanded map[string]bool
@@ -326,17 +330,16 @@ func New(opts Options) (*Pool, error) {
 	}
 	p := &Pool{
 		opts: opts, log: opts.Log,
-		sem:           make(chan struct{}, opts.MaxDials),
-		upgradeSem:    make(chan struct{}, opts.MaxUpgradeDials),
-		epoch:         strconv.FormatInt(time.Now().UnixNano(), 36),
-		entries:       map[string]*entry{},
-		namespaces:    map[string]map[string]bool{},
-		selected:      map[string]bool{},
-		targets:       map[string]Target{},
-		authorization: map[string]string{},
-		demanded:      map[string]bool{},
-		changed:       make(chan struct{}),
-		owners:        map[*http2.ClientConn]*entry{},
+		sem:        make(chan struct{}, opts.MaxDials),
+		upgradeSem: make(chan struct{}, opts.MaxUpgradeDials),
+		epoch:      strconv.FormatInt(time.Now().UnixNano(), 36),
+		entries:    map[string]*entry{},
+		namespaces: map[string]map[string]bool{},
+		selected:   map[string]bool{},
+		targets:    map[string]Target{},
+		demanded:   map[string]bool{},
+		changed:    make(chan struct{}),
+		owners:     map[*http2.ClientConn]*entry{},
 	}
 	p.h2 = &http2.Transport{
 		// A connection that says nothing for this long is pinged;
@@ -407,18 +410,10 @@ func (p *Pool) Close() {
 func (p *Pool) SetTarget(cluster string, t *Target) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	switch {
-	case t == nil:
+	if t == nil {
 		delete(p.targets, cluster)
-		delete(p.authorization, cluster)
-	case t.Token == "":
-		p.targets[cluster] = *t
-		delete(p.authorization, cluster)
-	default:
-		if p.targets[cluster].Token != t.Token || p.authorization[cluster] == "" {
-			p.authorization[cluster] = t.authorization()
-		}
-		p.targets[cluster] = *t
+	} else {
+		p.targets[cluster] = t.withBearer()
 	}
 	p.reconcileLocked(cluster)
 }

@@ -29,7 +29,7 @@ func (p *Pool) RoundTripper(cluster string) http.RoundTripper {
 // authenticated and authorised its caller.
 func (p *Pool) Authorization(cluster string) (string, error) {
 	p.mu.Lock()
-	served, auth := p.servedLocked(cluster), p.authorization[cluster]
+	served, auth := p.servedLocked(cluster), p.targets[cluster].bearer
 	p.mu.Unlock()
 	if !served {
 		return "", fmt.Errorf("cluster %s: %w", cluster, ErrNotServed)

@@ -312,7 +312,7 @@ func TestTokenHeldOnce(t *testing.T) {
 	p, _ := newTestPool(t, nil)
 	p.SetTarget("edge-1", &tg)
 	p.mu.Lock()
-	auth := p.authorization["edge-1"]
+	auth := p.targets["edge-1"].bearer
 	p.mu.Unlock()
 	if auth != "Bearer tok" || unsafe.StringData(auth[len("Bearer "):]) != unsafe.StringData(tg.Token) {
 		t.Fatalf("Authorization %q is a copy of the token; want the string the token is the tail of", auth)
@@ -321,7 +321,11 @@ func TestTokenHeldOnce(t *testing.T) {
 	// its own token's header.
 	other := tg
 	other.Token = "new"
-	if got := other.authorization(); got != "Bearer new" {
-		t.Fatalf("authorization() = %q after the token changed; want Bearer new", got)
+	p.SetTarget("edge-1", &other)
+	p.mu.Lock()
+	got := p.targets["edge-1"].bearer
+	p.mu.Unlock()
+	if got != "Bearer new" {
+		t.Fatalf("the Authorization value %q after the token changed; want Bearer new", got)
 	}
 }
